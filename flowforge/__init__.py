@@ -1,0 +1,1 @@
+"""FlowForge: an event-sourced workflow engine."""

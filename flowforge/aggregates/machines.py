@@ -1,0 +1,149 @@
+"""The two state machines, as data.
+
+A :class:`StateMachine` is a table of :class:`Transition` rows, validated when it is
+built: a bad table raises ``ValueError`` at import (so during test collection), never at
+run time. Everything else (the aggregates, the SQL, the docs) reads these tables.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+from flowforge import errors
+from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One edge of a state machine."""
+
+    name: str
+    source: StrEnum
+    target: StrEnum
+    requires_lease: bool = False
+
+
+class StateMachine:
+    """A validated, immutable table of transitions over one enum of states."""
+
+    def __init__(
+        self,
+        name: str,
+        states: type[StrEnum],
+        initial: StrEnum,
+        terminal: Iterable[StrEnum],
+        transitions: Iterable[Transition],
+    ) -> None:
+        self.name = name
+        self.states = states
+        self.initial = initial
+        self.terminal = frozenset(terminal)
+        self.transitions = tuple(transitions)
+        _validate(self)
+        self._by_name: Mapping[str, Transition] = MappingProxyType(
+            {t.name: t for t in self.transitions}
+        )
+
+    def __iter__(self) -> Iterator[Transition]:
+        return iter(self.transitions)
+
+    def __len__(self) -> int:
+        return len(self.transitions)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def get(self, name: str) -> Transition:
+        """The edge called ``name``; ``IllegalTransitionError`` if there is none."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise errors.IllegalTransitionError(self.name, name) from None
+
+    def edge(self, source: StrEnum, target: StrEnum) -> Transition | None:
+        """The edge from ``source`` to ``target``, if the table has one."""
+        for transition in self.transitions:
+            if transition.source == source and transition.target == target:
+                return transition
+        return None
+
+    def is_terminal(self, state: StrEnum) -> bool:
+        return state in self.terminal
+
+
+def _validate(machine: StateMachine) -> None:
+    states = set(machine.states)
+    foreign = [
+        f"{t.name}: {s!r}"
+        for t in machine.transitions
+        for s in (t.source, t.target)
+        if s not in states or not isinstance(s, machine.states)
+    ]
+    foreign += [f"initial: {machine.initial!r}"] * (machine.initial not in states)
+    foreign += [f"terminal: {s!r}" for s in machine.terminal if s not in states]
+    if foreign:
+        raise ValueError(f"{machine.name}: states not of {machine.states.__name__}: {foreign}")
+    names = Counter(t.name for t in machine.transitions)
+    if duplicates := sorted(n for n, c in names.items() if c > 1):
+        raise ValueError(f"{machine.name}: duplicate transition names: {duplicates}")
+    edges = Counter((t.source, t.target) for t in machine.transitions)
+    if duplicate_edges := sorted(f"{s}->{t}" for (s, t), c in edges.items() if c > 1):
+        raise ValueError(f"{machine.name}: duplicate edges: {duplicate_edges}")
+    if out_of_terminal := [t.name for t in machine.transitions if t.source in machine.terminal]:
+        raise ValueError(f"{machine.name}: edges out of a terminal state: {out_of_terminal}")
+    sources = {t.source for t in machine.transitions}
+    if dead_ends := sorted(str(s) for s in states - machine.terminal - sources):
+        raise ValueError(
+            f"{machine.name}: dead ends (non-terminal states with no way out): {dead_ends}"
+        )
+
+
+WORKFLOW_RUN_MACHINE = StateMachine(
+    "WorkflowRun",
+    WorkflowRunState,
+    initial=WorkflowRunState.PENDING,
+    terminal=(
+        WorkflowRunState.SUCCEEDED,
+        WorkflowRunState.FAILED,
+        WorkflowRunState.CANCELLED,
+    ),
+    transitions=(
+        Transition("start", WorkflowRunState.PENDING, WorkflowRunState.RUNNING),
+        Transition("cancel_before_start", WorkflowRunState.PENDING, WorkflowRunState.CANCELLED),
+        Transition("succeed", WorkflowRunState.RUNNING, WorkflowRunState.SUCCEEDED),
+        Transition("fail", WorkflowRunState.RUNNING, WorkflowRunState.FAILED),
+        Transition("cancel", WorkflowRunState.RUNNING, WorkflowRunState.CANCELLED),
+    ),
+)
+
+_T = TaskRunState
+TASK_RUN_MACHINE = StateMachine(
+    "TaskRun",
+    TaskRunState,
+    initial=_T.PENDING,
+    # FAILED is deliberately not terminal: a failed task is retryable by definition.
+    terminal=(_T.SUCCEEDED, _T.CANCELLED),
+    transitions=(
+        Transition("dependencies_satisfied", _T.PENDING, _T.READY),
+        Transition("cancel_pending", _T.PENDING, _T.CANCELLED),
+        # Claiming is what acquires the lease, so it cannot require one.
+        Transition("claim", _T.READY, _T.RUNNING),
+        Transition("cancel_ready", _T.READY, _T.CANCELLED),
+        Transition("succeed", _T.RUNNING, _T.SUCCEEDED, requires_lease=True),
+        Transition("fail", _T.RUNNING, _T.FAILED, requires_lease=True),
+        Transition("cancel_running", _T.RUNNING, _T.CANCELLED, requires_lease=True),
+        # Reachable only through the reaper (reclaim_task_run).
+        Transition("reap_lease", _T.RUNNING, _T.READY),
+        Transition("schedule_retry", _T.FAILED, _T.RETRYING),
+        Transition("retry_ready", _T.RETRYING, _T.READY),
+    ),
+)
+
+#: The edge only the reaper may take.
+REAPER_TRANSITION = TASK_RUN_MACHINE.get("reap_lease")
+#: The edges that spend a lease: only ``finish_task_run`` takes them.
+FINISH_TRANSITIONS = frozenset(t.name for t in TASK_RUN_MACHINE if t.requires_lease)

@@ -1,0 +1,50 @@
+"""Where the test servers are, and whether a test may skip when one is unreachable.
+
+A test that needs PostgreSQL or RabbitMQ skips locally when the server is down, and
+fails when ``REQUIRE_POSTGRES=1`` / ``REQUIRE_RABBITMQ=1`` is set (as ``.ci/run`` does),
+so CI can never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+POSTGRES_HOST = os.environ.get("FLOWFORGE_TEST_PG_HOST", "127.0.0.1")
+POSTGRES_PORT = int(os.environ.get("FLOWFORGE_TEST_PG_PORT", "5432"))
+POSTGRES_USER = os.environ.get("FLOWFORGE_TEST_PG_USER", "postgres")
+POSTGRES_ADMIN_DB = os.environ.get("FLOWFORGE_TEST_PG_DB", "test")
+
+RABBITMQ_HOST = os.environ.get("FLOWFORGE_TEST_RABBITMQ_HOST", "127.0.0.1")
+RABBITMQ_PORT = int(os.environ.get("FLOWFORGE_TEST_RABBITMQ_PORT", "5672"))
+RABBITMQ_URL = os.environ.get(
+    "FLOWFORGE_TEST_BROKER_URL", f"amqp://guest:guest@{RABBITMQ_HOST}:{RABBITMQ_PORT}/%2F"
+)
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def require(name: str, host: str, port: int) -> None:
+    """Skip (or fail under ``REQUIRE_<NAME>=1``) unless ``host:port`` accepts TCP."""
+    if _reachable(host, port):
+        return
+    message = f"{name} is not reachable at {host}:{port}"
+    if os.environ.get(f"REQUIRE_{name.upper()}") == "1":
+        pytest.fail(f"{message}, and REQUIRE_{name.upper()}=1 is set")
+    pytest.skip(message)
+
+
+def require_postgres() -> None:
+    require("postgres", POSTGRES_HOST, POSTGRES_PORT)
+
+
+def require_rabbitmq() -> None:
+    require("rabbitmq", RABBITMQ_HOST, RABBITMQ_PORT)
