@@ -1,0 +1,1 @@
+"""The application service: the only way to change FlowForge's state."""

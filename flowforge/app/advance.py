@@ -1,0 +1,144 @@
+"""``advance_workflow_run``: one run's scheduling work, in one transaction.
+
+Start the run; promote pending tasks whose dependencies all succeeded; schedule retries
+(with the definition's backoff) for failed tasks that have attempts left, and make them
+ready once due; derive the run's state; once the run is terminal, cancel what can no
+longer run. Every step is a conditional write, so several schedulers may advance the
+same run at once: a step another scheduler already took matches no row and is skipped.
+
+Lock order (to rule out deadlocks between schedulers): the run row first when starting
+it, then task rows in id order, then the run row when finishing it. A worker's finish
+and the reaper touch one task row each; a user's cancel touches only the run row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from uuid import UUID
+
+from flowforge import errors
+from flowforge.aggregates.definition import WorkflowDefinition
+from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
+from flowforge.aggregates.rules import derive_workflow_run_state
+from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.aggregates.task_run import ACTOR_SCHEDULER
+from flowforge.app.results import AdvanceResult
+from flowforge.app.writer import Writer
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+
+_T = TaskRunState
+#: The run edge that records each terminal derived state.
+_FINISH_RUN = {
+    WorkflowRunState.SUCCEEDED: WORKFLOW_RUN_MACHINE.get("succeed"),
+    WorkflowRunState.FAILED: WORKFLOW_RUN_MACHINE.get("fail"),
+    WorkflowRunState.CANCELLED: WORKFLOW_RUN_MACHINE.get("cancel"),
+}
+#: How a terminal run cancels a leftover task, by the task's state.
+_CANCEL_LEFTOVER = {
+    _T.PENDING: TASK_RUN_MACHINE.get("cancel_pending"),
+    _T.READY: TASK_RUN_MACHINE.get("cancel_ready"),
+    _T.RUNNING: TASK_RUN_MACHINE.get("cancel_running"),
+}
+
+
+def advance(writer: Writer, run_id: UUID, rand: Callable[[], float]) -> AdvanceResult:
+    result = AdvanceResult(run_id)
+    run = load_run(writer, run_id)
+    if run.run_state is WorkflowRunState.PENDING:
+        started = writer.take_run_edge(
+            WORKFLOW_RUN_MACHINE.get("start"), run_id, actor=ACTOR_SCHEDULER
+        )
+        result.started = started is not None
+        run = started or load_run(writer, run_id)
+    if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
+        _cancel_leftovers(writer, run_id, result)
+        return result
+    definition = WorkflowDefinition.model_validate(run.definition)
+    _step_tasks(writer, _tasks(writer, run_id), definition, rand, result)
+    _finish_if_derived(writer, run, result)
+    return result
+
+
+def load_run(writer: Writer, run_id: UUID) -> WorkflowRunRow:
+    rows = writer.tx.run("select_workflow_run", {"id": run_id})
+    if not rows:
+        raise errors.UnknownRunError(f"no workflow run {run_id}; list runs with `flowforge runs`")
+    return WorkflowRunRow.from_mapping(rows[0])
+
+
+def _tasks(writer: Writer, run_id: UUID) -> list[TaskRunRow]:
+    rows = writer.tx.run("select_task_runs_of_run", {"workflow_run_id": run_id})
+    return sorted((TaskRunRow.from_mapping(r) for r in rows), key=lambda t: t.id)
+
+
+def _step_tasks(
+    writer: Writer,
+    tasks: list[TaskRunRow],
+    definition: WorkflowDefinition,
+    rand: Callable[[], float],
+    result: AdvanceResult,
+) -> None:
+    succeeded = {t.task_key for t in tasks if t.task_state is _T.SUCCEEDED}
+    now = writer.now()
+    for task in tasks:
+        if task.task_state is _T.PENDING and succeeded.issuperset(task.depends_on):
+            edge = TASK_RUN_MACHINE.get("dependencies_satisfied")
+            if writer.take_task_edge(edge, task.id, actor=ACTOR_SCHEDULER):
+                result.promoted.append(task.task_key)
+        elif task.task_state is _T.FAILED and task.attempt < task.max_attempts:
+            delay = definition.retry_policy_for(task.task_key).delay_for(task.attempt, rand())
+            edge = TASK_RUN_MACHINE.get("schedule_retry")
+            seconds = delay.total_seconds()
+            if writer.take_task_edge(edge, task.id, actor=ACTOR_SCHEDULER, delay_seconds=seconds):
+                result.retried.append(task.task_key)
+        elif task.task_state is _T.RETRYING and _is_due(task.retry_due_at, now):
+            edge = TASK_RUN_MACHINE.get("retry_ready")
+            if writer.take_task_edge(edge, task.id, actor=ACTOR_SCHEDULER):
+                result.made_ready.append(task.task_key)
+
+
+def _is_due(due_at: datetime | None, now: datetime) -> bool:
+    return due_at is None or due_at <= now
+
+
+def _finish_if_derived(writer: Writer, run: WorkflowRunRow, result: AdvanceResult) -> None:
+    # Re-read: a step above may have lost to another writer, whose change we must see
+    # (its row lock made us wait for its commit) before deriving the run's state.
+    tasks = _tasks(writer, run.id)
+    derived = derive_workflow_run_state(_effective_state(t) for t in tasks)
+    edge = _FINISH_RUN.get(derived)
+    if edge is None or run.run_state is not WorkflowRunState.RUNNING:
+        return
+    if writer.take_run_edge(edge, run.id, actor=ACTOR_SCHEDULER):
+        result.finished_as = derived.value
+        # The run's terminal state is fixed first; cancelling what is left cannot change it.
+        _cancel_leftovers(writer, run.id, result)
+
+
+def _effective_state(task: TaskRunRow) -> TaskRunState:
+    """A failed task with attempts left is on its way back to ready, not a failure."""
+    if task.task_state is _T.FAILED and task.attempt < task.max_attempts:
+        return _T.RETRYING
+    return task.task_state
+
+
+def _cancel_leftovers(writer: Writer, run_id: UUID, result: AdvanceResult) -> None:
+    now = writer.now()
+    for task in _tasks(writer, run_id):
+        state = task.task_state
+        # No edge leaves retrying but retry_ready: take it, then cancel the ready task.
+        retry_ready = TASK_RUN_MACHINE.get("retry_ready")
+        if (
+            state is _T.RETRYING
+            and _is_due(task.retry_due_at, now)
+            and writer.take_task_edge(retry_ready, task.id, actor=ACTOR_SCHEDULER)
+        ):
+            state = _T.READY
+        edge = _CANCEL_LEFTOVER.get(state)
+        if edge is None:
+            continue
+        params = {"fencing_token": task.fencing_token, "result": None, "error": None}
+        extra = params if edge.requires_lease else {}
+        if writer.take_task_edge(edge, task.id, actor=ACTOR_SCHEDULER, **extra):
+            result.cancelled.append(task.task_key)

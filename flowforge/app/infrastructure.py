@@ -1,0 +1,113 @@
+"""From a database URL to the ``eventsourcing`` recorder and FlowForge's database backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from eventsourcing.postgres import PostgresDatastore
+from eventsourcing.sqlite import SQLiteDatastore
+
+from flowforge import errors
+from flowforge.projections.database import Database, PostgresDatabase, SqliteDatabase
+
+#: Connections each process keeps open, and how many more it may open under load.
+POSTGRES_POOL_SIZE = 4
+POSTGRES_MAX_OVERFLOW = 16
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseLocation:
+    """Where the event store and the tables live, parsed from a URL."""
+
+    url: str
+    dialect: str
+    env: dict[str, str]
+    display: str
+
+    def eventsourcing_env(self) -> dict[str, str]:
+        return dict(self.env)
+
+
+def parse_database_url(url: str) -> DatabaseLocation:
+    """``postgresql://user[:password]@host[:port]/dbname`` or ``sqlite:///path``."""
+    parts = urlsplit(url)
+    if parts.scheme in ("postgresql", "postgres"):
+        return _postgres(
+            url, parts.hostname, parts.port, parts.username, parts.password, parts.path
+        )
+    if parts.scheme == "sqlite":
+        return _sqlite(url, parts.netloc, parts.path)
+    raise errors.ConfigurationError(
+        f"database URL {_redact(url)!r} has scheme {parts.scheme!r}; use "
+        f"postgresql://user@host:5432/dbname or sqlite:///path/to/flowforge.db"
+    )
+
+
+def _postgres(
+    url: str,
+    host: str | None,
+    port: int | None,
+    user: str | None,
+    password: str | None,
+    path: str,
+) -> DatabaseLocation:
+    dbname = unquote(path.lstrip("/"))
+    if not host or not dbname:
+        raise errors.ConfigurationError(
+            f"database URL {_redact(url)!r} needs a host and a database name, e.g. "
+            f"postgresql://postgres@127.0.0.1:5432/flowforge"
+        )
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": dbname,
+        "POSTGRES_HOST": host,
+        "POSTGRES_PORT": str(port or 5432),
+        "POSTGRES_USER": unquote(user or "postgres"),
+        "POSTGRES_PASSWORD": unquote(password or ""),
+        "POSTGRES_POOL_SIZE": str(POSTGRES_POOL_SIZE),
+        "POSTGRES_MAX_OVERFLOW": str(POSTGRES_MAX_OVERFLOW),
+        # A connection killed under us (restart, pg_terminate_backend) is replaced on
+        # the next checkout instead of failing the next command.
+        "POSTGRES_PRE_PING": "y",
+        "POSTGRES_CONNECT_TIMEOUT": "5",
+        "CREATE_TABLE": "y",
+    }
+    return DatabaseLocation(url, "postgres", env, f"{host}:{port or 5432}/{dbname}")
+
+
+def _sqlite(url: str, netloc: str, path: str) -> DatabaseLocation:
+    if netloc or not path or path == "/":
+        raise errors.ConfigurationError(
+            f"database URL {url!r} is not a SQLite file URL; use sqlite:///relative/path.db"
+            f" or sqlite:////absolute/path.db"
+        )
+    file = Path(unquote(path[1:]))
+    if not file.parent.exists():
+        raise errors.ConfigurationError(
+            f"database URL {url!r}: the directory {file.parent} does not exist; create it"
+        )
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "SQLITE_DBNAME": str(file),
+        "SQLITE_LOCK_TIMEOUT": "30",
+        "CREATE_TABLE": "y",
+    }
+    return DatabaseLocation(url, "sqlite", env, str(file))
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@")
+    return url
+
+
+def make_database(datastore: object, location: DatabaseLocation) -> Database:
+    """FlowForge's backend over the recorder's datastore (one pool for both)."""
+    if isinstance(datastore, PostgresDatastore):
+        return PostgresDatabase(datastore, location.display)
+    if isinstance(datastore, SQLiteDatastore):
+        return SqliteDatabase(datastore, location.display)
+    raise errors.ConfigurationError(f"unsupported event store datastore {type(datastore)}")

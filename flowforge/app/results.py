@@ -1,0 +1,87 @@
+"""What the application service's commands return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A won claim: the fencing token every later write of this attempt must carry."""
+
+    task_run_id: UUID
+    fencing_token: int
+    attempt: int
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StartedRun:
+    run_id: UUID
+    #: False when a run with the same idempotency key already existed (nothing appended).
+    created: bool
+
+
+@dataclass(slots=True)
+class AdvanceResult:
+    """What one ``advance_workflow_run`` changed."""
+
+    run_id: UUID
+    started: bool = False
+    promoted: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)
+    made_ready: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    finished_as: str | None = None
+
+
+@dataclass(slots=True)
+class ScheduleSummary:
+    """What one ``schedule_once`` pass changed."""
+
+    reaped: int = 0
+    promoted: int = 0
+    retried: int = 0
+    runs_advanced: int = 0
+    runs_finished: int = 0
+    cancelled: int = 0
+
+    def add(self, result: AdvanceResult) -> None:
+        self.runs_advanced += 1
+        self.promoted += len(result.promoted)
+        self.retried += len(result.retried)
+        self.cancelled += len(result.cancelled)
+        self.runs_finished += result.finished_as is not None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One transition in the audit log, as an operator reads it."""
+
+    at: datetime
+    aggregate: str
+    aggregate_id: UUID
+    version: int
+    event: str
+    transition: str
+    source: str | None
+    target: str
+    actor: str
+    task_key: str | None = None
+    attempt: int | None = None
+    fencing_token: int | None = None
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    retry_due_at: datetime | None = None
+    result: Any = None
+    error: dict[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildReport:
+    events: int
+    workflow_runs: int
+    task_runs: int

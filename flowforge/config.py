@@ -1,0 +1,100 @@
+"""FlowForge's settings, validated once at start-up.
+
+Every setting has one home here and one environment variable; the rest of the code takes
+a config object and never spells a broker URL, exchange or queue name itself. An invalid
+setting raises ``ConfigurationError`` naming the variable and what to check.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
+
+from flowforge import errors
+
+
+class BrokerConfig(BaseModel):
+    """Where RabbitMQ is and how the dispatch topology is named."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: The environment variable behind each field that ``from_env`` reads.
+    ENVIRONMENT: ClassVar[Mapping[str, str]] = {
+        "url": "FLOWFORGE_BROKER_URL",
+        "exchange": "FLOWFORGE_DISPATCH_EXCHANGE",
+        "queue": "FLOWFORGE_DISPATCH_QUEUE",
+        "routing_key": "FLOWFORGE_DISPATCH_ROUTING_KEY",
+        "dead_letter_exchange": "FLOWFORGE_DEAD_LETTER_EXCHANGE",
+        "dead_letter_queue": "FLOWFORGE_DEAD_LETTER_QUEUE",
+    }
+
+    # repr=False: the URL carries the password, and configs end up in logs.
+    url: str = Field("amqp://guest:guest@127.0.0.1:5672/%2F", repr=False)
+    exchange: str = Field("flowforge", min_length=1)
+    queue: str = Field("flowforge.tasks", min_length=1)
+    routing_key: str = Field("flowforge.tasks", min_length=1)
+    dead_letter_exchange: str = Field("flowforge.dlx", min_length=1)
+    dead_letter_queue: str = Field("flowforge.tasks.dead", min_length=1)
+    #: Deliveries of one message before the quorum queue dead-letters it (poison message).
+    delivery_limit: int = Field(20, ge=1)
+    heartbeat_seconds: int = Field(30, ge=1)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> BrokerConfig:
+        """The defaults, overridden by whichever ``FLOWFORGE_*`` variables are set."""
+        return cls.model_validate(
+            {field: environ[var] for field, var in cls.ENVIRONMENT.items() if var in environ}
+        )
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _translate_errors(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """Raise ``ConfigurationError`` naming the setting, never a pydantic traceback."""
+        try:
+            config = handler(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{_setting_name(error['loc'])}: {error['msg']}"
+                for error in exc.errors(include_url=False, include_input=False)
+            )
+            raise errors.ConfigurationError(f"Invalid broker configuration: {problems}.") from exc
+        _check_url(config.url)
+        return config
+
+
+def _setting_name(loc: tuple[int | str, ...]) -> str:
+    field = str(loc[0]) if loc else "(config)"
+    variable = BrokerConfig.ENVIRONMENT.get(field)
+    return f"{variable} (BrokerConfig.{field})" if variable else f"BrokerConfig.{field}"
+
+
+def _check_url(url: str) -> None:
+    """The URL must be amqp:// or amqps:// with a host. Credentials are never echoed."""
+    setting = _setting_name(("url",))
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+    except ValueError as exc:
+        raise errors.ConfigurationError(
+            f"{setting} is not a valid URL ({exc}). Check it has the form "
+            f"amqp://user:password@host:5672/vhost."
+        ) from exc
+    if parts.scheme not in ("amqp", "amqps") or not host:
+        raise errors.ConfigurationError(
+            f"{setting} must be an amqp:// or amqps:// URL with a host, like "
+            f"amqp://user:password@rabbitmq.example:5672/%2F; got scheme "
+            f"{parts.scheme or '(none)'!r} and host {host or '(none)'!r}. Check the "
+            f"variable for a missing scheme or host, or a typo."
+        )

@@ -1,0 +1,295 @@
+"""The dispatch transport: the interface the publisher and the worker use, and the
+in-process implementation behind the embedded mode.
+
+Two implementations satisfy these protocols: ``flowforge.processes.rabbitmq`` (RabbitMQ,
+a quorum queue, publisher confirms) and :class:`InMemoryDispatchChannel` (one process,
+nothing installed). Both give the same semantics, so the publisher and worker loops are
+written once:
+
+- ``publish`` returns only when every message is safely on the queue, else raises;
+- a consumer holds at most ONE unsettled delivery (prefetch 1): ``get`` returns ``None``
+  until it is settled;
+- a delivery is settled exactly once, by ``ack`` (done), ``requeue`` (back on the queue,
+  delivered again with ``redelivered=True``) or ``dead_letter`` (moved to the dead-letter
+  queue, never delivered again); settling it twice raises ``RuntimeError``, a bug in the
+  caller;
+- a delivery left unsettled when its consumer closes (or its connection dies) goes back
+  on the queue as redelivered: at-least-once, never lost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from flowforge import errors
+from flowforge.aggregates.dispatch import DispatchMessage
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class DispatchPublisher(Protocol):
+    """Puts dispatches on the dispatch queue."""
+
+    def publish(self, messages: Sequence[DispatchMessage]) -> None:
+        """Return only when the broker has confirmed every message.
+
+        Raises ``UnroutableDispatchError`` (no queue bound), ``PublishNotConfirmedError``
+        (the broker refused or did not confirm) or ``BrokerUnavailableError``. After an
+        error some messages may still have been delivered: the caller keeps all of them
+        pending and publishes them again, and the worker's claim makes a duplicate
+        harmless.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the connection; a later ``publish`` opens a new one."""
+        ...
+
+
+@runtime_checkable
+class Delivery(Protocol):
+    """One message handed to a consumer, to be settled exactly once."""
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def redelivered(self) -> bool:
+        """True if this message was delivered before (requeued, or its consumer died)."""
+        ...
+
+    def ack(self) -> None:
+        """Done: the message leaves the queue."""
+        ...
+
+    def requeue(self) -> None:
+        """Not done: put the message back on the queue to be delivered again."""
+        ...
+
+    def dead_letter(self) -> None:
+        """Never deliverable: move the message to the dead-letter queue."""
+        ...
+
+
+@runtime_checkable
+class DispatchConsumer(Protocol):
+    """Takes dispatches off the queue, at most one unsettled at a time.
+
+    A consumer's methods, and its deliveries' settle methods, are called from one
+    thread only; a handler may run in another thread meanwhile (see ``pump``).
+    """
+
+    def get(self, timeout: float) -> Delivery | None:
+        """The next delivery, or ``None`` if none arrived within ``timeout`` seconds.
+
+        Always ``None`` while this consumer still holds an unsettled delivery.
+        """
+        ...
+
+    def pump(self, seconds: float) -> None:
+        """Service the connection (heartbeats) for ``seconds`` while a handler runs.
+
+        Call it in a loop, at least every few seconds, for as long as a handler runs in
+        another thread: an unserviced connection is closed by the broker and its
+        in-flight message redelivered.
+        """
+        ...
+
+    def close(self) -> None:
+        """Stop consuming; an unsettled delivery goes back on the queue."""
+        ...
+
+
+# --- in-process implementation ---------------------------------------------------------
+
+
+_Outcome = Literal["ack", "requeue", "dead_letter"]
+
+
+@dataclass
+class _Entry:
+    body: bytes
+    #: How many times the message went back on the queue (requeued or orphaned).
+    returns: int = 0
+
+
+class InMemoryDispatchChannel:
+    """An in-process dispatch queue with the broker's semantics, for the embedded mode.
+
+    Thread-safe: any number of publishers and consumers, in any threads. Like the quorum
+    queue, a message returned more than ``delivery_limit`` times is dead-lettered
+    instead of looping forever (``None``: no limit). A requeued message goes to the
+    back of the queue, so one message that keeps failing does not starve the others.
+    """
+
+    def __init__(self, *, delivery_limit: int | None = 20) -> None:
+        if delivery_limit is not None and delivery_limit < 1:
+            raise ValueError(f"delivery_limit must be >= 1 or None, got {delivery_limit}")
+        self._delivery_limit = delivery_limit
+        self._changed = threading.Condition()
+        self._ready: deque[_Entry] = deque()
+        self._unsettled: dict[int, _Entry] = {}
+        #: Which delivery each consumer holds (prefetch 1: at most one each).
+        self._held: dict[InMemoryDispatchConsumer, int] = {}
+        self._dead: list[bytes] = []
+        self._tags = itertools.count(1)
+
+    def publisher(self) -> InMemoryDispatchPublisher:
+        return InMemoryDispatchPublisher(self)
+
+    def consumer(self) -> InMemoryDispatchConsumer:
+        return InMemoryDispatchConsumer(self)
+
+    @property
+    def dead_letters(self) -> list[bytes]:
+        """The bodies on the dead-letter queue, oldest first (a copy)."""
+        with self._changed:
+            return list(self._dead)
+
+    @property
+    def ready_count(self) -> int:
+        """Messages waiting to be delivered."""
+        with self._changed:
+            return len(self._ready)
+
+    @property
+    def unsettled_count(self) -> int:
+        """Messages delivered and not yet settled."""
+        with self._changed:
+            return len(self._unsettled)
+
+    # The publishers' and consumers' only way in; every state change is under the lock.
+
+    def _append(self, bodies: Sequence[bytes]) -> None:
+        with self._changed:
+            self._ready.extend(_Entry(body) for body in bodies)
+            self._changed.notify_all()
+
+    def _take(self, consumer: InMemoryDispatchConsumer, timeout: float) -> InMemoryDelivery | None:
+        deadline = time.monotonic() + max(timeout, 0.0)
+        with self._changed:
+            while consumer in self._held or not self._ready:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._changed.wait(remaining)
+            entry = self._ready.popleft()
+            tag = next(self._tags)
+            self._unsettled[tag] = entry
+            self._held[consumer] = tag
+            return InMemoryDelivery(self, consumer, tag, entry.body, entry.returns > 0)
+
+    def _settle(self, consumer: InMemoryDispatchConsumer, tag: int, outcome: _Outcome) -> None:
+        with self._changed:
+            entry = self._unsettled.pop(tag, None)
+            if entry is None:
+                raise errors.BrokerUnavailableError(
+                    "The delivery's consumer was closed, so the message went back on the "
+                    "queue and will be delivered again; it can no longer be settled here."
+                )
+            del self._held[consumer]
+            if outcome == "requeue":
+                self._return(entry)
+            elif outcome == "dead_letter":
+                self._dead.append(entry.body)
+            self._changed.notify_all()
+
+    def _orphan(self, consumer: InMemoryDispatchConsumer) -> None:
+        """``consumer`` closed: return what it held, as the broker does."""
+        with self._changed:
+            tag = self._held.pop(consumer, None)
+            if tag is not None:
+                self._return(self._unsettled.pop(tag))
+                self._changed.notify_all()
+
+    def _return(self, entry: _Entry) -> None:
+        entry.returns += 1
+        if self._delivery_limit is not None and entry.returns > self._delivery_limit:
+            logger.warning(
+                "dispatch dead-lettered after too many deliveries",
+                extra={"action": "dead_letter", "deliveries": entry.returns},
+            )
+            self._dead.append(entry.body)
+        else:
+            self._ready.append(entry)
+
+
+class InMemoryDispatchPublisher:
+    """A :class:`DispatchPublisher` onto an :class:`InMemoryDispatchChannel`."""
+
+    def __init__(self, channel: InMemoryDispatchChannel) -> None:
+        self._channel = channel
+
+    def publish(self, messages: Sequence[DispatchMessage]) -> None:
+        # Encoded here, as on the wire, so the worker decodes what RabbitMQ would carry.
+        self._channel._append([message.encode() for message in messages])
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class InMemoryDispatchConsumer:
+    """A :class:`DispatchConsumer` on an :class:`InMemoryDispatchChannel`; prefetch 1."""
+
+    def __init__(self, channel: InMemoryDispatchChannel) -> None:
+        self._channel = channel
+
+    def get(self, timeout: float) -> InMemoryDelivery | None:
+        return self._channel._take(self, timeout)
+
+    def pump(self, seconds: float) -> None:
+        """Nothing to service in-process; waits ``seconds``, as the broker's pump does."""
+        time.sleep(max(seconds, 0.0))
+
+    def close(self) -> None:
+        self._channel._orphan(self)
+
+
+class InMemoryDelivery:
+    """A :class:`Delivery` from an :class:`InMemoryDispatchConsumer`."""
+
+    def __init__(
+        self,
+        channel: InMemoryDispatchChannel,
+        consumer: InMemoryDispatchConsumer,
+        tag: int,
+        body: bytes,
+        redelivered: bool,
+    ) -> None:
+        self._channel = channel
+        self._consumer = consumer
+        self._tag = tag
+        self._body = body
+        self._redelivered = redelivered
+        self._settled = False
+
+    @property
+    def body(self) -> bytes:
+        return self._body
+
+    @property
+    def redelivered(self) -> bool:
+        return self._redelivered
+
+    def ack(self) -> None:
+        self._settle("ack")
+
+    def requeue(self) -> None:
+        self._settle("requeue")
+
+    def dead_letter(self) -> None:
+        self._settle("dead_letter")
+
+    def _settle(self, outcome: _Outcome) -> None:
+        if self._settled:
+            raise RuntimeError("This delivery was already settled; settle each delivery once.")
+        self._settled = True
+        self._channel._settle(self._consumer, self._tag, outcome)

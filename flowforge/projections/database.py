@@ -1,0 +1,222 @@
+"""The two database backends behind one interface: PostgreSQL and SQLite.
+
+A :class:`Database` opens transactions; a :class:`Transaction` runs named statements from
+``sql/<dialect>.sql`` with parameters named like the columns they carry, and returns rows
+as plain dicts of Python values. Everything that differs between the backends (parameter
+and value encoding, how a write transaction begins, driver errors) is in this module,
+side by side; no other module branches on the dialect.
+
+Both backends borrow the connection pool of the ``eventsourcing`` recorder, so the event
+store and the projected tables share connections and every write is one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+from uuid import UUID
+
+import psycopg
+from eventsourcing import persistence as es_persistence
+from eventsourcing.postgres import PostgresDatastore
+from eventsourcing.sqlite import SQLiteDatastore
+from psycopg.types.json import Jsonb
+
+from flowforge import errors
+from flowforge.projections import queries
+from flowforge.projections.tables import COLUMN_KINDS, Kind
+
+Row = dict[str, Any]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class Transaction(Protocol):
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        """Run the statement called ``name``; its rows (empty for a write with none)."""
+        ...
+
+    def run_script(self, name: str) -> None:
+        """Run every statement of a multi-statement block (DDL), without parameters."""
+        ...
+
+
+class Database(Protocol):
+    dialect: str
+    location: str
+
+    def transaction(self) -> Any:
+        """A context manager yielding a :class:`Transaction` that commits on success."""
+        ...
+
+    def read(self) -> Any:
+        """A context manager yielding a :class:`Transaction` for queries only."""
+        ...
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------
+
+
+class _PostgresTransaction:
+    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
+        self._cursor = cursor
+        self._queries = queries.load("postgres")
+
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        encoded = {k: _encode_postgres(k, v) for k, v in (params or {}).items()}
+        self._cursor.execute(self._queries[name], encoded)
+        return list(self._cursor.fetchall()) if self._cursor.description else []
+
+    def run_script(self, name: str) -> None:
+        for statement in queries.statements(self._queries[name]):
+            self._cursor.execute(statement)
+
+
+def _encode_postgres(name: str, value: Any) -> Any:
+    if value is not None and COLUMN_KINDS.get(name) is Kind.JSON:
+        return Jsonb(value)
+    return value
+
+
+class PostgresDatabase:
+    dialect = "postgres"
+
+    def __init__(self, datastore: PostgresDatastore, location: str) -> None:
+        self._datastore = datastore
+        self.location = location
+
+    @contextmanager
+    def transaction(self) -> Iterator[_PostgresTransaction]:
+        with (
+            translate_errors(self.location),
+            self._datastore.get_connection() as conn,
+            conn.transaction(),
+            conn.cursor() as cursor,
+        ):
+            yield _PostgresTransaction(cursor)
+
+    def read(self) -> AbstractContextManager[_PostgresTransaction]:
+        return self.transaction()
+
+
+# --- SQLite -------------------------------------------------------------------------------
+
+
+class _SqliteTransaction:
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._cursor = cursor
+        self._queries = queries.load("sqlite")
+
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        encoded = {k: _encode_sqlite(k, v) for k, v in (params or {}).items()}
+        self._cursor.execute(self._queries[name], encoded)
+        return [_decode_sqlite(row) for row in self._cursor.fetchall()]
+
+    def run_script(self, name: str) -> None:
+        for statement in queries.statements(self._queries[name]):
+            self._cursor.execute(statement)
+
+
+def _encode_sqlite(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    kind = COLUMN_KINDS.get(name)
+    if kind is Kind.UUID:
+        return str(value)
+    if kind is Kind.ORIGINATOR_ID:
+        return value.hex if isinstance(value, UUID) else value
+    if kind is Kind.TIMESTAMP:
+        return (value - _EPOCH) // _MICROSECOND
+    if kind is Kind.JSON:
+        return json.dumps(value)
+    return value
+
+
+def _decode_sqlite(row: sqlite3.Row) -> Row:
+    decoded: Row = {}
+    for name in row.keys():  # noqa: SIM118 - sqlite3.Row is not a mapping
+        value, kind = row[name], COLUMN_KINDS.get(name)
+        if value is not None and kind is not None:
+            if kind in (Kind.UUID, Kind.ORIGINATOR_ID):
+                value = UUID(value)
+            elif kind is Kind.TIMESTAMP:
+                value = _EPOCH + value * _MICROSECOND
+            else:
+                value = json.loads(value)
+        decoded[name] = value
+    return decoded
+
+
+class SqliteDatabase:
+    dialect = "sqlite"
+
+    def __init__(self, datastore: SQLiteDatastore, location: str) -> None:
+        self._datastore = datastore
+        self.location = location
+
+    def transaction(self) -> AbstractContextManager[_SqliteTransaction]:
+        # BEGIN IMMEDIATE takes the write lock up front: a deferred transaction that
+        # reads first and writes later fails at once (SQLITE_BUSY_SNAPSHOT) when another
+        # writer committed in between, instead of waiting its turn.
+        return self._begin("BEGIN IMMEDIATE", writer=True)
+
+    def read(self) -> AbstractContextManager[_SqliteTransaction]:
+        # A deferred transaction: a consistent snapshot that does not block writers.
+        return self._begin("BEGIN", writer=False)
+
+    @contextmanager
+    def _begin(self, begin: str, *, writer: bool) -> Iterator[_SqliteTransaction]:
+        with (
+            translate_errors(self.location),
+            self._datastore.get_connection(commit=writer) as conn,
+        ):
+            raw: sqlite3.Cursor = conn.cursor().__enter__()
+            raw.execute(begin)
+            try:
+                yield _SqliteTransaction(raw)
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+
+
+# --- errors -------------------------------------------------------------------------------
+
+_UNAVAILABLE = (
+    es_persistence.OperationalError,
+    es_persistence.InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
+
+
+@contextmanager
+def translate_errors(location: str) -> Iterator[None]:
+    """Driver errors become FlowForge errors here, in one place, chained to the cause."""
+    try:
+        yield
+    except errors.FlowForgeError:
+        raise
+    except _UNAVAILABLE as exc:
+        raise errors.DatabaseUnavailableError(
+            f"the database at {location} is unavailable ({_first_line(exc)}); check that "
+            f"it is running and reachable, then retry"
+        ) from exc
+    except sqlite3.OperationalError as exc:
+        raise errors.DatabaseUnavailableError(
+            f"the SQLite database {location} refused the operation ({exc}); check the "
+            f"file's permissions and that no other program holds a long write lock"
+        ) from exc
+    except (es_persistence.PersistenceError, psycopg.Error, sqlite3.Error) as exc:
+        raise errors.PersistenceError(
+            f"the database at {location} refused the operation: {_first_line(exc)}"
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,116 @@
+"""The projected tables' rows as typed values, and each column's kind.
+
+Both backends return rows as these dataclasses with the same Python types (``UUID``,
+aware ``datetime``, decoded JSON), so nothing above ``projections`` knows which
+database it runs on. A column's kind is declared once, here, by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any, Self
+from uuid import UUID
+
+from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+
+
+class Kind(Enum):
+    UUID = "uuid"
+    TIMESTAMP = "timestamp"
+    JSON = "json"
+    #: The event store's originator id: the library stores it as hex on SQLite.
+    ORIGINATOR_ID = "originator_id"
+
+
+COLUMN_KINDS: Mapping[str, Kind] = {
+    "id": Kind.UUID,
+    "workflow_run_id": Kind.UUID,
+    "task_run_id": Kind.UUID,
+    "dispatch_id": Kind.UUID,
+    "originator_id": Kind.ORIGINATOR_ID,
+    "definition": Kind.JSON,
+    "inputs": Kind.JSON,
+    "depends_on": Kind.JSON,
+    "result": Kind.JSON,
+    "error": Kind.JSON,
+    "lease_expires_at": Kind.TIMESTAMP,
+    "started_at": Kind.TIMESTAMP,
+    "finished_at": Kind.TIMESTAMP,
+    "retry_due_at": Kind.TIMESTAMP,
+    "created_at": Kind.TIMESTAMP,
+    "updated_at": Kind.TIMESTAMP,
+    "published_at": Kind.TIMESTAMP,
+    "db_now": Kind.TIMESTAMP,
+    "applied_at": Kind.TIMESTAMP,
+}
+
+
+class _Row:
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, Any]) -> Self:
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        return cls(**{name: row[name] for name in names})
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRunRow(_Row):
+    id: UUID
+    workflow_run_id: UUID
+    task_key: str
+    task_type: str
+    depends_on: list[str]
+    max_attempts: int
+    state: str
+    fencing_token: int
+    attempt: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    retry_due_at: datetime | None
+    result: Any
+    error: dict[str, str] | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def task_state(self) -> TaskRunState:
+        return TaskRunState(self.state)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRunRow(_Row):
+    id: UUID
+    workflow_name: str
+    definition: dict[str, Any]
+    inputs: dict[str, Any]
+    idempotency_key: str | None
+    state: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def run_state(self) -> WorkflowRunState:
+        return WorkflowRunState(self.state)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow(_Row):
+    dispatch_id: UUID
+    task_run_id: UUID
+    task_key: str
+    task_type: str
+    fencing_token: int
+    created_at: datetime
+    published_at: datetime | None

@@ -1,0 +1,73 @@
+"""Shared fixtures: an application service on PostgreSQL and on SQLite.
+
+The PostgreSQL fixtures use one database per test session (``flowforge_test_<pid>``),
+emptied before each test, so tests never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from flowforge.app.service import FlowForge
+from tests import servers
+
+TABLES = ("dispatch_outbox", "task_runs", "workflow_runs", "flowforge_events")
+
+
+def _admin_url(dbname: str) -> str:
+    return (
+        f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:"
+        f"{servers.POSTGRES_PORT}/{dbname}"
+    )
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session; dropped afterwards."""
+    servers.require_postgres()
+    name = f"flowforge_test_{os.getpid()}"
+    with psycopg.connect(_admin_url(servers.POSTGRES_ADMIN_DB), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _admin_url(name)
+    with psycopg.connect(_admin_url(servers.POSTGRES_ADMIN_DB), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def empty_postgres(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        exists = conn.execute("SELECT to_regclass('public.task_runs') IS NOT NULL").fetchone()
+        if exists and exists[0]:
+            conn.execute(f"TRUNCATE {', '.join(TABLES)}")
+
+
+@pytest.fixture
+def pg_app(postgres_url: str) -> Iterator[FlowForge]:
+    empty_postgres(postgres_url)
+    app = FlowForge(postgres_url)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'flowforge.db'}"
+
+
+@pytest.fixture
+def sqlite_app(sqlite_url: str) -> Iterator[FlowForge]:
+    app = FlowForge(sqlite_url)
+    yield app
+    app.close()
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def app(request: pytest.FixtureRequest) -> FlowForge:
+    """The application service on each backend: the contract tests run on both."""
+    fixture = "pg_app" if request.param == "postgres" else "sqlite_app"
+    return request.getfixturevalue(fixture)  # type: ignore[no-any-return]
