@@ -32,7 +32,7 @@ from flowforge.aggregates.task_run import (
     transition_rule,
 )
 from flowforge.aggregates.workflow_run import WorkflowRun
-from flowforge.app import advance, audit
+from flowforge.app import advance, audit, dispatch
 from flowforge.app.infrastructure import make_database, parse_database_url
 from flowforge.app.results import (
     AdvanceResult,
@@ -43,6 +43,7 @@ from flowforge.app.results import (
     StartedRun,
 )
 from flowforge.app.writer import Writer
+from flowforge.processes.transport import DispatchPublisher
 from flowforge.projections import projector, schema
 from flowforge.projections.database import Transaction, translate_errors
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
@@ -267,6 +268,32 @@ class FlowForge:
 
     def retry_ready(self, task_run_id: UUID, *, actor: str = ACTOR_SCHEDULER) -> bool:
         return self.transition_task_run(task_run_id, "retry_ready", actor=actor)
+
+    # --- the outbox ----------------------------------------------------------------------
+
+    def publish_pending_dispatches(self, publisher: DispatchPublisher, limit: int = 500) -> int:
+        """Publish up to ``limit`` pending outbox rows; how many were delivered.
+
+        One transaction selects the rows (``FOR UPDATE SKIP LOCKED``: parallel publishers
+        divide them), publishes them with confirms, and marks them delivered only after
+        the broker's ack. If the publish raises, the transaction rolls back and every
+        row stays pending for the next sweep.
+        """
+        with self._writer() as writer:
+            rows = [
+                OutboxRow.from_mapping(r)
+                for r in writer.tx.run("select_pending_outbox", {"limit": limit})
+            ]
+            if not rows:
+                return 0
+            publisher.publish([dispatch.message_for(row) for row in rows])
+            for row in rows:
+                writer.tx.run("mark_outbox_published", {"dispatch_id": row.dispatch_id})
+        return len(rows)
+
+    def pending_dispatch_count(self) -> int:
+        (row,) = self._query("count_pending_outbox", {})
+        return int(row["pending"])
 
     # --- queries (the projected tables, never the log) -----------------------------------
 

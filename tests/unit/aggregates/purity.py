@@ -455,7 +455,7 @@ def _warm_up() -> None:
     thing.collect_events()
 
 
-def _harness(warm_up) -> None:  # noqa: C901, PLR0915
+def _harness(warm_up) -> None:
     """The subprocess's program: its source is sent with ``python -c``, so it is
     self-contained and imports only what it needs (all of it before the baseline)."""
     import importlib

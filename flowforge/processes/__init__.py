@@ -1,0 +1,1 @@
+"""The long-running processes: scheduler, publisher and worker, and their shared loop."""

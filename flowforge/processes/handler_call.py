@@ -1,0 +1,64 @@
+"""One handler invocation in its own thread, so the worker can service its connection."""
+
+from __future__ import annotations
+
+import json
+import threading
+import traceback
+from typing import Any
+
+from flowforge.processes.registry import Handler, TaskContext
+
+
+def error_details(exc: BaseException) -> dict[str, str]:
+    """What the audit log records of a failure: type, message and traceback."""
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+
+
+class HandlerCall:
+    """Runs ``handler(context)`` in a daemon thread and keeps its return or exception."""
+
+    def __init__(self, handler: Handler, context: TaskContext) -> None:
+        self._handler = handler
+        self._context = context
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"handler-{context.task_key}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout``; True once the handler has returned or raised."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            self._result = self._handler(self._context)
+        except BaseException as exc:  # noqa: BLE001 - any failure of user code fails the task
+            self._error = exc
+
+    def outcome(self) -> tuple[Any, dict[str, str] | None]:
+        """``(result, None)`` on success, ``(None, error)`` on failure.
+
+        A result that is not JSON-serialisable fails the task: it could not be stored,
+        and a downstream task could not receive it.
+        """
+        if self._error is not None:
+            return None, error_details(self._error)
+        try:
+            return json.loads(json.dumps(self._result, allow_nan=False)), None
+        except (TypeError, ValueError) as exc:
+            problem = TypeError(
+                f"the handler of task {self._context.task_key!r} returned a "
+                f"{type(self._result).__name__}, which is not JSON-serialisable ({exc}); "
+                f"return dicts, lists, strings, numbers, booleans or None"
+            )
+            return None, error_details(problem)

@@ -1,0 +1,64 @@
+"""What every long-running process shares: a stop request, signals, and backoff waits.
+
+Each process has the same shape: ``run()`` sets up, then loops on "work arrived | poll
+interval passed | stop requested". A stop (SIGTERM, SIGINT, or :meth:`Stop.set` from
+another thread) wakes every wait at once, including a reconnect backoff, so a shutdown
+never sits out a delay.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+log = logging.getLogger(__name__)
+
+#: Reconnect backoff: exponential from the base, capped, with full jitter.
+RECONNECT_BACKOFF_BASE_S = 0.5
+RECONNECT_BACKOFF_CAP_S = 30.0
+
+
+class Stop:
+    """A stop request shared by a process's loops and threads."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+
+    def set(self, reason: str = "requested") -> None:
+        if not self._event.is_set():
+            self.reason = reason
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True as soon as a stop is requested."""
+        return self._event.wait(max(0.0, seconds))
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT request a stop (main thread only; elsewhere a no-op)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def handle(signum: int, _frame: FrameType | None) -> None:
+            log.info("stop requested", extra={"signal": signal.Signals(signum).name})
+            self.set(signal.Signals(signum).name)
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+
+def backoff_delay(attempt: int, rand: float) -> float:
+    """Seconds to wait before reconnect ``attempt`` (1-based): full jitter, capped.
+
+    Full jitter (a random point in [0, min(cap, base * 2**(attempt-1))]) spreads the
+    reconnects of many workers after a broker restart instead of synchronising them.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, got {attempt}")
+    ceiling = min(RECONNECT_BACKOFF_CAP_S, RECONNECT_BACKOFF_BASE_S * 2 ** min(attempt - 1, 32))
+    return float(ceiling * rand)

@@ -1,0 +1,88 @@
+"""The publisher process: outbox rows to the dispatch queue, until stopped."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+
+from flowforge import errors
+from flowforge.app.service import FlowForge
+from flowforge.processes.loop import Stop, backoff_delay
+from flowforge.processes.transport import DispatchPublisher
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 500
+DEFAULT_INTERVAL_S = 0.2
+
+
+class Publisher:
+    """Sweeps the outbox: publishes pending rows with confirms, marks them delivered.
+
+    A full batch is followed at once by the next, so a backlog drains at the broker's
+    pace; an empty sweep waits ``interval``. A broker outage leaves every row pending
+    and backs off (capped, jittered) until the broker returns.
+    """
+
+    def __init__(
+        self,
+        app: FlowForge,
+        connect: Callable[[], DispatchPublisher],
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        interval: float = DEFAULT_INTERVAL_S,
+        stop: Stop | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.app = app
+        self._connect = connect
+        self._publisher: DispatchPublisher | None = None
+        self.batch_size = batch_size
+        self.interval = interval
+        self.stop = stop or Stop()
+
+    def sweep(self) -> int:
+        """Publish one batch; how many rows were delivered."""
+        if self._publisher is None:
+            self._publisher = self._connect()
+        try:
+            return self.app.publish_pending_dispatches(self._publisher, self.batch_size)
+        except errors.BrokerError:
+            self.close()
+            raise
+
+    def drain(self) -> int:
+        """Sweep until the outbox is empty; how many rows were delivered."""
+        total = 0
+        while (published := self.sweep()) > 0:
+            total += published
+        return total
+
+    def run(self) -> None:
+        self.stop.install_signal_handlers()
+        log.info("publisher started", extra={"batch_size": self.batch_size})
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                published = self.sweep()
+                failures = 0
+            except (errors.BrokerError, errors.PersistenceError) as exc:
+                failures += 1
+                delay = backoff_delay(failures, random.random())
+                log.warning(
+                    "publish failed; rows stay pending",
+                    extra={"error": str(exc), "attempt": failures, "retry_in_s": delay},
+                )
+                self.stop.wait(delay)
+                continue
+            if published < self.batch_size:
+                self.stop.wait(self.interval)
+        self.close()
+        log.info("publisher stopped", extra={"reason": self.stop.reason})
+
+    def close(self) -> None:
+        if self._publisher is not None:
+            publisher, self._publisher = self._publisher, None
+            publisher.close()

@@ -1,0 +1,48 @@
+"""The scheduler process: ``schedule_once`` on an interval, until stopped."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+
+from flowforge import errors
+from flowforge.app.results import ScheduleSummary
+from flowforge.app.service import FlowForge
+from flowforge.processes.loop import Stop
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 1.0
+
+
+class Scheduler:
+    """Reaps expired leases and advances every active run, every ``interval`` seconds.
+
+    Several schedulers may run at once: the conditional writes decide, so nothing is
+    promoted, retried or reaped twice.
+    """
+
+    def __init__(
+        self, app: FlowForge, *, interval: float = DEFAULT_INTERVAL_S, stop: Stop | None = None
+    ) -> None:
+        self.app = app
+        self.interval = interval
+        self.stop = stop or Stop()
+
+    def run_once(self) -> ScheduleSummary:
+        summary = self.app.schedule_once()
+        if summary.reaped or summary.promoted or summary.retried or summary.runs_finished:
+            log.info("scheduler pass", extra=asdict(summary))
+        return summary
+
+    def run(self) -> None:
+        """Loop until a stop is requested; a database outage is logged and retried."""
+        self.stop.install_signal_handlers()
+        log.info("scheduler started", extra={"interval": self.interval})
+        while not self.stop.is_set():
+            try:
+                self.run_once()
+            except errors.PersistenceError as exc:
+                log.warning("scheduler pass failed; retrying", extra={"error": str(exc)})
+            self.stop.wait(self.interval)
+        log.info("scheduler stopped", extra={"reason": self.stop.reason})

@@ -1,0 +1,206 @@
+"""The worker: consume a dispatch, claim, run a trusted handler, write the outcome, ack.
+
+The order is the guarantee. The claim (READY to RUNNING, new fencing token) decides
+whether this worker runs the task at all; the outcome is written with that token, so a
+worker whose lease was reaped writes nothing; and the message is acked only after the
+outcome is durable. A failed outcome write requeues the message, never acks it. The
+worker is at-least-once: a crash between the commit and the ack redelivers the message,
+and the claim makes that redelivery harmless (it matches no ready row and is acked).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from flowforge import errors
+from flowforge.aggregates.definition import WorkflowDefinition
+from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
+from flowforge.aggregates.states import TaskRunState
+from flowforge.app.results import Claim
+from flowforge.app.service import FlowForge
+from flowforge.processes.handler_call import HandlerCall, error_details
+from flowforge.processes.heartbeat import Heartbeat
+from flowforge.processes.loop import Stop, backoff_delay
+from flowforge.processes.registry import TaskContext, TaskRegistry, default_registry
+from flowforge.processes.transport import Delivery, DispatchConsumer
+from flowforge.projections.tables import TaskRunRow
+
+log = logging.getLogger(__name__)
+
+#: How long one wait for a message lasts before the loop checks for a stop.
+POLL_INTERVAL_S = 0.5
+#: How often the connection is serviced while a handler runs.
+PUMP_INTERVAL_S = 0.05
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    """Consumes dispatches with prefetch 1 and manual acks, until stopped."""
+
+    def __init__(
+        self,
+        app: FlowForge,
+        connect: Callable[[], DispatchConsumer],
+        *,
+        registry: TaskRegistry = default_registry,
+        worker_id: str | None = None,
+        stop: Stop | None = None,
+    ) -> None:
+        self.app = app
+        self._connect = connect
+        self.registry = registry
+        self.worker_id = worker_id or default_worker_id()
+        self.stop = stop or Stop()
+        self._definitions: dict[uuid.UUID, WorkflowDefinition] = {}
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Consume until stopped; reconnect with capped, jittered backoff on broker loss.
+
+        ``QueueTypeMismatchError`` is raised at once: no reconnect turns a classic
+        queue into a quorum queue.
+        """
+        self.stop.install_signal_handlers()
+        log.info("worker started", extra=self._extra(task_types=list(self.registry)))
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                self._consume()
+                failures = 0
+            except errors.QueueTypeMismatchError:
+                raise
+            except errors.BrokerUnavailableError as exc:
+                failures += 1
+                delay = backoff_delay(failures, random.random())
+                log.warning(
+                    "broker connection lost; reconnecting",
+                    extra=self._extra(error=str(exc), attempt=failures, retry_in_s=delay),
+                )
+                self.stop.wait(delay)
+        log.info("worker stopped", extra=self._extra(reason=self.stop.reason))
+
+    def _consume(self) -> None:
+        consumer = self._connect()
+        try:
+            while not self.stop.is_set():
+                delivery = consumer.get(POLL_INTERVAL_S)
+                if delivery is not None:
+                    self.handle(delivery, consumer)
+        finally:
+            consumer.close()
+
+    # --- one message ------------------------------------------------------------------
+
+    def handle(self, delivery: Delivery, consumer: DispatchConsumer) -> str:
+        """Settle one delivery; returns what happened (for logs and tests)."""
+        try:
+            message = decode_dispatch(delivery.body)
+        except errors.MalformedDispatchError as exc:
+            log.warning("malformed dispatch dead-lettered", extra=self._extra(reason=str(exc)))
+            delivery.dead_letter()
+            return "dead_lettered"
+        try:
+            outcome = self._claim_and_run(message, consumer)
+        except errors.UnknownRunError as exc:
+            log.warning(
+                "dispatch for an unknown task run dead-lettered",
+                extra=self._extra(task_run_id=str(message.task_run_id), reason=str(exc)),
+            )
+            delivery.dead_letter()
+            return "dead_lettered"
+        except errors.PersistenceError as exc:
+            # Never ack what is not durable: the broker redelivers, the claim decides.
+            log.warning(
+                "database unavailable; dispatch requeued",
+                extra=self._extra(task_run_id=str(message.task_run_id), error=str(exc)),
+            )
+            delivery.requeue()
+            self.stop.wait(POLL_INTERVAL_S)
+            return "requeued"
+        delivery.ack()
+        return outcome
+
+    def _claim_and_run(self, message: DispatchMessage, consumer: DispatchConsumer) -> str:
+        task = self.app.get_task_run(message.task_run_id)
+        if task.task_state is not TaskRunState.READY:
+            return self._skipped(task, "not ready")
+        lease_seconds = self._definition(task).lease_seconds_for(task.task_key)
+        claim = self.app.claim_task_run(task.id, self.worker_id, lease_seconds)
+        if claim is None:
+            return self._skipped(task, "claimed elsewhere")
+        result, error = self._execute(task, claim, lease_seconds, consumer)
+        outcome = "fail" if error is not None else "succeed"
+        written = self.app.finish_task_run(
+            task.id, claim.fencing_token, outcome, result, error, actor=self.worker_id
+        )
+        log.info(
+            "task finished" if written else "stale finish discarded (lease lost)",
+            extra=self._extra(
+                task_run_id=str(task.id),
+                task_key=task.task_key,
+                attempt=claim.attempt,
+                fencing_token=claim.fencing_token,
+                outcome=outcome if written else "stale",
+            ),
+        )
+        return outcome if written else "stale"
+
+    def _skipped(self, task: TaskRunRow, why: str) -> str:
+        log.info(
+            "duplicate or stale dispatch acked without running",
+            extra=self._extra(task_run_id=str(task.id), state=task.state, reason=why),
+        )
+        return "skipped"
+
+    def _execute(
+        self, task: TaskRunRow, claim: Claim, lease_seconds: float, consumer: DispatchConsumer
+    ) -> tuple[Any, dict[str, str] | None]:
+        """Run the handler in a thread beside the heartbeat, servicing the connection."""
+        try:
+            handler = self.registry.get(task.task_type)
+        except errors.UnknownTaskTypeError as exc:
+            return None, error_details(exc)
+        context = self._context(task, claim)
+        heartbeat = Heartbeat(self.app, claim, lease_seconds, self.worker_id)
+        call = HandlerCall(handler, context)
+        with heartbeat:
+            call.start()
+            while not call.join(PUMP_INTERVAL_S):
+                consumer.pump(0)
+        return call.outcome()
+
+    def _context(self, task: TaskRunRow, claim: Claim) -> TaskContext:
+        run = self.app.get_workflow_run(task.workflow_run_id)
+        results = {t.task_key: t.result for t in self.app.task_runs(run.id)}
+        return TaskContext(
+            task_run_id=task.id,
+            workflow_run_id=run.id,
+            task_key=task.task_key,
+            task_type=task.task_type,
+            inputs=run.inputs,
+            upstream={key: results.get(key) for key in task.depends_on},
+            attempt=claim.attempt,
+            fencing_token=claim.fencing_token,
+            worker_id=self.worker_id,
+        )
+
+    def _definition(self, task: TaskRunRow) -> WorkflowDefinition:
+        # A run's definition never changes: read it once per run.
+        cached = self._definitions.get(task.workflow_run_id)
+        if cached is None:
+            run = self.app.get_workflow_run(task.workflow_run_id)
+            cached = WorkflowDefinition.model_validate(run.definition)
+            self._definitions[task.workflow_run_id] = cached
+        return cached
+
+    def _extra(self, **fields: Any) -> dict[str, Any]:
+        return {"worker_id": self.worker_id, **fields}
