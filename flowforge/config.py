@@ -98,3 +98,29 @@ def _check_url(url: str) -> None:
             f"{parts.scheme or '(none)'!r} and host {host or '(none)'!r}. Check the "
             f"variable for a missing scheme or host, or a typo."
         )
+
+
+#: With no configuration FlowForge runs embedded: SQLite in the working directory.
+DEFAULT_DATABASE_URL = "sqlite:///.flowforge/flowforge.db"
+DATABASE_URL_VARIABLE = "FLOWFORGE_DATABASE_URL"
+
+
+class Settings(BaseModel):
+    """Where the database is and, if configured, the broker (else: in-process dispatch)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    database_url: str = Field(DEFAULT_DATABASE_URL, repr=False)
+    broker: BrokerConfig | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
+        broker = (
+            BrokerConfig.from_env(environ) if BrokerConfig.ENVIRONMENT["url"] in environ else None
+        )
+        url = environ.get(DATABASE_URL_VARIABLE, DEFAULT_DATABASE_URL)
+        return cls(database_url=url, broker=broker)
+
+    @property
+    def embedded(self) -> bool:
+        return self.broker is None

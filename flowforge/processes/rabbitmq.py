@@ -606,13 +606,14 @@ def _refusals(config: BrokerConfig, what: str, *, queue: str | None = None) -> I
     try:
         yield
     except pika.exceptions.ChannelClosedByBroker as exc:
-        if (
-            queue is not None
-            and exc.reply_code == _PRECONDITION_FAILED
-            and "x-queue-type" in exc.reply_text
-        ):
+        # Any PRECONDITION_FAILED on a queue, not only one naming x-queue-type: RabbitMQ
+        # compares the arguments in a fixed order and reports the first that differs,
+        # and x-queue-type comes late. A classic queue declared without arguments is
+        # reported as "inequivalent arg 'x-dead-letter-exchange'". The remedy is the
+        # same whatever the differing argument, and retrying never helps.
+        if queue is not None and exc.reply_code == _PRECONDITION_FAILED:
             logger.error(
-                "dispatch queue has the wrong type",
+                "dispatch queue exists with another type or arguments",
                 extra={"action": "declare", "queue": queue, "reply": exc.reply_text},
             )
             raise errors.QueueTypeMismatchError(
@@ -641,9 +642,16 @@ def _migration_procedure(config: BrokerConfig, queue: str, reply_text: str) -> s
             "already confirmed but unacked are the only ones at risk, and their tasks are "
             "recovered by the lease reaper once their leases expire.\n"
         )
+    if "'x-queue-type'" in reply_text:
+        found = "is not a quorum queue"
+    else:
+        found = (
+            "was declared with other arguments than this FlowForge declares: it is a "
+            "classic queue, or a quorum queue from an older version"
+        )
     return (
-        f"The queue {queue!r} already exists with another type than quorum, and a queue's "
-        f"type cannot be changed in place (RabbitMQ: {reply_text}). To migrate it:\n"
+        f"The queue {queue!r} already exists and {found} (RabbitMQ: {reply_text}). A "
+        f"queue's type and arguments cannot be changed in place. To migrate it:\n"
         f"  1. Stop the worker and the publisher. The scheduler may keep running: it only "
         f"writes outbox rows, which are the durable record.\n"
         f"{step_2}"

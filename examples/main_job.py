@@ -1,0 +1,103 @@
+"""The main job: a real workflow end to end on PostgreSQL and RabbitMQ.
+
+Starts the scheduler, the publisher and two workers as separate OS processes (the same
+`flowforge` commands production runs), submits examples/fan_out.toml, waits for the run
+to finish, and prints each task's final state and attempts from the audit log.
+
+    python -m examples.main_job
+
+Configuration: FLOWFORGE_DATABASE_URL (default: postgresql://postgres@127.0.0.1:5432/
+flowforge_demo, created if missing) and FLOWFORGE_BROKER_URL (default: the local
+RabbitMQ as guest).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+from uuid import UUID
+
+import psycopg
+
+from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.app.service import FlowForge
+from flowforge.projections.tables import WorkflowRunRow
+
+DATABASE_URL = os.environ.get(
+    "FLOWFORGE_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/flowforge_demo"
+)
+BROKER_URL = os.environ.get("FLOWFORGE_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+WORKFLOW = Path(__file__).with_name("fan_out.toml")
+TIMEOUT_S = 120.0
+
+
+def ensure_database(url: str) -> None:
+    """Create the demo database if it does not exist (the admin db is `postgres`)."""
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin = url.replace(f"/{name}", "/postgres", 1)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not found:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def start(*command: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "FLOWFORGE_DATABASE_URL": DATABASE_URL,
+        "FLOWFORGE_BROKER_URL": BROKER_URL,
+    }
+    return subprocess.Popen([sys.executable, "-m", "flowforge", *command], env=env)
+
+
+def main() -> int:
+    ensure_database(DATABASE_URL)
+    app = FlowForge(DATABASE_URL)
+    run_id = app.start_workflow_run(str(WORKFLOW), {"rows": 8})
+    print(f"submitted run {run_id} of {WORKFLOW.name}")
+    processes = [
+        start("scheduler", "--interval", "0.2"),
+        start("publisher", "--interval", "0.1"),
+        start("worker", "--tasks", "examples.tasks", "--worker-id", "worker-1"),
+        start("worker", "--tasks", "examples.tasks", "--worker-id", "worker-2"),
+    ]
+    try:
+        run = wait_for_run(app, run_id)
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            process.wait(timeout=30)
+    report(app, run_id)
+    print(f"run {run_id}: {run.state}")
+    app.close()
+    return 0 if run.state == "succeeded" else 1
+
+
+def wait_for_run(app: FlowForge, run_id: UUID) -> WorkflowRunRow:
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        run = app.get_workflow_run(run_id)
+        if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state) or time.monotonic() > deadline:
+            return run
+        time.sleep(0.2)
+
+
+def report(app: FlowForge, run_id: UUID) -> None:
+    """Each task's final state and attempts, read from the audit log."""
+    print(f"\n{'task':<10} {'state':<10} attempts  transitions (from the audit log)")
+    for task in app.task_runs(run_id):
+        log = app.history(task.id)
+        claims = [e for e in log if e.transition == "claim"]
+        path = " -> ".join(e.transition for e in log if e.transition != "renew_lease")
+        print(f"{task.task_key:<10} {task.state:<10} {len(claims):<9} {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""The scheduler: advance_workflow_run and schedule_once, on both backends.
+
+Workers are simulated by claiming and finishing through the application service, so
+each test controls exactly which task succeeds or fails when.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from uuid import UUID
+
+import pytest
+
+from flowforge import errors
+from flowforge.app.service import FlowForge
+
+DIAMOND = {
+    "name": "diamond",
+    "retry": {"max_attempts": 1},
+    "tasks": [
+        {"key": "a", "type": "work"},
+        {"key": "b", "type": "work", "depends_on": ["a"]},
+        {"key": "c", "type": "work", "depends_on": ["a"]},
+        {"key": "d", "type": "work", "depends_on": ["b", "c"]},
+    ],
+}
+FAN = {
+    "name": "fan",
+    "retry": {"max_attempts": 3, "backoff_seconds": 0.05, "jitter": 0.0},
+    "tasks": [
+        {"key": "start", "type": "work"},
+        *({"key": f"leaf{i}", "type": "work", "depends_on": ["start"]} for i in range(4)),
+        {"key": "join", "type": "work", "depends_on": [f"leaf{i}" for i in range(4)]},
+    ],
+}
+
+
+def states(app: FlowForge, run_id: UUID) -> dict[str, str]:
+    return {t.task_key: t.state for t in app.task_runs(run_id)}
+
+
+def task_id(app: FlowForge, run_id: UUID, key: str) -> UUID:
+    return next(t.id for t in app.task_runs(run_id) if t.task_key == key)
+
+
+def work(app: FlowForge, run_id: UUID, key: str, outcome: str = "succeed") -> None:
+    """Claim and finish one task as a worker would."""
+    claim = app.claim_task_run(task_id(app, run_id, key), "test-worker", 30)
+    assert claim is not None, f"{key} was not claimable: {states(app, run_id)}"
+    error = {"type": "Boom", "message": f"{key} failed"} if outcome == "fail" else None
+    assert app.finish_task_run(claim.task_run_id, claim.fencing_token, outcome, error=error)
+
+
+def test_a_diamond_promotes_each_task_once_its_dependencies_all_succeed(app: FlowForge) -> None:
+    run_id = app.start_workflow_run(DIAMOND)
+    assert states(app, run_id) == {"a": "ready", "b": "pending", "c": "pending", "d": "pending"}
+    first = app.advance_workflow_run(run_id)
+    assert first.started and first.promoted == []
+    work(app, run_id, "a")
+    assert sorted(app.advance_workflow_run(run_id).promoted) == ["b", "c"]
+    work(app, run_id, "b")
+    assert app.advance_workflow_run(run_id).promoted == []  # d still waits for c
+    assert states(app, run_id)["d"] == "pending"
+    work(app, run_id, "c")
+    assert app.advance_workflow_run(run_id).promoted == ["d"]
+    work(app, run_id, "d")
+    assert app.advance_workflow_run(run_id).finished_as == "succeeded"
+    run = app.get_workflow_run(run_id)
+    assert run.state == "succeeded"
+    assert run.started_at is not None and run.finished_at is not None
+
+
+def test_a_fan_out_retries_a_failed_leaf_with_backoff_and_then_fans_in(app: FlowForge) -> None:
+    run_id = app.start_workflow_run(FAN)
+    app.advance_workflow_run(run_id)
+    work(app, run_id, "start")
+    assert len(app.advance_workflow_run(run_id).promoted) == 4
+    for i in range(4):
+        work(app, run_id, f"leaf{i}", "fail" if i == 2 else "succeed")
+    result = app.advance_workflow_run(run_id)
+    assert result.retried == ["leaf2"]
+    leaf = app.get_task_run(task_id(app, run_id, "leaf2"))
+    assert leaf.state == "retrying" and leaf.attempt == 2
+    assert leaf.retry_due_at is not None and leaf.finished_at is None
+    assert app.get_workflow_run(run_id).state == "running"  # attempts left: not a failure
+    assert wait_until_made_ready(app, run_id) == ["leaf2"]
+    assert states(app, run_id)["leaf2"] == "ready"
+    work(app, run_id, "leaf2")
+    assert app.advance_workflow_run(run_id).promoted == ["join"]
+    work(app, run_id, "join")
+    assert app.advance_workflow_run(run_id).finished_as == "succeeded"
+    claims = [e for e in app.history(leaf.id) if e.transition == "claim"]
+    assert [(e.attempt, e.fencing_token) for e in claims] == [(1, 1), (2, 2)]
+
+
+def wait_until_made_ready(app: FlowForge, run_id: UUID) -> list[str]:
+    """Advance (bounded) until the database clock passes a retry's due time."""
+    for _ in range(200):
+        made_ready = app.advance_workflow_run(run_id).made_ready
+        if made_ready:
+            return made_ready
+        threading.Event().wait(0.02)
+    pytest.fail("no retry became due within 4 s")
+
+
+def test_a_retry_is_not_made_ready_before_it_is_due(app: FlowForge) -> None:
+    definition = {
+        "name": "slow_retry",
+        "retry": {"max_attempts": 2, "backoff_seconds": 3600, "backoff_cap_seconds": 3600},
+        "tasks": [{"key": "only", "type": "work"}],
+    }
+    run_id = app.start_workflow_run(definition)
+    work(app, run_id, "only", "fail")
+    assert app.advance_workflow_run(run_id).retried == ["only"]
+    assert app.advance_workflow_run(run_id).made_ready == []
+    assert app.retry_ready(task_id(app, run_id, "only")) is False
+    assert states(app, run_id) == {"only": "retrying"}
+
+
+def test_a_failure_with_no_attempts_left_fails_the_run_and_cancels_what_is_left(
+    app: FlowForge,
+) -> None:
+    run_id = app.start_workflow_run(FAN | {"retry": {"max_attempts": 1}})
+    app.advance_workflow_run(run_id)
+    work(app, run_id, "start")
+    app.advance_workflow_run(run_id)
+    running = app.claim_task_run(task_id(app, run_id, "leaf0"), "slow-worker", 30)
+    assert running is not None
+    work(app, run_id, "leaf1", "fail")
+    result = app.advance_workflow_run(run_id)
+    assert result.finished_as == "failed"
+    final = states(app, run_id)
+    assert final["leaf1"] == "failed"
+    assert final["start"] == "succeeded"
+    assert {final[k] for k in ("leaf0", "leaf2", "leaf3", "join")} == {"cancelled"}
+    # The run's terminal state was fixed first; cancelling the leftovers kept it.
+    assert app.get_workflow_run(run_id).state == "failed"
+    # The slow worker's finish is now stale: its lease was cancelled under it.
+    assert not app.finish_task_run(running.task_run_id, running.fencing_token, "succeed")
+
+
+def test_cancelling_a_running_run_cancels_its_tasks_and_stays_cancelled(app: FlowForge) -> None:
+    run_id = app.start_workflow_run(DIAMOND)
+    app.advance_workflow_run(run_id)
+    claim = app.claim_task_run(task_id(app, run_id, "a"), "w", 30)
+    assert claim is not None
+    assert app.cancel_workflow_run(run_id)
+    assert app.get_workflow_run(run_id).state == "cancelled"
+    assert set(states(app, run_id).values()) == {"cancelled"}
+    assert not app.finish_task_run(claim.task_run_id, claim.fencing_token, "succeed")
+    assert app.advance_workflow_run(run_id).finished_as is None
+    with pytest.raises(errors.RunAlreadyFinishedError, match="already cancelled"):
+        app.cancel_workflow_run(run_id)
+
+
+def test_cancelling_a_pending_run_takes_the_before_start_edge(app: FlowForge) -> None:
+    run_id = app.start_workflow_run(DIAMOND)
+    assert app.cancel_workflow_run(run_id)
+    log = [e.transition for e in app.run_history(run_id) if e.aggregate == "WorkflowRun"]
+    assert log == ["create", "cancel_before_start"]
+    assert set(states(app, run_id).values()) == {"cancelled"}
+
+
+def test_schedule_once_reaps_promotes_and_finishes_across_runs(app: FlowForge) -> None:
+    runs = [app.start_workflow_run(DIAMOND) for _ in range(3)]
+    for run_id in runs:
+        work(app, run_id, "a")
+    summary = app.schedule_once()
+    assert summary.runs_advanced == 3
+    assert summary.promoted == 6
+    assert summary.runs_finished == 0
+    assert app.schedule_once().promoted == 0
+
+
+def test_advancing_an_unknown_run_is_a_clear_error(app: FlowForge) -> None:
+    with pytest.raises(errors.UnknownRunError, match="no workflow run"):
+        app.advance_workflow_run(UUID(int=7))
+
+
+def test_two_schedulers_in_parallel_never_promote_or_retry_twice(pg_app: FlowForge) -> None:
+    app = pg_app
+    runs = [app.start_workflow_run(FAN) for _ in range(4)]
+    for run_id in runs:
+        app.advance_workflow_run(run_id)
+        work(app, run_id, "start")
+    barrier = threading.Barrier(2)
+    failures: list[BaseException] = []
+
+    def scheduler() -> None:
+        try:
+            barrier.wait()
+            for _ in range(3):
+                app.schedule_once()
+        except BaseException as exc:  # re-raised in the main thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=scheduler) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    for run_id in runs:
+        edges = Counter((e.aggregate_id, e.transition) for e in app.run_history(run_id))
+        assert max(edges.values()) == 1, edges
+        assert Counter(t for (_, t) in edges)["dependencies_satisfied"] == 4
+        assert Counter(t for (_, t) in edges)["start"] == 1
