@@ -21,14 +21,12 @@ from uuid import UUID, uuid4
 import psycopg
 import pytest
 from eventsourcing.domain import DomainEventProtocol
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    Bundle,
     RuleBasedStateMachine,
     initialize,
     invariant,
-    multiple,
     precondition,
     rule,
     run_state_machine_as_test,
@@ -80,6 +78,9 @@ ERRORS = st.one_of(
     ),
 )
 ACTORS = st.sampled_from([None, "w1", "ops"])
+#: Mostly the token of the current claim; sometimes an older or a never-issued one.
+TOKENS = st.sampled_from(["current", "current", "stale", "future"])
+REFUSALS = ("transition", "finish", "run_transition", "arguments", "missing_row")
 
 SETTINGS = settings(
     max_examples=25,
@@ -129,9 +130,6 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
     url: ClassVar[str]
     clock: ClassVar[psycopg.Connection[Any]]
 
-    tasks = Bundle("tasks")
-    runs = Bundle("runs")
-
     def __init__(self) -> None:
         super().__init__()
         empty_postgres(self.url)
@@ -149,22 +147,36 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
     def model(self, task_id: UUID) -> TaskRun:
         return self.task_models[task_id].aggregate
 
-    def judge(self, task_id: UUID, won: bool, before: datetime, command: Callable[..., bool]) -> None:
+    def judge(
+        self, task_id: UUID, won: bool, before: datetime, command: Callable[..., bool]
+    ) -> None:
         """Give the model the same command at the clock the service's write saw."""
         at = self.app.get_task_run(task_id).updated_at if won else before
         expected = command(at)
         assert won == expected, f"service {'won' if won else 'lost'}, the model did not"
         self.task_models[task_id].record()
 
+    def pick(self, data: st.DataObject, *states: TaskRunState) -> UUID:
+        """A task run, most often one in ``states`` (where the command can win)."""
+        everyone = list(self.task_models)  # creation order: replays draw the same task
+        likely = [t for t in everyone if self.model(t).state in states]
+        if likely and data.draw(st.integers(0, 4), label="likely"):
+            return data.draw(st.sampled_from(likely), label="task")
+        return data.draw(st.sampled_from(everyone), label="task")
+
+    def token(self, task: UUID, which: str) -> int:
+        current = self.model(task).fencing_token
+        return {"current": current, "stale": current - 1, "future": current + 1}[which]
+
     # --- commands -------------------------------------------------------------------
 
-    @initialize(target=tasks, data=st.data())
-    def first_run(self, data: st.DataObject) -> Any:
-        return self.start_run(data)
+    @initialize(data=st.data())
+    def first_run(self, data: st.DataObject) -> None:
+        self.start_run(data)
 
     @precondition(lambda self: len(self.run_models) < 3)
-    @rule(target=tasks, data=st.data())
-    def start_run(self, data: st.DataObject) -> Any:
+    @rule(data=st.data())
+    def start_run(self, data: st.DataObject) -> None:
         count = data.draw(st.integers(1, 3), label="tasks")
         keys = list(KEYS[:count])
         deps = {
@@ -193,10 +205,8 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
 
         rows = {row.task_key: row for row in self.app.task_runs(run_id)}
         assert sorted(rows) == keys
-        ids = []
         for key in keys:
             row = rows[key]
-            state = TaskRunState.PENDING if deps[key] else TaskRunState.READY
             created = task_run.created_event(
                 row.id,
                 at=row.created_at,
@@ -205,23 +215,22 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
                 task_type=f"t_{key}",
                 depends_on=deps[key],
                 max_attempts=max_attempts,
-                state=state,
+                state=TaskRunState.PENDING if deps[key] else TaskRunState.READY,
                 actor="user",
             )
             aggregate = created.mutate(None)
             assert isinstance(aggregate, TaskRun)
             self.task_models[row.id] = TaskModel(aggregate, created)
-            ids.append(row.id)
-        return multiple(*ids)
 
-    @rule(task=tasks, worker=WORKERS, lease=LEASES, by_name=st.booleans())
-    def claim(self, task: UUID, worker: str, lease: float, by_name: bool) -> None:
+    @rule(data=st.data(), worker=WORKERS, lease=LEASES, by_name=st.booleans())
+    def claim(self, data: st.DataObject, worker: str, lease: float, by_name: bool) -> None:
+        task = self.pick(data, TaskRunState.READY)
         before = self.db_now()
+        claim = None
         if by_name:
             won = self.app.transition_task_run(
                 task, "claim", worker_id=worker, lease_seconds=lease
             )
-            claim = None
         else:
             claim = self.app.claim_task_run(task, worker, lease)
             won = claim is not None
@@ -239,28 +248,29 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             assert claim.lease_expires_at == model.lease_expires_at
 
     @rule(
-        task=tasks,
+        data=st.data(),
         outcome=st.sampled_from(["succeed", "fail", "cancel_running"]),
-        token=st.sampled_from(["current", "stale", "future"]),
+        token=TOKENS,
         result=RESULTS,
         error=ERRORS,
         actor=ACTORS,
     )
     def finish(
         self,
-        task: UUID,
+        data: st.DataObject,
         outcome: str,
         token: str,
         result: Any,
         error: dict[str, str] | None,
         actor: str | None,
     ) -> None:
+        task = self.pick(data, TaskRunState.RUNNING)
         fencing_token = self.token(task, token)
-        before = self.db_now()
         if outcome == "fail" and error is None:
             with pytest.raises(ValueError, match="type"):
                 self.app.finish_task_run(task, fencing_token, outcome, result, error, actor=actor)
             return
+        before = self.db_now()
         won = self.app.finish_task_run(task, fencing_token, outcome, result, error, actor=actor)
         self.judge(
             task,
@@ -276,13 +286,11 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             ),
         )
 
-    @rule(
-        task=tasks,
-        token=st.sampled_from(["current", "stale", "future"]),
-        lease=LEASES,
-        actor=ACTORS,
-    )
-    def renew_lease(self, task: UUID, token: str, lease: float, actor: str | None) -> None:
+    @rule(data=st.data(), token=TOKENS, lease=LEASES, actor=ACTORS)
+    def renew_lease(
+        self, data: st.DataObject, token: str, lease: float, actor: str | None
+    ) -> None:
+        task = self.pick(data, TaskRunState.RUNNING)
         fencing_token = self.token(task, token)
         before = self.db_now()
         won = self.app.renew_lease(task, fencing_token, lease, actor=actor)
@@ -295,8 +303,9 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             ),
         )
 
-    @rule(task=tasks)
-    def reclaim(self, task: UUID) -> None:
+    @rule(data=st.data())
+    def reclaim(self, data: st.DataObject) -> None:
+        task = self.pick(data, TaskRunState.RUNNING)
         before = self.db_now()
         won = self.app.reclaim_task_run(task)
         self.judge(task, won, before, lambda at: self.model(task).reclaim(at=at))
@@ -308,10 +317,13 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
         assert len(reaped) == len(set(reaped))
         assert set(reaped) <= set(self.task_models)
         for task in self.task_models:
-            self.judge(task, task in reaped, before, lambda at, t=task: self.model(t).reclaim(at=at))
+            self.judge(
+                task, task in reaped, before, lambda at, t=task: self.model(t).reclaim(at=at)
+            )
 
-    @rule(task=tasks, delay=RETRY_DELAYS, actor=st.sampled_from(["scheduler", "ops"]))
-    def schedule_retry(self, task: UUID, delay: float, actor: str) -> None:
+    @rule(data=st.data(), delay=RETRY_DELAYS, actor=st.sampled_from(["scheduler", "ops"]))
+    def schedule_retry(self, data: st.DataObject, delay: float, actor: str) -> None:
+        task = self.pick(data, TaskRunState.FAILED)
         before = self.db_now()
         won = self.app.schedule_retry(task, delay, actor=actor)
         self.judge(
@@ -323,8 +335,9 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             ),
         )
 
-    @rule(task=tasks, by_name=st.booleans())
-    def retry_ready(self, task: UUID, by_name: bool) -> None:
+    @rule(data=st.data(), by_name=st.booleans())
+    def retry_ready(self, data: st.DataObject, by_name: bool) -> None:
+        task = self.pick(data, TaskRunState.RETRYING)
         before = self.db_now()
         if by_name:
             won = self.app.transition_task_run(task, "retry_ready", actor="scheduler")
@@ -337,8 +350,11 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             lambda at: self.model(task).transition("retry_ready", at=at, actor="scheduler"),
         )
 
-    @rule(task=tasks, name=st.sampled_from([*MOVES, "schedule_retry"]), actor=ACTORS)
-    def transition(self, task: UUID, name: str, actor: str | None) -> None:
+    @rule(data=st.data(), name=st.sampled_from([*MOVES, "schedule_retry"]), actor=ACTORS)
+    def transition(self, data: st.DataObject, name: str, actor: str | None) -> None:
+        source = TASK_RUN_MACHINE.get(name).source
+        assert isinstance(source, TaskRunState)
+        task = self.pick(data, source)
         before = self.db_now()
         won = self.app.transition_task_run(task, name, actor=actor or "user")
         self.judge(
@@ -348,48 +364,61 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             lambda at: self.model(task).transition(name, at=at, actor=actor or "user"),
         )
 
-    @rule(task=tasks, name=st.sampled_from([*NOT_EDGES, "claim", *REFUSED_EDGES]))
-    def refused_transition(self, task: UUID, name: str) -> None:
-        """Not an edge, or an edge transition_task_run refuses: the same error in both,
-        before any SQL (the row and the log are checked unchanged by the invariants)."""
-        error = REFUSED_EDGES.get(name, errors.IllegalTransitionError)
-        with pytest.raises(error):
-            self.app.transition_task_run(task, name)
-        with pytest.raises(error):
-            self.model(task).transition(name, at=self.db_now(), actor="user")
-        # Illegal fails identically whether or not the row exists.
-        with pytest.raises(error):
-            self.app.transition_task_run(uuid4(), name)
+    @rule(data=st.data(), name=st.sampled_from([t.name for t in WORKFLOW_RUN_MACHINE]))
+    def transition_workflow_run(self, data: st.DataObject, name: str) -> None:
+        run = data.draw(st.sampled_from(list(self.run_models)), label="run")
+        model, events = self.run_models[run]
+        before = self.db_now()
+        won = self.app.transition_workflow_run(run, name, actor="ops")
+        at = self.app.get_workflow_run(run).updated_at if won else before
+        assert won == model.transition(name, at=at, actor="ops")
+        events.extend(model.collect_events())
 
-    @rule(
-        task=tasks,
-        outcome=st.sampled_from([*NOT_EDGES, "claim", "reap_lease", *MOVES, "retry_ready"]),
-    )
-    def refused_finish(self, task: UUID, outcome: str) -> None:
-        token = self.model(task).fencing_token
-        with pytest.raises(errors.IllegalTransitionError):
-            self.app.finish_task_run(task, token, outcome, error={"type": "E", "message": "m"})
-        with pytest.raises(errors.IllegalTransitionError):
-            self.model(task).finish(outcome, token, at=self.db_now(), actor="worker")
+    @rule(data=st.data(), kind=st.sampled_from(REFUSALS))
+    def refused(self, data: st.DataObject, kind: str) -> None:
+        """What must raise before any SQL (the invariants then check that the rows and
+        the log did not change), and what on a missing row is a lost race instead."""
+        task = self.pick(data)
+        model = self.model(task)
+        token = model.fencing_token
+        if kind == "transition":
+            name = data.draw(st.sampled_from([*NOT_EDGES, "claim", *REFUSED_EDGES]), label="name")
+            error = REFUSED_EDGES.get(name, errors.IllegalTransitionError)
+            with pytest.raises(error):
+                self.app.transition_task_run(task, name)
+            with pytest.raises(error):
+                model.transition(name, at=self.db_now(), actor="user")
+            with pytest.raises(error):  # the same whether or not the row exists
+                self.app.transition_task_run(uuid4(), name)
+        elif kind == "finish":
+            outcome = data.draw(
+                st.sampled_from([*NOT_EDGES, "claim", "reap_lease", *MOVES, "retry_ready"]),
+                label="outcome",
+            )
+            with pytest.raises(errors.IllegalTransitionError):
+                self.app.finish_task_run(task, token, outcome, error={"type": "E", "message": "m"})
+            with pytest.raises(errors.IllegalTransitionError):
+                model.finish(outcome, token, at=self.db_now(), actor="worker")
+        elif kind == "run_transition":
+            run = data.draw(st.sampled_from(list(self.run_models)), label="run")
+            name = data.draw(st.sampled_from(["bogus", "claim", "succeeded", ""]), label="name")
+            with pytest.raises(errors.IllegalTransitionError):
+                self.app.transition_workflow_run(run, name)
+            with pytest.raises(errors.IllegalTransitionError):
+                self.run_models[run][0].transition(name, at=self.db_now(), actor="ops")
+        elif kind == "arguments":
+            bad = data.draw(st.sampled_from([0.0, -1.0, float("nan")]), label="bad")
+            with pytest.raises(ValueError, match="lease_seconds"):
+                self.app.claim_task_run(task, "w1", bad)
+            with pytest.raises(ValueError, match="lease_seconds"):
+                self.app.renew_lease(task, token, bad)
+            if not bad >= 0:
+                with pytest.raises(ValueError, match="delay_seconds"):
+                    self.app.schedule_retry(task, bad)
+        else:
+            self.missing_task_run_loses(data)
 
-    @rule(task=tasks, bad=st.sampled_from([0.0, -1.0, float("nan")]))
-    def refused_arguments(self, task: UUID, bad: float) -> None:
-        """Bad arguments are a ValueError before any I/O, not a lost race."""
-        token = self.model(task).fencing_token
-        with pytest.raises(ValueError, match="lease_seconds"):
-            self.app.claim_task_run(task, "w1", bad)
-        with pytest.raises(ValueError, match="lease_seconds"):
-            self.app.renew_lease(task, token, bad)
-        if bad < 0 or bad != bad:
-            with pytest.raises(ValueError, match="delay_seconds"):
-                self.app.schedule_retry(task, bad)
-
-    @rule(
-        name=st.sampled_from(
-            ["claim", "reclaim", "renew", "finish", "retry_ready", "schedule_retry", *MOVES]
-        )
-    )
-    def unknown_task_run_loses(self, name: str) -> None:
+    def missing_task_run_loses(self, data: st.DataObject) -> None:
         """A legal command on a task run that does not exist is a lost race, not an error."""
         missing = uuid4()
         commands: dict[str, Callable[[], object]] = {
@@ -399,35 +428,16 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             "finish": lambda: self.app.finish_task_run(missing, 1, "succeed"),
             "retry_ready": lambda: self.app.retry_ready(missing),
             "schedule_retry": lambda: self.app.schedule_retry(missing),
+            **{
+                name: lambda name=name: self.app.transition_task_run(missing, name)
+                for name in MOVES
+            },
+            "run": lambda: self.app.transition_workflow_run(missing, "start"),
         }
-        outcome = commands.get(name, lambda: self.app.transition_task_run(missing, name))()
-        assert outcome in (False, None)
-
-    @precondition(lambda self: bool(self.run_models))
-    @rule(data=st.data(), name=st.sampled_from([t.name for t in WORKFLOW_RUN_MACHINE]))
-    def transition_workflow_run(self, data: st.DataObject, name: str) -> None:
-        run = data.draw(st.sampled_from(sorted(self.run_models)), label="run")
-        model, events = self.run_models[run]
-        before = self.db_now()
-        won = self.app.transition_workflow_run(run, name, actor="ops")
-        at = self.app.get_workflow_run(run).updated_at if won else before
-        assert won == model.transition(name, at=at, actor="ops")
-        events.extend(model.collect_events())
-
-    @precondition(lambda self: bool(self.run_models))
-    @rule(data=st.data(), name=st.sampled_from(["bogus", "claim", "succeeded", ""]))
-    def refused_workflow_run_transition(self, data: st.DataObject, name: str) -> None:
-        run = data.draw(st.sampled_from(sorted(self.run_models)), label="run")
-        with pytest.raises(errors.IllegalTransitionError):
-            self.app.transition_workflow_run(run, name)
-        with pytest.raises(errors.IllegalTransitionError):
-            self.run_models[run][0].transition(name, at=self.db_now(), actor="ops")
+        name = data.draw(st.sampled_from(list(commands)), label="command")
+        assert commands[name]() in (False, None)
 
     # --- invariants -----------------------------------------------------------------
-
-    def token(self, task: UUID, which: str) -> int:
-        current = self.model(task).fencing_token
-        return {"current": current, "stale": current - 1, "future": current + 1}[which]
 
     @invariant()
     def rows_log_and_outbox_agree_with_the_model(self) -> None:

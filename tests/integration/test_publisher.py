@@ -1,0 +1,198 @@
+"""The outbox and the publisher, against a real PostgreSQL and a real RabbitMQ.
+
+One test per delivery guarantee of the spec ("Delivery guarantees (verified against
+RabbitMQ)"). Each test uses its own exchange and queues, deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+
+from flowforge import errors
+from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
+from flowforge.app.service import FlowForge
+from flowforge.config import BrokerConfig
+from flowforge.processes.publisher import Publisher
+from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher
+from tests import servers
+
+WIDE = {
+    "name": "wide",
+    "tasks": [{"key": f"t{i}", "type": "work"} for i in range(10)],
+}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def broker() -> Iterator[BrokerConfig]:
+    servers.require_rabbitmq()
+    suffix = uuid.uuid4().hex[:8]
+    config = BrokerConfig(
+        url=servers.RABBITMQ_URL,
+        exchange=f"ff-test-{suffix}",
+        queue=f"ff-test-{suffix}.tasks",
+        routing_key=f"ff-test-{suffix}.tasks",
+        dead_letter_exchange=f"ff-test-{suffix}.dlx",
+        dead_letter_queue=f"ff-test-{suffix}.dead",
+    )
+    yield config
+    connection = pika.BlockingConnection(pika.URLParameters(servers.RABBITMQ_URL))
+    channel = connection.channel()
+    for queue in (config.queue, config.dead_letter_queue):
+        channel.queue_delete(queue)
+    for exchange in (config.exchange, config.dead_letter_exchange):
+        channel.exchange_delete(exchange)
+    connection.close()
+
+
+def drain_queue(config: BrokerConfig) -> list[DispatchMessage]:
+    """Every message on the dispatch queue, acked."""
+    consumer = RabbitDispatchConsumer(config)
+    received = []
+    try:
+        while (delivery := consumer.get(1.0)) is not None:
+            received.append(decode_dispatch(delivery.body))
+            delivery.ack()
+    finally:
+        consumer.close()
+    return received
+
+
+def test_a_confirmed_dispatch_is_on_the_bound_queue_with_the_exact_payload(
+    pg_app: FlowForge, broker: BrokerConfig
+) -> None:
+    run_id = pg_app.start_workflow_run(WIDE)
+    publisher = RabbitDispatchPublisher(broker)
+    try:
+        assert pg_app.publish_pending_dispatches(publisher) == 10
+    finally:
+        publisher.close()
+    assert pg_app.pending_dispatch_count() == 0
+    expected = {
+        row.dispatch_id: (row.task_run_id, row.task_key, row.task_type, row.fencing_token)
+        for task in pg_app.task_runs(run_id)
+        for row in pg_app.dispatches_of(task.id)
+    }
+    received = drain_queue(broker)
+    assert {
+        m.dispatch_id: (m.task_run_id, m.task_key, m.task_type, m.fencing_token) for m in received
+    } == expected
+    assert all(
+        row.published_at is not None
+        for t in pg_app.task_runs(run_id)
+        for row in pg_app.dispatches_of(t.id)
+    )
+
+
+def test_an_unroutable_dispatch_raises_and_its_row_stays_pending(
+    pg_app: FlowForge, broker: BrokerConfig
+) -> None:
+    pg_app.start_workflow_run(WIDE)
+    publisher = RabbitDispatchPublisher(broker, declare_queue=False)  # no queue bound
+    try:
+        with pytest.raises(errors.UnroutableDispatchError):
+            pg_app.publish_pending_dispatches(publisher)
+    finally:
+        publisher.close()
+    assert pg_app.pending_dispatch_count() == 10
+
+
+def test_a_broker_outage_leaves_every_row_pending_and_a_later_sweep_drains_each_once(
+    pg_app: FlowForge, broker: BrokerConfig
+) -> None:
+    pg_app.start_workflow_run(WIDE)
+    unreachable = broker.model_copy(update={"url": "amqp://guest:guest@127.0.0.1:1/%2F"})
+    down = Publisher(pg_app, lambda: RabbitDispatchPublisher(unreachable))
+    with pytest.raises(errors.BrokerUnavailableError, match=r"127\.0\.0\.1:1"):
+        down.sweep()
+    assert pg_app.pending_dispatch_count() == 10
+    up = Publisher(pg_app, lambda: RabbitDispatchPublisher(broker), batch_size=3)
+    try:
+        assert up.drain() == 10
+        assert up.drain() == 0
+    finally:
+        up.close()
+    counts = Counter(m.dispatch_id for m in drain_queue(broker))
+    assert len(counts) == 10
+    assert set(counts.values()) == {1}
+
+
+def test_a_row_committed_before_any_publish_is_delivered_by_a_fresh_publisher_process(
+    pg_app: FlowForge, postgres_url: str, broker: BrokerConfig
+) -> None:
+    pg_app.start_workflow_run(WIDE)  # committed; no publisher has run
+    script = (
+        "from flowforge.app.service import FlowForge\n"
+        "from flowforge.config import BrokerConfig\n"
+        "from flowforge.processes.publisher import Publisher\n"
+        "from flowforge.processes.rabbitmq import RabbitDispatchPublisher\n"
+        "import sys\n"
+        "config = BrokerConfig.from_env()\n"
+        "publisher = Publisher(FlowForge(sys.argv[1]), lambda: RabbitDispatchPublisher(config))\n"
+        "print(publisher.drain())\n"
+        "publisher.close()\n"
+    )
+    env = {
+        **os.environ,
+        "FLOWFORGE_BROKER_URL": broker.url,
+        "FLOWFORGE_DISPATCH_EXCHANGE": broker.exchange,
+        "FLOWFORGE_DISPATCH_QUEUE": broker.queue,
+        "FLOWFORGE_DISPATCH_ROUTING_KEY": broker.routing_key,
+        "FLOWFORGE_DEAD_LETTER_EXCHANGE": broker.dead_letter_exchange,
+        "FLOWFORGE_DEAD_LETTER_QUEUE": broker.dead_letter_queue,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script, postgres_url],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "10"
+    assert pg_app.pending_dispatch_count() == 0
+    assert len(drain_queue(broker)) == 10
+
+
+def test_two_publishers_in_parallel_publish_each_row_exactly_once(
+    pg_app: FlowForge, postgres_url: str, broker: BrokerConfig
+) -> None:
+    for _ in range(20):
+        pg_app.start_workflow_run(WIDE)  # 200 pending rows
+    barrier = threading.Barrier(2)
+    published: list[int] = []
+    failures: list[BaseException] = []
+
+    def publish() -> None:
+        app = FlowForge(postgres_url)
+        publisher = Publisher(app, lambda: RabbitDispatchPublisher(broker), batch_size=7)
+        try:
+            barrier.wait()
+            published.append(publisher.drain())
+        except BaseException as exc:  # re-raised in the main thread
+            failures.append(exc)
+        finally:
+            publisher.close()
+            app.close()
+
+    threads = [threading.Thread(target=publish) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    assert sum(published) == 200
+    counts = Counter(m.dispatch_id for m in drain_queue(broker))
+    assert len(counts) == 200
+    assert set(counts.values()) == {1}
