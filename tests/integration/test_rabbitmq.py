@@ -1,0 +1,632 @@
+"""The RabbitMQ transport against a real broker, and its pure helpers.
+
+Every broker test declares its own exchanges and queues (uuid-suffixed names) and
+deletes them afterwards, so tests never see each other's messages. The tests at the top
+need no broker.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from flowforge import errors
+from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
+from flowforge.config import BrokerConfig
+from flowforge.processes import rabbitmq, transport
+from tests import servers
+
+#: How long a test waits for something the broker does asynchronously (dead-lettering,
+#: restarting). Polling stops as soon as it happens; the bound only ends a broken test.
+DEADLINE_S = 30.0
+#: How long a test waits to be sure that nothing arrives.
+QUIET_S = 0.5
+
+
+def dispatch(task_key: str = "extract", fencing_token: int = 1) -> DispatchMessage:
+    return DispatchMessage(
+        dispatch_id=uuid.uuid4(),
+        task_run_id=uuid.uuid4(),
+        task_key=task_key,
+        task_type="http_get",
+        fencing_token=fencing_token,
+    )
+
+
+def poll(check: Callable[[], Any], what: str, deadline_s: float = DEADLINE_S) -> Any:
+    """``check()``'s first truthy result, polled until a deadline."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {deadline_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def rabbitmqctl(*args: str) -> str:
+    completed = subprocess.run(
+        ["rabbitmqctl", *args], capture_output=True, text=True, check=True, timeout=180
+    )
+    return completed.stdout
+
+
+# --- pure helpers: no broker ----------------------------------------------------------
+
+
+def test_backoff_ceiling_doubles_from_the_base_per_attempt() -> None:
+    base = rabbitmq.RECONNECT_BACKOFF_BASE_S
+    assert [rabbitmq.backoff_delay(attempt, 1.0) for attempt in range(4)] == [
+        base,
+        2 * base,
+        4 * base,
+        8 * base,
+    ]
+
+
+@pytest.mark.parametrize("attempt", [10, 50, 10_000])
+def test_backoff_never_exceeds_the_cap(attempt: int) -> None:
+    assert rabbitmq.backoff_delay(attempt, 1.0) == rabbitmq.RECONNECT_BACKOFF_CAP_S == 30.0
+
+
+def test_backoff_is_full_jitter_scaled_by_rand() -> None:
+    ceiling = rabbitmq.backoff_delay(3, 1.0)
+    assert rabbitmq.backoff_delay(3, 0.0) == 0.0
+    assert rabbitmq.backoff_delay(3, 0.25) == pytest.approx(ceiling / 4)
+
+
+@pytest.mark.parametrize(("attempt", "rand"), [(-1, 0.5), (0, -0.1), (0, 1.5)])
+def test_backoff_rejects_a_negative_attempt_or_rand_outside_the_unit_interval(
+    attempt: int, rand: float
+) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        rabbitmq.backoff_delay(attempt, rand)
+
+
+def test_the_dispatch_queue_arguments_make_a_quorum_queue_that_dead_letters_at_least_once() -> (
+    None
+):
+    config = BrokerConfig(dead_letter_exchange="dlx.x", routing_key="rk.x", delivery_limit=7)
+    assert rabbitmq.dispatch_queue_arguments(config) == {
+        "x-queue-type": "quorum",
+        "x-dead-letter-exchange": "dlx.x",
+        "x-dead-letter-routing-key": "rk.x",
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
+        "x-delivery-limit": 7,
+    }
+    assert dict(rabbitmq.DISPATCH_QUEUE_ARGUMENTS) == {"x-queue-type": "quorum"}
+
+
+def test_broker_config_defaults_name_the_flowforge_topology() -> None:
+    config = BrokerConfig()
+    assert (config.exchange, config.queue, config.routing_key) == (
+        "flowforge",
+        "flowforge.tasks",
+        "flowforge.tasks",
+    )
+    assert (config.dead_letter_exchange, config.dead_letter_queue) == (
+        "flowforge.dlx",
+        "flowforge.tasks.dead",
+    )
+    assert (config.delivery_limit, config.heartbeat_seconds) == (20, 30)
+    assert config.url == "amqp://guest:guest@127.0.0.1:5672/%2F"
+
+
+def test_broker_config_from_env_reads_each_variable_and_defaults_the_rest() -> None:
+    config = BrokerConfig.from_env(
+        {
+            "FLOWFORGE_BROKER_URL": "amqps://u:p@rabbit.example:5671/prod",
+            "FLOWFORGE_DISPATCH_EXCHANGE": "ex",
+            "FLOWFORGE_DISPATCH_QUEUE": "q",
+            "FLOWFORGE_DISPATCH_ROUTING_KEY": "rk",
+            "FLOWFORGE_DEAD_LETTER_EXCHANGE": "dlx",
+            "FLOWFORGE_DEAD_LETTER_QUEUE": "dlq",
+        }
+    )
+    assert (
+        config.url,
+        config.exchange,
+        config.queue,
+        config.routing_key,
+        config.dead_letter_exchange,
+        config.dead_letter_queue,
+    ) == ("amqps://u:p@rabbit.example:5671/prod", "ex", "q", "rk", "dlx", "dlq")
+    assert BrokerConfig.from_env({}) == BrokerConfig()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://secret-user:hunter2@rabbit.example/", "'rabbit.example'"),
+        ("rabbit.example:5672", "'(none)'"),
+        ("amqp://secret-user:hunter2@/", "'(none)'"),
+    ],
+)
+def test_broker_config_rejects_a_url_that_is_not_amqp_with_a_host(url: str, shown: str) -> None:
+    with pytest.raises(errors.ConfigurationError) as caught:
+        BrokerConfig.from_env({"FLOWFORGE_BROKER_URL": url})
+    message = str(caught.value)
+    assert "FLOWFORGE_BROKER_URL" in message
+    assert f"host {shown}" in message
+    assert "amqp://" in message
+    assert "hunter2" not in message
+
+
+def test_broker_config_rejects_an_invalid_port_naming_the_variable() -> None:
+    with pytest.raises(errors.ConfigurationError, match="FLOWFORGE_BROKER_URL"):
+        BrokerConfig(url="amqp://rabbit.example:99999/")
+
+
+def test_broker_config_rejects_an_empty_name_naming_its_variable() -> None:
+    with pytest.raises(errors.ConfigurationError, match="FLOWFORGE_DISPATCH_QUEUE"):
+        BrokerConfig.from_env({"FLOWFORGE_DISPATCH_QUEUE": ""})
+
+
+def test_broker_config_does_not_show_the_password_in_its_repr() -> None:
+    assert "hunter2" not in repr(BrokerConfig(url="amqp://u:hunter2@rabbit.example/"))
+
+
+# --- against the broker ---------------------------------------------------------------
+
+
+@pytest.fixture
+def config() -> Iterator[BrokerConfig]:
+    """A topology of this test's own, deleted afterwards."""
+    servers.require_rabbitmq()
+    suffix = uuid.uuid4().hex[:12]
+    config = BrokerConfig(
+        url=servers.RABBITMQ_URL,
+        exchange=f"test.{suffix}",
+        queue=f"test.{suffix}.tasks",
+        routing_key=f"test.{suffix}.tasks",
+        dead_letter_exchange=f"test.{suffix}.dlx",
+        dead_letter_queue=f"test.{suffix}.tasks.dead",
+    )
+    yield config
+    connection = rabbitmq.connect(config, name="flowforge-test-cleanup")
+    try:
+        channel = connection.channel()
+        for queue in (config.queue, config.dead_letter_queue):
+            channel.queue_delete(queue)
+        for exchange in (config.exchange, config.dead_letter_exchange):
+            channel.exchange_delete(exchange)
+    finally:
+        connection.close()
+
+
+class Admin:
+    """A plain channel for looking at the broker behind the transport's back."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.connection = rabbitmq.connect(config, name="flowforge-test-admin")
+        self.channel = self.connection.channel()
+
+    def ready_count(self, queue: str) -> int:
+        declared = self.channel.queue_declare(queue, passive=True)
+        return int(declared.method.message_count or 0)
+
+    def take(self, queue: str) -> tuple[Any, bytes] | None:
+        """One message off ``queue`` (acked), as (properties, body), or None."""
+        method, properties, body = self.channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            return None
+        assert isinstance(body, bytes)
+        return properties, body
+
+    def close(self) -> None:
+        if self.connection.is_open:
+            self.connection.close()
+
+
+@pytest.fixture
+def admin(config: BrokerConfig) -> Iterator[Admin]:
+    admin = Admin(config)
+    yield admin
+    admin.close()
+
+
+@pytest.fixture
+def publisher(config: BrokerConfig) -> Iterator[rabbitmq.RabbitDispatchPublisher]:
+    publisher = rabbitmq.RabbitDispatchPublisher(config)
+    yield publisher
+    publisher.close()
+
+
+@pytest.fixture
+def consumers(config: BrokerConfig) -> Iterator[Callable[[], rabbitmq.RabbitDispatchConsumer]]:
+    """Makes consumers on the test's queue; closes them all afterwards."""
+    made: list[rabbitmq.RabbitDispatchConsumer] = []
+
+    def make() -> rabbitmq.RabbitDispatchConsumer:
+        consumer = rabbitmq.RabbitDispatchConsumer(config)
+        made.append(consumer)
+        return consumer
+
+    yield make
+    for consumer in made:
+        consumer.close()
+
+
+def test_the_rabbitmq_publisher_consumer_and_delivery_satisfy_the_transport_protocols(
+    publisher: rabbitmq.RabbitDispatchPublisher,
+    consumers: Callable[[], rabbitmq.RabbitDispatchConsumer],
+) -> None:
+    consumer = consumers()
+    publisher.publish([dispatch()])
+    assert isinstance(publisher, transport.DispatchPublisher)
+    assert isinstance(consumer, transport.DispatchConsumer)
+    assert isinstance(consumer.get(DEADLINE_S), transport.Delivery)
+
+
+def test_a_confirmed_dispatch_is_on_the_bound_queue_with_the_exact_payload(
+    config: BrokerConfig, publisher: rabbitmq.RabbitDispatchPublisher, admin: Admin
+) -> None:
+    message = dispatch("load", fencing_token=4)
+    publisher.publish([message])
+
+    taken = admin.take(config.queue)
+    assert taken is not None
+    properties, body = taken
+    assert body == message.encode()
+    assert decode_dispatch(body) == message
+    assert properties.delivery_mode == 2
+    assert properties.content_type == "application/json"
+    assert properties.message_id == str(message.dispatch_id)
+
+
+def test_a_batch_of_two_thousand_dispatches_is_confirmed_and_queued_in_order(
+    config: BrokerConfig, publisher: rabbitmq.RabbitDispatchPublisher, admin: Admin
+) -> None:
+    messages = [dispatch(f"task-{i}", fencing_token=i) for i in range(2000)]
+    publisher.publish(messages[:1000])
+    publisher.publish(messages[1000:])  # tags continue across batches on one channel
+
+    assert admin.ready_count(config.queue) == 2000
+    bodies = []
+    while (taken := admin.take(config.queue)) is not None:
+        bodies.append(taken[1])
+    assert bodies == [message.encode() for message in messages]
+
+
+def test_publishing_nothing_does_not_connect() -> None:
+    unreachable = BrokerConfig(url="amqp://guest:guest@127.0.0.1:1/%2F")
+    rabbitmq.RabbitDispatchPublisher(unreachable).publish([])
+
+
+def test_an_unroutable_publish_raises_unroutable_dispatch_error(
+    config: BrokerConfig, admin: Admin
+) -> None:
+    publisher = rabbitmq.RabbitDispatchPublisher(config, declare_queue=False)
+    message = dispatch()
+    try:
+        with pytest.raises(errors.UnroutableDispatchError) as caught:
+            publisher.publish([dispatch(), message])
+        assert str(message.dispatch_id) in str(caught.value)
+        assert config.exchange in str(caught.value)
+        # The channel survives: the next publish is reported the same way, not as an outage.
+        with pytest.raises(errors.UnroutableDispatchError):
+            publisher.publish([dispatch()])
+    finally:
+        publisher.close()
+
+
+def test_a_publish_the_broker_refuses_raises_publish_not_confirmed_error(
+    config: BrokerConfig, admin: Admin
+) -> None:
+    # A queue that takes nothing: the broker nacks every message routed to it.
+    admin.channel.exchange_declare(config.exchange, durable=True)
+    admin.channel.queue_declare(
+        config.queue, durable=True, arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
+    )
+    admin.channel.queue_bind(config.queue, config.exchange, routing_key=config.routing_key)
+    publisher = rabbitmq.RabbitDispatchPublisher(config, declare_queue=False)
+    try:
+        with pytest.raises(errors.PublishNotConfirmedError, match="nacked"):
+            publisher.publish([dispatch()])
+    finally:
+        publisher.close()
+
+
+def test_a_publish_to_a_closed_port_raises_broker_unavailable_naming_host_and_port() -> None:
+    unreachable = BrokerConfig(url="amqp://guest:guest@127.0.0.1:1/%2F")
+    publisher = rabbitmq.RabbitDispatchPublisher(unreachable)
+    with pytest.raises(errors.BrokerUnavailableError) as caught:
+        publisher.publish([dispatch()])
+    assert "127.0.0.1:1 " in str(caught.value)
+    assert isinstance(caught.value.__cause__, Exception)
+
+
+def test_a_consumer_on_a_closed_port_raises_broker_unavailable_naming_host_and_port() -> None:
+    unreachable = BrokerConfig(url="amqp://guest:guest@127.0.0.1:1/%2F")
+    with pytest.raises(errors.BrokerUnavailableError, match="127.0.0.1:1 "):
+        rabbitmq.RabbitDispatchConsumer(unreachable).get(QUIET_S)
+
+
+def test_wrong_credentials_raise_broker_unavailable_pointing_at_the_password(
+    config: BrokerConfig,
+) -> None:
+    wrong = config.model_copy(
+        update={"url": servers.RABBITMQ_URL.replace("guest:guest@", "guest:wrong@")}
+    )
+    with pytest.raises(errors.BrokerUnavailableError, match="password") as caught:
+        rabbitmq.connect(wrong)
+    assert "wrong" not in str(caught.value).replace("guest:wrong", "")
+
+
+def test_a_classic_queue_of_the_same_name_raises_queue_type_mismatch_with_the_migration(
+    config: BrokerConfig, admin: Admin
+) -> None:
+    admin.channel.queue_declare(config.queue, durable=True)  # classic, as an old release did
+    channel = admin.connection.channel()
+
+    with pytest.raises(errors.QueueTypeMismatchError) as caught:
+        rabbitmq.declare_dispatch_queue(channel, config)
+
+    message = str(caught.value)
+    assert "PRECONDITION_FAILED" in message
+    steps = [
+        "1. Stop the worker and the publisher",
+        "2. Wait for the queue to drain, or accept the loss of unacked dispatches",
+        "the outbox still holds every row that was not confirmed",
+        "recovered by the lease reaper",
+        f"3. Delete the queue: rabbitmqctl delete_queue {config.queue}",
+        "4. Start the worker. It redeclares the queue as a quorum queue",
+        "5. Start the publisher",
+    ]
+    for step in steps:
+        assert step in message
+
+
+def test_the_worker_does_not_retry_a_queue_type_mismatch(
+    config: BrokerConfig,
+    admin: Admin,
+    consumers: Callable[[], rabbitmq.RabbitDispatchConsumer],
+) -> None:
+    admin.channel.queue_declare(config.queue, durable=True)
+    consumer = consumers()
+    for _ in range(2):
+        with pytest.raises(errors.QueueTypeMismatchError, match=config.queue):
+            consumer.get(QUIET_S)
+
+
+def queue_types() -> dict[str, str]:
+    listed = json.loads(rabbitmqctl("list_queues", "-q", "name", "type", "--formatter", "json"))
+    return {queue["name"]: queue["type"] for queue in listed}
+
+
+def test_the_declared_dispatch_and_dead_letter_queues_are_quorum_queues(
+    config: BrokerConfig, admin: Admin
+) -> None:
+    rabbitmq.declare_dispatch_queue(admin.channel, config)
+    rabbitmq.declare_dispatch_queue(admin.channel, config)  # idempotent
+
+    types = queue_types()
+    assert types[config.queue] == "quorum"
+    assert types[config.dead_letter_queue] == "quorum"
+
+
+def test_a_consumer_holds_at_most_one_unacked_delivery(
+    publisher: rabbitmq.RabbitDispatchPublisher,
+    consumers: Callable[[], rabbitmq.RabbitDispatchConsumer],
+) -> None:
+    first_consumer, second_consumer = consumers(), consumers()
+    first_consumer.get(NO_WAIT := 0.0)  # starts consuming before anything is published
+    second_consumer.get(NO_WAIT)
+    messages = [dispatch(f"task-{i}") for i in range(3)]
+    publisher.publish(messages)
+
+    held = first_consumer.get(DEADLINE_S)
+    assert held is not None
+    assert first_consumer.get(QUIET_S) is None
+
+    others = []
+    for _ in range(2):
+        delivery = second_consumer.get(DEADLINE_S)
+        assert delivery is not None
+        others.append(delivery.body)
+        delivery.ack()
+    assert sorted([held.body, *others]) == sorted(m.encode() for m in messages)
+    held.ack()
+
+
+def test_a_requeued_delivery_is_redelivered_with_redelivered_set(
+    publisher: rabbitmq.RabbitDispatchPublisher,
+    consumers: Callable[[], rabbitmq.RabbitDispatchConsumer],
+) -> None:
+    consumer = consumers()
+    message = dispatch()
+    publisher.publish([message])
+    first = consumer.get(DEADLINE_S)
+    assert first is not None
+    assert first.redelivered is False
+
+    first.requeue()
+    again = consumer.get(DEADLINE_S)
+    assert again is not None
+    assert again.body == message.encode()
+    assert again.redelivered is True
+    again.ack()
+
+
+def test_an_unacked_delivery_is_redelivered_after_its_consumer_closes(
+    publisher: rabbitmq.RabbitDispatchPublisher,
+    consumers: Callable[[], rabbitmq.RabbitDispatchConsumer],
+) -> None:
+    crashed = consumers()
+    message = dispatch()
+    publisher.publish([message])
+    held = crashed.get(DEADLINE_S)
+    assert held is not None
+    crashed.close()
+
+    with pytest.raises(errors.BrokerUnavailableError, match="deliver the message again"):
+        held.ack()
+    again = consumers().get(DEADLINE_S)
+    assert again is not None
+    assert again.body == message.encode()
+    assert again.redelivered is True
+    again.ack()
+
+
+def test_settling_a_delivery_twice_raises(
+    publisher: rabbitmq.RabbitDispatchPublisher,
+    consumers: Callable[[], rabbitmq.RabbitDispatchConsumer],
+) -> None:
+    consumer = consumers()
+    publisher.publish([dispatch()])
+    delivery = consumer.get(DEADLINE_S)
+    assert delivery is not None
+    delivery.ack()
+    with pytest.raises(RuntimeError, match="already settled"):
+        delivery.requeue()
+
+
+def dead_letter(admin: Admin) -> tuple[Any, bytes]:
+    result: tuple[Any, bytes] = poll(
+        lambda: admin.take(admin.config.dead_letter_queue), "a message on the dead-letter queue"
+    )
+    return result
+
+
+def test_a_dead_lettered_delivery_lands_on_the_dead_letter_queue_intact(
+    config: BrokerConfig,
+    publisher: rabbitmq.RabbitDispatchPublisher,
+    consumers: Callable[[], rabbitmq.RabbitDispatchConsumer],
+    admin: Admin,
+) -> None:
+    consumer = consumers()
+    message = dispatch()
+    publisher.publish([message])
+    delivery = consumer.get(DEADLINE_S)
+    assert delivery is not None
+
+    delivery.dead_letter()
+
+    properties, body = dead_letter(admin)
+    assert body == message.encode()
+    assert properties.headers["x-first-death-reason"] == "rejected"
+    assert properties.message_id == str(message.dispatch_id)
+    assert consumer.get(QUIET_S) is None
+    assert admin.ready_count(config.queue) == 0
+
+
+def test_a_message_that_keeps_killing_its_consumer_is_dead_lettered_at_the_delivery_limit(
+    config: BrokerConfig, admin: Admin
+) -> None:
+    limited = config.model_copy(update={"delivery_limit": 2})
+    publisher = rabbitmq.RabbitDispatchPublisher(limited)
+    message = dispatch()
+    try:
+        publisher.publish([message])
+    finally:
+        publisher.close()
+
+    deliveries = 0
+    while True:
+        consumer = rabbitmq.RabbitDispatchConsumer(limited)
+        try:
+            if consumer.get(QUIET_S if deliveries > limited.delivery_limit else DEADLINE_S):
+                deliveries += 1
+            else:
+                break
+        finally:
+            consumer.close()  # the worker "crashes" holding the message
+        assert deliveries <= limited.delivery_limit + 1, "the poison message loops forever"
+
+    assert deliveries == limited.delivery_limit + 1
+    properties, body = dead_letter(admin)
+    assert body == message.encode()
+    assert properties.headers["x-first-death-reason"] == "delivery_limit"
+
+
+def test_a_consumer_recovers_when_its_queue_is_deleted_under_it(
+    config: BrokerConfig,
+    publisher: rabbitmq.RabbitDispatchPublisher,
+    consumers: Callable[[], rabbitmq.RabbitDispatchConsumer],
+    admin: Admin,
+) -> None:
+    consumer = consumers()
+    assert consumer.get(NO_WAIT := 0.0) is None
+    admin.channel.queue_delete(config.queue)  # step 3 of the migration, worker still up
+
+    with pytest.raises(errors.BrokerUnavailableError, match="cancelled the consumer"):
+        consumer.get(DEADLINE_S)
+    assert consumer.get(NO_WAIT) is None  # reconnects and declares the queue again
+    message = dispatch()
+    publisher.publish([message])
+    delivery = consumer.get(DEADLINE_S)
+    assert delivery is not None
+    assert delivery.body == message.encode()
+    delivery.ack()
+
+
+def test_a_publisher_whose_connection_died_while_idle_reconnects_and_publishes(
+    config: BrokerConfig, publisher: rabbitmq.RabbitDispatchPublisher, admin: Admin
+) -> None:
+    publisher.publish([dispatch()])
+    assert publisher._connection is not None
+    publisher._connection.close()  # as a missed heartbeat would, behind the publisher's back
+
+    publisher.publish([dispatch()])
+    assert admin.ready_count(config.queue) == 2
+
+
+def test_pump_services_the_connection_while_a_delivery_is_held(
+    publisher: rabbitmq.RabbitDispatchPublisher,
+    consumers: Callable[[], rabbitmq.RabbitDispatchConsumer],
+) -> None:
+    consumer = consumers()
+    publisher.publish([dispatch()])
+    delivery = consumer.get(DEADLINE_S)
+    assert delivery is not None
+    started = time.monotonic()
+    consumer.pump(0.2)
+    assert time.monotonic() - started >= 0.2
+    delivery.ack()
+
+
+@pytest.mark.serial
+def test_the_publisher_fails_while_the_broker_is_down_and_publishes_once_it_is_back(
+    config: BrokerConfig,
+    publisher: rabbitmq.RabbitDispatchPublisher,
+    consumers: Callable[[], rabbitmq.RabbitDispatchConsumer],
+) -> None:
+    consumer = consumers()
+    before = dispatch("before")
+    publisher.publish([before])
+    try:
+        rabbitmqctl("stop_app")
+
+        with pytest.raises(errors.BrokerUnavailableError) as caught:
+            publisher.publish([dispatch("during")])
+        assert f"{servers.RABBITMQ_HOST}:{servers.RABBITMQ_PORT}" in str(caught.value)
+        with pytest.raises(errors.BrokerUnavailableError):
+            consumer.get(QUIET_S)
+    finally:
+        rabbitmqctl("start_app")
+        rabbitmqctl("await_startup")
+
+    after = dispatch("after")
+    poll(lambda: _published(publisher, after), "the publisher to publish after the restart")
+    bodies = set()
+    while (delivery := consumer.get(DEADLINE_S if len(bodies) < 2 else QUIET_S)) is not None:
+        bodies.add(delivery.body)
+        delivery.ack()
+    assert bodies == {before.encode(), after.encode()}
+
+
+def _published(publisher: rabbitmq.RabbitDispatchPublisher, message: DispatchMessage) -> bool:
+    try:
+        publisher.publish([message])
+    except errors.BrokerUnavailableError:
+        return False
+    return True

@@ -1,0 +1,229 @@
+"""The worker's handling of one message, on both backends, with the in-process channel.
+
+The channel has the broker's semantics (prefetch 1, ack/requeue/dead-letter); the real
+RabbitMQ path is covered by tests/e2e/test_faults.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from flowforge.app.dispatch import message_for
+from flowforge.app.service import FlowForge
+from flowforge.processes.registry import TaskContext, TaskRegistry
+from flowforge.processes.transport import InMemoryDispatchChannel
+from flowforge.processes.worker import Worker
+
+ONE = {"name": "one", "retry": {"max_attempts": 1}, "tasks": [{"key": "only", "type": "work"}]}
+PAIR = {
+    "name": "pair",
+    "tasks": [
+        {"key": "up", "type": "work"},
+        {"key": "down", "type": "work", "depends_on": ["up"]},
+    ],
+}
+
+
+class Recorder:
+    """Handlers that count their calls, outside the engine."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.contexts: list[TaskContext] = []
+        self.registry = TaskRegistry()
+        self.behaviour: dict[str, Any] = {}
+        self.registry.task("work")(self.work)
+
+    def work(self, ctx: TaskContext) -> Any:
+        self.calls[ctx.task_key] += 1
+        self.contexts.append(ctx)
+        behaviour = self.behaviour.get(ctx.task_key)
+        if callable(behaviour):
+            return behaviour(ctx)
+        return behaviour if behaviour is not None else {"done": ctx.task_key}
+
+
+@pytest.fixture
+def channel() -> InMemoryDispatchChannel:
+    return InMemoryDispatchChannel()
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def worker(app: FlowForge, channel: InMemoryDispatchChannel, recorder: Recorder) -> Worker:
+    return Worker(app, channel.consumer, registry=recorder.registry, worker_id="w-test")
+
+
+def deliver_one(app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker) -> str:
+    """Publish what the outbox holds, then let the worker handle exactly one message."""
+    app.publish_pending_dispatches(channel.publisher())
+    consumer = channel.consumer()
+    delivery = consumer.get(1.0)
+    assert delivery is not None, "no message on the channel"
+    try:
+        return worker.handle(delivery, consumer)
+    finally:
+        consumer.close()
+
+
+def only_task(app: FlowForge, run_id: UUID, key: str = "only") -> Any:
+    return next(t for t in app.task_runs(run_id) if t.task_key == key)
+
+
+def test_a_dispatch_is_claimed_run_finished_and_then_acked(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    run_id = app.start_workflow_run(ONE, {"greeting": "hi"})
+    assert deliver_one(app, channel, worker) == "succeed"
+    task = only_task(app, run_id)
+    assert task.state == "succeeded"
+    assert task.result == {"done": "only"}
+    assert recorder.calls == {"only": 1}
+    assert channel.ready_count == 0
+    assert channel.unsettled_count == 0
+    ctx = recorder.contexts[0]
+    assert ctx.inputs == {"greeting": "hi"}
+    assert (ctx.attempt, ctx.fencing_token, ctx.worker_id) == (1, 1, "w-test")
+    transitions = [e.transition for e in app.history(task.id)]
+    assert transitions == ["create", "claim", "succeed"]
+
+
+def test_a_duplicate_dispatch_is_acked_without_running_the_handler_again(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    run_id = app.start_workflow_run(ONE)
+    row = app.dispatches_of(only_task(app, run_id).id)[0]
+    duplicate = message_for(row)
+    channel.publisher().publish([duplicate, duplicate])
+    consumer = channel.consumer()
+    outcomes = []
+    while (delivery := consumer.get(0.1)) is not None:
+        outcomes.append(worker.handle(delivery, consumer))
+    assert outcomes == ["succeed", "skipped"]
+    assert recorder.calls == {"only": 1}
+    assert channel.ready_count == 0
+    assert channel.unsettled_count == 0
+
+
+def test_the_handler_context_carries_upstream_results_and_a_stable_idempotency_key(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    recorder.behaviour["up"] = {"value": 41}
+    run_id = app.start_workflow_run(PAIR)
+    deliver_one(app, channel, worker)
+    app.advance_workflow_run(run_id)
+    deliver_one(app, channel, worker)
+    down = recorder.contexts[-1]
+    assert down.task_key == "down"
+    assert down.upstream == {"up": {"value": 41}}
+    assert down.idempotency_key == f"flowforge:{down.task_run_id}"
+
+
+def test_a_handler_exception_fails_the_task_with_type_message_and_traceback(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    def explode(ctx: TaskContext) -> None:
+        raise ValueError("bad input row 7")
+
+    recorder.behaviour["only"] = explode
+    run_id = app.start_workflow_run(ONE)
+    assert deliver_one(app, channel, worker) == "fail"
+    task = only_task(app, run_id)
+    assert task.state == "failed"
+    assert task.error["type"] == "ValueError"
+    assert task.error["message"] == "bad input row 7"
+    assert "explode" in task.error["traceback"]
+    assert channel.unsettled_count == 0
+
+
+def test_a_result_that_is_not_json_fails_the_task_with_a_clear_error(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    recorder.behaviour["only"] = lambda ctx: {"when": threading.Lock()}
+    run_id = app.start_workflow_run(ONE)
+    assert deliver_one(app, channel, worker) == "fail"
+    error = only_task(app, run_id).error
+    assert error["type"] == "TypeError"
+    assert "not JSON-serialisable" in error["message"]
+
+
+def test_an_unknown_task_type_fails_the_task_without_loading_anything(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    definition = {
+        "name": "odd",
+        "retry": {"max_attempts": 1},
+        "tasks": [{"key": "only", "type": "os_system"}],
+    }
+    run_id = app.start_workflow_run(definition)
+    assert deliver_one(app, channel, worker) == "fail"
+    error = only_task(app, run_id).error
+    assert error["type"] == "UnknownTaskTypeError"
+    assert "'os_system'" in error["message"]
+    assert "registered: work" in error["message"]
+    assert recorder.calls == {}
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"not json at all", "JSON"),
+        (json.dumps({"schema_version": 1}).encode(), "dispatch_id"),
+        (json.dumps({"schema_version": 99, "dispatch_id": "x"}).encode(), "99"),
+    ],
+)
+def test_a_malformed_message_is_dead_lettered_and_the_worker_keeps_consuming(
+    app: FlowForge,
+    channel: InMemoryDispatchChannel,
+    worker: Worker,
+    recorder: Recorder,
+    body: bytes,
+    reason: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run_id = app.start_workflow_run(ONE)
+    channel._append([body])  # a poison message ahead of the real one
+    app.publish_pending_dispatches(channel.publisher())
+    consumer = channel.consumer()
+    outcomes = []
+    while (delivery := consumer.get(0.1)) is not None:
+        outcomes.append(worker.handle(delivery, consumer))
+    assert outcomes == ["dead_lettered", "succeed"]
+    assert channel.dead_letters == [body]
+    assert only_task(app, run_id).state == "succeeded"
+    assert any(reason in r.getMessage() + str(getattr(r, "reason", "")) for r in caplog.records)
+
+
+def test_a_stopped_worker_finishes_its_in_flight_message_then_exits(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def slow(ctx: TaskContext) -> str:
+        started.set()
+        release.wait(10)
+        return "finished"
+
+    recorder.behaviour["only"] = slow
+    run_id = app.start_workflow_run(ONE)
+    app.publish_pending_dispatches(channel.publisher())
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    assert started.wait(10)
+    worker.stop.set("test")  # as SIGTERM would, while the handler runs
+    release.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert only_task(app, run_id).result == "finished"
+    assert channel.unsettled_count == 0
+    assert channel.ready_count == 0
