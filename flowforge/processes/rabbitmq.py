@@ -55,7 +55,7 @@ DISPATCH_QUEUE_ARGUMENTS: Final[Mapping[str, object]] = MappingProxyType(
 #: (a missed heartbeat between sweeps) is only discovered by using it, and failing the
 #: sweep for that would turn every idle period into an error. A fresh connection that
 #: fails is not retried here; the publisher loop backs off with :func:`backoff_delay`.
-MAX_PUBLISH_ATTEMPTS: Final = 2
+MAX_PUBLISH_ATTEMPTS: Final = 1
 #: :func:`backoff_delay`: the first delay's ceiling, doubled per attempt, up to the cap.
 RECONNECT_BACKOFF_BASE_S: Final = 0.5
 RECONNECT_BACKOFF_CAP_S: Final = 30.0

@@ -769,37 +769,37 @@ CONSTRAINT_VIOLATIONS = [
         "UPDATE task_runs SET state = 'running' WHERE id = %(id)s",
         "taskrun_lease_iff_running",
         "CHECK constraint failed: taskrun_lease_iff_running",
-        id="a running row without a lease",
+        id="running_row_without_lease",
     ),
     pytest.param(
         "UPDATE task_runs SET lease_expires_at = created_at WHERE id = %(id)s",
         "taskrun_lease_iff_running",
         "CHECK constraint failed: taskrun_lease_iff_running",
-        id="a ready row with a lease",
+        id="ready_row_with_lease",
     ),
     pytest.param(
         "UPDATE task_runs SET fencing_token = -1 WHERE id = %(id)s",
         "task_runs_fencing_token_non_negative",
         "CHECK constraint failed: task_runs_fencing_token_non_negative",
-        id="a negative fencing token",
+        id="negative_fencing_token",
     ),
     pytest.param(
         "UPDATE task_runs SET attempt = 0 WHERE id = %(id)s",
         "task_runs_attempt_positive",
         "CHECK constraint failed: task_runs_attempt_positive",
-        id="attempt zero",
+        id="attempt_zero",
     ),
     pytest.param(
         "UPDATE task_runs SET state = 'paused' WHERE id = %(id)s",
         "task_runs_state_enum",
         "CHECK constraint failed: task_runs_state_enum",
-        id="a state outside the enum",
+        id="state_outside_enum",
     ),
     pytest.param(
         COPY_TASK_RUN,
         "task_runs_workflow_run_task_key_unique",
         "UNIQUE constraint failed: task_runs.workflow_run_id, task_runs.task_key",
-        id="a second row for the same run and task key",
+        id="duplicate_run_and_task_key",
     ),
 ]
 

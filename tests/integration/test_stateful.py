@@ -156,13 +156,25 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
         assert won == expected, f"service {'won' if won else 'lost'}, the model did not"
         self.task_models[task_id].record()
 
-    def pick(self, data: st.DataObject, *states: TaskRunState) -> UUID:
-        """A task run, most often one in ``states`` (where the command can win)."""
+    def pick(
+        self, data: st.DataObject, *states: TaskRunState, due: datetime | None = None
+    ) -> UUID:
+        """A task run, most often one in ``states`` (where the command can win), and
+        with ``due``, one whose lease expired or whose retry is due by then."""
         everyone = list(self.task_models)  # creation order: replays draw the same task
-        likely = [t for t in everyone if self.model(t).state in states]
+        likely = [
+            t
+            for t in everyone
+            if self.model(t).state in states and (due is None or self.is_due(t, due))
+        ]
         if likely and data.draw(st.integers(0, 4), label="likely"):
             return data.draw(st.sampled_from(likely), label="task")
         return data.draw(st.sampled_from(everyone), label="task")
+
+    def is_due(self, task: UUID, now: datetime) -> bool:
+        model = self.model(task)
+        moment = model.lease_expires_at or model.retry_due_at
+        return moment is None or moment <= now
 
     def token(self, task: UUID, which: str) -> int:
         current = self.model(task).fencing_token
@@ -305,8 +317,8 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def reclaim(self, data: st.DataObject) -> None:
-        task = self.pick(data, TaskRunState.RUNNING)
         before = self.db_now()
+        task = self.pick(data, TaskRunState.RUNNING, due=before)
         won = self.app.reclaim_task_run(task)
         self.judge(task, won, before, lambda at: self.model(task).reclaim(at=at))
 
@@ -337,8 +349,8 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
 
     @rule(data=st.data(), by_name=st.booleans())
     def retry_ready(self, data: st.DataObject, by_name: bool) -> None:
-        task = self.pick(data, TaskRunState.RETRYING)
         before = self.db_now()
+        task = self.pick(data, TaskRunState.RETRYING, due=before)
         if by_name:
             won = self.app.transition_task_run(task, "retry_ready", actor="scheduler")
         else:

@@ -1,0 +1,490 @@
+"""The application service on PostgreSQL, driven by random commands, against a pure model.
+
+The model is the aggregates themselves: a ``TaskRun`` (and ``WorkflowRun``) per row,
+given the same command with the same database clock. After a command the service won,
+the row's ``updated_at`` is the clock the model uses (the conditional write set it to the
+transaction's ``now()``); after one it lost, the model uses the database's ``now()`` read
+just before the command, which is no later than the losing write's clock, so every
+condition that only gets truer with time (an expired lease, a due retry) is judged
+fairly. After every step, every row must equal its model's snapshot, the log must hold
+exactly the model's events, the aggregate reconstituted from the log must equal the row,
+and the outbox must hold one dispatch per move into ``ready``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+from uuid import UUID, uuid4
+
+import psycopg
+import pytest
+from eventsourcing.domain import DomainEventProtocol
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from flowforge import errors
+from flowforge.aggregates import task_run, workflow_run
+from flowforge.aggregates.definition import load_definition
+from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
+from flowforge.aggregates.states import TaskRunState
+from flowforge.aggregates.task_run import TaskRun
+from flowforge.aggregates.workflow_run import WorkflowRun
+from flowforge.app.service import FlowForge
+from tests.conftest import empty_postgres
+
+pytestmark = pytest.mark.postgres
+
+#: A lease that has expired by the next step, and one that never expires in a test.
+TINY, LONG = 0.001, 3600.0
+LEASES = st.sampled_from([TINY, LONG])
+#: A retry that is due at once, almost at once, or not within the test.
+RETRY_DELAYS = st.sampled_from([0.0, TINY, LONG])
+WORKERS = st.sampled_from(["w1", "w2", "w3"])
+#: The fixed small DAG: each task may depend on the ones before it.
+KEYS = ("a", "b", "c")
+#: Names that are no edge of the TaskRun machine at all.
+NOT_EDGES = ("bogus", "start", "cancel", "", "SUCCEED", "renew_lease", "reap")
+#: Edges ``transition_task_run`` refuses, and the error it refuses them with.
+REFUSED_EDGES: dict[str, type[Exception]] = {
+    "succeed": errors.LeaseRequiredError,
+    "fail": errors.LeaseRequiredError,
+    "cancel_running": errors.LeaseRequiredError,
+    "reap_lease": errors.ReaperOnlyTransitionError,
+}
+MOVES = ("dependencies_satisfied", "cancel_pending", "cancel_ready")
+RESULTS = st.one_of(
+    st.none(),
+    st.integers(-(2**40), 2**40),
+    st.text("xyz \u00e9\u2603", max_size=4),
+    st.booleans(),
+    st.lists(st.integers(0, 9), max_size=3),
+    st.fixed_dictionaries({"rows": st.integers(0, 9), "path": st.text("ab/", max_size=3)}),
+)
+ERRORS = st.one_of(
+    st.none(),  # refused by fail: an error must carry type and message
+    st.fixed_dictionaries({"type": st.just("ValueError"), "message": st.text("ab ", max_size=4)}),
+    st.fixed_dictionaries(
+        {"type": st.just("KeyError"), "message": st.just("k"), "traceback": st.just("tb")}
+    ),
+)
+ACTORS = st.sampled_from([None, "w1", "ops"])
+#: Mostly the token of the current claim; sometimes an older or a never-issued one.
+TOKENS = st.sampled_from(["current", "current", "stale", "future"])
+REFUSALS = ("transition", "finish", "run_transition", "arguments", "missing_row")
+
+SETTINGS = settings(
+    max_examples=25,
+    stateful_step_count=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def definition(keys: list[str], deps: dict[str, list[str]], max_attempts: int) -> dict[str, Any]:
+    return {
+        "name": "wf",
+        "tasks": [{"key": k, "type": f"t_{k}", "depends_on": deps[k]} for k in keys],
+        "retry": {"max_attempts": max_attempts, "backoff_seconds": 0.0, "jitter": 0.0},
+    }
+
+
+def normalised_error(error: dict[str, str]) -> dict[str, str]:
+    """What ``finish_task_run`` documents it stores for ``error``."""
+    return {"traceback": "", **error}
+
+
+class TaskModel:
+    """One task run's model aggregate, its expected events and its expected dispatches."""
+
+    def __init__(self, aggregate: TaskRun, created: DomainEventProtocol[UUID]) -> None:
+        self.aggregate = aggregate
+        self.events: list[DomainEventProtocol[UUID]] = [created]
+        ready = aggregate.state is TaskRunState.READY
+        #: The fencing token of each outbox row, in order.
+        self.dispatches: list[int] = [0] if ready else []
+
+    def record(self) -> None:
+        """Move the aggregate's new events to the expected log, and the expected outbox."""
+        for event in self.aggregate.collect_events():
+            assert isinstance(event, TaskRun.Transitioned)
+            if event.state == TaskRunState.READY and event.source != TaskRunState.READY:
+                self.dispatches.append(event.fencing_token)
+            self.events.append(event)
+
+
+class ServiceAgainstAggregates(RuleBasedStateMachine):
+    """Each rule runs one command on the service and the same command on the model."""
+
+    #: Set by the test before the machine runs (one app for every example).
+    app: ClassVar[FlowForge]
+    url: ClassVar[str]
+    clock: ClassVar[psycopg.Connection[Any]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        empty_postgres(self.url)
+        self.task_models: dict[UUID, TaskModel] = {}
+        self.run_models: dict[UUID, tuple[WorkflowRun, list[DomainEventProtocol[UUID]]]] = {}
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def db_now(self) -> datetime:
+        row = self.clock.execute("SELECT now()").fetchone()
+        assert row is not None
+        value: datetime = row[0]
+        return value
+
+    def model(self, task_id: UUID) -> TaskRun:
+        return self.task_models[task_id].aggregate
+
+    def judge(
+        self, task_id: UUID, won: bool, before: datetime, command: Callable[..., bool]
+    ) -> None:
+        """Give the model the same command at the clock the service's write saw."""
+        at = self.app.get_task_run(task_id).updated_at if won else before
+        expected = command(at)
+        STATS[(command.__code__.co_firstlineno, won)] = STATS.get((command.__code__.co_firstlineno, won), 0) + 1
+        assert won == expected, f"service {'won' if won else 'lost'}, the model did not"
+        self.task_models[task_id].record()
+
+    def pick(
+        self, data: st.DataObject, *states: TaskRunState, due: datetime | None = None
+    ) -> UUID:
+        """A task run, most often one in ``states`` (where the command can win), and
+        with ``due``, one whose lease expired or whose retry is due by then."""
+        everyone = list(self.task_models)  # creation order: replays draw the same task
+        likely = [
+            t
+            for t in everyone
+            if self.model(t).state in states and (due is None or self.is_due(t, due))
+        ]
+        if likely and data.draw(st.integers(0, 4), label="likely"):
+            return data.draw(st.sampled_from(likely), label="task")
+        return data.draw(st.sampled_from(everyone), label="task")
+
+    def is_due(self, task: UUID, now: datetime) -> bool:
+        model = self.model(task)
+        moment = model.lease_expires_at or model.retry_due_at
+        return moment is None or moment <= now
+
+    def token(self, task: UUID, which: str) -> int:
+        current = self.model(task).fencing_token
+        return {"current": current, "stale": current - 1, "future": current + 1}[which]
+
+    # --- commands -------------------------------------------------------------------
+
+    @initialize(data=st.data())
+    def first_run(self, data: st.DataObject) -> None:
+        self.start_run(data)
+
+    @precondition(lambda self: len(self.run_models) < 3)
+    @rule(data=st.data())
+    def start_run(self, data: st.DataObject) -> None:
+        count = data.draw(st.integers(1, 3), label="tasks")
+        keys = list(KEYS[:count])
+        deps = {
+            k: data.draw(st.lists(st.sampled_from(keys[:i]), unique=True), label=f"deps_{k}")
+            if i
+            else []
+            for i, k in enumerate(keys)
+        }
+        max_attempts = data.draw(st.integers(1, 3), label="max_attempts")
+        spec = definition(keys, deps, max_attempts)
+        run_id = self.app.start_workflow_run(spec, {"n": 1}, actor="user")
+
+        run_row = self.app.get_workflow_run(run_id)
+        run_created = workflow_run.created_event(
+            run_id,
+            at=run_row.created_at,
+            workflow_name="wf",
+            definition=load_definition(spec).to_dict(),
+            inputs={"n": 1},
+            idempotency_key=None,
+            actor="user",
+        )
+        run_model = run_created.mutate(None)
+        assert isinstance(run_model, WorkflowRun)
+        self.run_models[run_id] = (run_model, [run_created])
+
+        rows = {row.task_key: row for row in self.app.task_runs(run_id)}
+        assert sorted(rows) == keys
+        for key in keys:
+            row = rows[key]
+            created = task_run.created_event(
+                row.id,
+                at=row.created_at,
+                workflow_run_id=run_id,
+                task_key=key,
+                task_type=f"t_{key}",
+                depends_on=deps[key],
+                max_attempts=max_attempts,
+                state=TaskRunState.PENDING if deps[key] else TaskRunState.READY,
+                actor="user",
+            )
+            aggregate = created.mutate(None)
+            assert isinstance(aggregate, TaskRun)
+            self.task_models[row.id] = TaskModel(aggregate, created)
+
+    @rule(data=st.data(), worker=WORKERS, lease=LEASES, by_name=st.booleans())
+    def claim(self, data: st.DataObject, worker: str, lease: float, by_name: bool) -> None:
+        task = self.pick(data, TaskRunState.READY)
+        before = self.db_now()
+        claim = None
+        if by_name:
+            won = self.app.transition_task_run(
+                task, "claim", worker_id=worker, lease_seconds=lease
+            )
+        else:
+            claim = self.app.claim_task_run(task, worker, lease)
+            won = claim is not None
+        self.judge(
+            task,
+            won,
+            before,
+            lambda at: self.model(task).claim(worker, timedelta(seconds=lease), at=at),
+        )
+        if claim is not None:
+            model = self.model(task)
+            assert claim.task_run_id == task
+            assert claim.fencing_token == model.fencing_token
+            assert claim.attempt == model.attempt
+            assert claim.lease_expires_at == model.lease_expires_at
+
+    @rule(
+        data=st.data(),
+        outcome=st.sampled_from(["succeed", "fail", "cancel_running"]),
+        token=TOKENS,
+        result=RESULTS,
+        error=ERRORS,
+        actor=ACTORS,
+    )
+    def finish(
+        self,
+        data: st.DataObject,
+        outcome: str,
+        token: str,
+        result: Any,
+        error: dict[str, str] | None,
+        actor: str | None,
+    ) -> None:
+        task = self.pick(data, TaskRunState.RUNNING)
+        fencing_token = self.token(task, token)
+        if outcome == "fail" and error is None:
+            with pytest.raises(ValueError, match="type"):
+                self.app.finish_task_run(task, fencing_token, outcome, result, error, actor=actor)
+            return
+        before = self.db_now()
+        won = self.app.finish_task_run(task, fencing_token, outcome, result, error, actor=actor)
+        self.judge(
+            task,
+            won,
+            before,
+            lambda at: self.model(task).finish(
+                outcome,
+                fencing_token,
+                at=at,
+                actor=actor or "worker",
+                result=result,
+                error=normalised_error(error) if error is not None else None,
+            ),
+        )
+
+    @rule(data=st.data(), token=TOKENS, lease=LEASES, actor=ACTORS)
+    def renew_lease(
+        self, data: st.DataObject, token: str, lease: float, actor: str | None
+    ) -> None:
+        task = self.pick(data, TaskRunState.RUNNING)
+        fencing_token = self.token(task, token)
+        before = self.db_now()
+        won = self.app.renew_lease(task, fencing_token, lease, actor=actor)
+        self.judge(
+            task,
+            won,
+            before,
+            lambda at: self.model(task).renew_lease(
+                fencing_token, timedelta(seconds=lease), at=at, actor=actor or "worker"
+            ),
+        )
+
+    @rule(data=st.data())
+    def reclaim(self, data: st.DataObject) -> None:
+        before = self.db_now()
+        task = self.pick(data, TaskRunState.RUNNING, due=before)
+        won = self.app.reclaim_task_run(task)
+        self.judge(task, won, before, lambda at: self.model(task).reclaim(at=at))
+
+    @rule()
+    def reap_expired_leases(self) -> None:
+        before = self.db_now()
+        reaped = self.app.reap_expired_leases()
+        assert len(reaped) == len(set(reaped))
+        assert set(reaped) <= set(self.task_models)
+        for task in self.task_models:
+            self.judge(
+                task, task in reaped, before, lambda at, t=task: self.model(t).reclaim(at=at)
+            )
+
+    @rule(data=st.data(), delay=RETRY_DELAYS, actor=st.sampled_from(["scheduler", "ops"]))
+    def schedule_retry(self, data: st.DataObject, delay: float, actor: str) -> None:
+        task = self.pick(data, TaskRunState.FAILED)
+        before = self.db_now()
+        won = self.app.schedule_retry(task, delay, actor=actor)
+        self.judge(
+            task,
+            won,
+            before,
+            lambda at: self.model(task).schedule_retry(
+                delay=timedelta(seconds=delay), at=at, actor=actor
+            ),
+        )
+
+    @rule(data=st.data(), by_name=st.booleans())
+    def retry_ready(self, data: st.DataObject, by_name: bool) -> None:
+        before = self.db_now()
+        task = self.pick(data, TaskRunState.RETRYING, due=before)
+        if by_name:
+            won = self.app.transition_task_run(task, "retry_ready", actor="scheduler")
+        else:
+            won = self.app.retry_ready(task)
+        self.judge(
+            task,
+            won,
+            before,
+            lambda at: self.model(task).transition("retry_ready", at=at, actor="scheduler"),
+        )
+
+    @rule(data=st.data(), name=st.sampled_from([*MOVES, "schedule_retry"]), actor=ACTORS)
+    def transition(self, data: st.DataObject, name: str, actor: str | None) -> None:
+        source = TASK_RUN_MACHINE.get(name).source
+        assert isinstance(source, TaskRunState)
+        task = self.pick(data, source)
+        before = self.db_now()
+        won = self.app.transition_task_run(task, name, actor=actor or "user")
+        self.judge(
+            task,
+            won,
+            before,
+            lambda at: self.model(task).transition(name, at=at, actor=actor or "user"),
+        )
+
+    @rule(data=st.data(), name=st.sampled_from([t.name for t in WORKFLOW_RUN_MACHINE]))
+    def transition_workflow_run(self, data: st.DataObject, name: str) -> None:
+        run = data.draw(st.sampled_from(list(self.run_models)), label="run")
+        model, events = self.run_models[run]
+        before = self.db_now()
+        won = self.app.transition_workflow_run(run, name, actor="ops")
+        at = self.app.get_workflow_run(run).updated_at if won else before
+        assert won == model.transition(name, at=at, actor="ops")
+        events.extend(model.collect_events())
+
+    @rule(data=st.data(), kind=st.sampled_from(REFUSALS))
+    def refused(self, data: st.DataObject, kind: str) -> None:
+        """What must raise before any SQL (the invariants then check that the rows and
+        the log did not change), and what on a missing row is a lost race instead."""
+        task = self.pick(data)
+        model = self.model(task)
+        token = model.fencing_token
+        if kind == "transition":
+            name = data.draw(st.sampled_from([*NOT_EDGES, "claim", *REFUSED_EDGES]), label="name")
+            error = REFUSED_EDGES.get(name, errors.IllegalTransitionError)
+            with pytest.raises(error):
+                self.app.transition_task_run(task, name)
+            with pytest.raises(error):
+                model.transition(name, at=self.db_now(), actor="user")
+            with pytest.raises(error):  # the same whether or not the row exists
+                self.app.transition_task_run(uuid4(), name)
+        elif kind == "finish":
+            outcome = data.draw(
+                st.sampled_from([*NOT_EDGES, "claim", "reap_lease", *MOVES, "retry_ready"]),
+                label="outcome",
+            )
+            with pytest.raises(errors.IllegalTransitionError):
+                self.app.finish_task_run(task, token, outcome, error={"type": "E", "message": "m"})
+            with pytest.raises(errors.IllegalTransitionError):
+                model.finish(outcome, token, at=self.db_now(), actor="worker")
+        elif kind == "run_transition":
+            run = data.draw(st.sampled_from(list(self.run_models)), label="run")
+            name = data.draw(st.sampled_from(["bogus", "claim", "succeeded", ""]), label="name")
+            with pytest.raises(errors.IllegalTransitionError):
+                self.app.transition_workflow_run(run, name)
+            with pytest.raises(errors.IllegalTransitionError):
+                self.run_models[run][0].transition(name, at=self.db_now(), actor="ops")
+        elif kind == "arguments":
+            bad = data.draw(st.sampled_from([0.0, -1.0, float("nan")]), label="bad")
+            with pytest.raises(ValueError, match="lease_seconds"):
+                self.app.claim_task_run(task, "w1", bad)
+            with pytest.raises(ValueError, match="lease_seconds"):
+                self.app.renew_lease(task, token, bad)
+            if not bad >= 0:
+                with pytest.raises(ValueError, match="delay_seconds"):
+                    self.app.schedule_retry(task, bad)
+        else:
+            self.missing_task_run_loses(data)
+
+    def missing_task_run_loses(self, data: st.DataObject) -> None:
+        """A legal command on a task run that does not exist is a lost race, not an error."""
+        missing = uuid4()
+        commands: dict[str, Callable[[], object]] = {
+            "claim": lambda: self.app.claim_task_run(missing, "w1", LONG),
+            "reclaim": lambda: self.app.reclaim_task_run(missing),
+            "renew": lambda: self.app.renew_lease(missing, 1, LONG),
+            "finish": lambda: self.app.finish_task_run(missing, 1, "succeed"),
+            "retry_ready": lambda: self.app.retry_ready(missing),
+            "schedule_retry": lambda: self.app.schedule_retry(missing),
+            **{
+                name: lambda name=name: self.app.transition_task_run(missing, name)
+                for name in MOVES
+            },
+            "run": lambda: self.app.transition_workflow_run(missing, "start"),
+        }
+        name = data.draw(st.sampled_from(list(commands)), label="command")
+        assert commands[name]() in (False, None)
+
+    # --- invariants -----------------------------------------------------------------
+
+    @invariant()
+    def rows_log_and_outbox_agree_with_the_model(self) -> None:
+        for task, expected in self.task_models.items():
+            row = self.app.get_task_run(task).as_dict()
+            snapshot = expected.aggregate.snapshot()
+            assert {k: row[k] for k in snapshot} == snapshot
+            assert (row["state"] == "running") == (row["lease_expires_at"] is not None)
+            assert self.app.task_run_aggregate(task).snapshot() == snapshot
+            assert list(self.log_of(task)) == expected.events
+            outbox = [d.fencing_token for d in self.app.dispatches_of(task)]
+            assert outbox == expected.dispatches
+        for run, (model, events) in self.run_models.items():
+            row = self.app.get_workflow_run(run).as_dict()
+            snapshot = model.snapshot()
+            assert {k: row[k] for k in snapshot} == snapshot
+            assert self.app.workflow_run_aggregate(run).snapshot() == snapshot
+            assert list(self.log_of(run)) == events
+
+    def log_of(self, aggregate_id: UUID) -> Iterator[DomainEventProtocol[UUID]]:
+        events = self.app.events
+        for stored in events.recorder.select_events(aggregate_id):
+            yield events.mapper.to_domain_event(stored)
+
+
+@pytest.mark.timeout(120)
+def test_the_service_on_postgresql_agrees_with_the_pure_aggregates_command_by_command(
+    postgres_url: str,
+) -> None:
+    with FlowForge(postgres_url) as app, psycopg.connect(postgres_url, autocommit=True) as clock:
+        ServiceAgainstAggregates.app = app
+        ServiceAgainstAggregates.url = postgres_url
+        ServiceAgainstAggregates.clock = clock
+        run_state_machine_as_test(ServiceAgainstAggregates, settings=SETTINGS)
+STATS: dict = {}
+import atexit
+atexit.register(lambda: print(sorted(STATS.items())))
