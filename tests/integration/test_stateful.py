@@ -78,6 +78,7 @@ ERRORS = st.one_of(
     ),
 )
 ACTORS = st.sampled_from([None, "w1", "ops"])
+OUTCOMES = st.sampled_from(["succeed", "fail", "cancel_running"])
 #: Mostly the token of the current claim; sometimes an older or a never-issued one.
 TOKENS = st.sampled_from(["current", "current", "stale", "future"])
 REFUSALS = ("transition", "finish", "run_transition", "arguments", "missing_row")
@@ -234,9 +235,9 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             assert isinstance(aggregate, TaskRun)
             self.task_models[row.id] = TaskModel(aggregate, created)
 
-    @rule(data=st.data(), worker=WORKERS, lease=LEASES, by_name=st.booleans())
-    def claim(self, data: st.DataObject, worker: str, lease: float, by_name: bool) -> None:
-        task = self.pick(data, TaskRunState.READY)
+    # One method per command, shared by its own rule and by ``step_forward``.
+
+    def do_claim(self, task: UUID, worker: str, lease: float, by_name: bool) -> None:
         before = self.db_now()
         claim = None
         if by_name:
@@ -259,24 +260,15 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             assert claim.attempt == model.attempt
             assert claim.lease_expires_at == model.lease_expires_at
 
-    @rule(
-        data=st.data(),
-        outcome=st.sampled_from(["succeed", "fail", "cancel_running"]),
-        token=TOKENS,
-        result=RESULTS,
-        error=ERRORS,
-        actor=ACTORS,
-    )
-    def finish(
+    def do_finish(
         self,
-        data: st.DataObject,
+        task: UUID,
         outcome: str,
         token: str,
         result: Any,
         error: dict[str, str] | None,
         actor: str | None,
     ) -> None:
-        task = self.pick(data, TaskRunState.RUNNING)
         fencing_token = self.token(task, token)
         if outcome == "fail" and error is None:
             with pytest.raises(ValueError, match="type"):
@@ -298,11 +290,7 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             ),
         )
 
-    @rule(data=st.data(), token=TOKENS, lease=LEASES, actor=ACTORS)
-    def renew_lease(
-        self, data: st.DataObject, token: str, lease: float, actor: str | None
-    ) -> None:
-        task = self.pick(data, TaskRunState.RUNNING)
+    def do_renew_lease(self, task: UUID, token: str, lease: float, actor: str | None) -> None:
         fencing_token = self.token(task, token)
         before = self.db_now()
         won = self.app.renew_lease(task, fencing_token, lease, actor=actor)
@@ -315,12 +303,70 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             ),
         )
 
+    def do_reclaim(self, task: UUID, before: datetime) -> None:
+        won = self.app.reclaim_task_run(task)
+        self.judge(task, won, before, lambda at: self.model(task).reclaim(at=at))
+
+    def do_schedule_retry(self, task: UUID, delay: float, actor: str) -> None:
+        before = self.db_now()
+        won = self.app.schedule_retry(task, delay, actor=actor)
+        self.judge(
+            task,
+            won,
+            before,
+            lambda at: self.model(task).schedule_retry(
+                delay=timedelta(seconds=delay), at=at, actor=actor
+            ),
+        )
+
+    def do_retry_ready(self, task: UUID, before: datetime, by_name: bool) -> None:
+        if by_name:
+            won = self.app.transition_task_run(task, "retry_ready", actor="scheduler")
+        else:
+            won = self.app.retry_ready(task)
+        self.judge(
+            task,
+            won,
+            before,
+            lambda at: self.model(task).transition("retry_ready", at=at, actor="scheduler"),
+        )
+
+    def do_transition(self, task: UUID, name: str, actor: str | None) -> None:
+        before = self.db_now()
+        won = self.app.transition_task_run(task, name, actor=actor or "user")
+        self.judge(
+            task,
+            won,
+            before,
+            lambda at: self.model(task).transition(name, at=at, actor=actor or "user"),
+        )
+
+    @rule(data=st.data(), worker=WORKERS, lease=LEASES, by_name=st.booleans())
+    def claim(self, data: st.DataObject, worker: str, lease: float, by_name: bool) -> None:
+        self.do_claim(self.pick(data, TaskRunState.READY), worker, lease, by_name)
+
+    @rule(data=st.data(), outcome=OUTCOMES, token=TOKENS, result=RESULTS, error=ERRORS)
+    def finish(
+        self,
+        data: st.DataObject,
+        outcome: str,
+        token: str,
+        result: Any,
+        error: dict[str, str] | None,
+    ) -> None:
+        task = self.pick(data, TaskRunState.RUNNING)
+        self.do_finish(task, outcome, token, result, error, data.draw(ACTORS, label="actor"))
+
+    @rule(data=st.data(), token=TOKENS, lease=LEASES, actor=ACTORS)
+    def renew_lease(
+        self, data: st.DataObject, token: str, lease: float, actor: str | None
+    ) -> None:
+        self.do_renew_lease(self.pick(data, TaskRunState.RUNNING), token, lease, actor)
+
     @rule(data=st.data())
     def reclaim(self, data: st.DataObject) -> None:
         before = self.db_now()
-        task = self.pick(data, TaskRunState.RUNNING, due=before)
-        won = self.app.reclaim_task_run(task)
-        self.judge(task, won, before, lambda at: self.model(task).reclaim(at=at))
+        self.do_reclaim(self.pick(data, TaskRunState.RUNNING, due=before), before)
 
     @rule()
     def reap_expired_leases(self) -> None:
@@ -335,46 +381,45 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
 
     @rule(data=st.data(), delay=RETRY_DELAYS, actor=st.sampled_from(["scheduler", "ops"]))
     def schedule_retry(self, data: st.DataObject, delay: float, actor: str) -> None:
-        task = self.pick(data, TaskRunState.FAILED)
-        before = self.db_now()
-        won = self.app.schedule_retry(task, delay, actor=actor)
-        self.judge(
-            task,
-            won,
-            before,
-            lambda at: self.model(task).schedule_retry(
-                delay=timedelta(seconds=delay), at=at, actor=actor
-            ),
-        )
+        self.do_schedule_retry(self.pick(data, TaskRunState.FAILED), delay, actor)
 
     @rule(data=st.data(), by_name=st.booleans())
     def retry_ready(self, data: st.DataObject, by_name: bool) -> None:
         before = self.db_now()
-        task = self.pick(data, TaskRunState.RETRYING, due=before)
-        if by_name:
-            won = self.app.transition_task_run(task, "retry_ready", actor="scheduler")
-        else:
-            won = self.app.retry_ready(task)
-        self.judge(
-            task,
-            won,
-            before,
-            lambda at: self.model(task).transition("retry_ready", at=at, actor="scheduler"),
-        )
+        self.do_retry_ready(self.pick(data, TaskRunState.RETRYING, due=before), before, by_name)
 
     @rule(data=st.data(), name=st.sampled_from([*MOVES, "schedule_retry"]), actor=ACTORS)
     def transition(self, data: st.DataObject, name: str, actor: str | None) -> None:
         source = TASK_RUN_MACHINE.get(name).source
         assert isinstance(source, TaskRunState)
-        task = self.pick(data, source)
+        self.do_transition(self.pick(data, source), name, actor)
+
+    @rule(data=st.data())
+    def step_forward(self, data: st.DataObject) -> None:
+        """Take a task run's next edge along a worker's life, so that a short program
+        reaches retries and stale fencing tokens."""
+        alive = [
+            t for t in self.task_models if not TASK_RUN_MACHINE.is_terminal(self.model(t).state)
+        ]
+        if not alive:
+            return
+        task = data.draw(st.sampled_from(alive), label="task")
+        model = self.model(task)
         before = self.db_now()
-        won = self.app.transition_task_run(task, name, actor=actor or "user")
-        self.judge(
-            task,
-            won,
-            before,
-            lambda at: self.model(task).transition(name, at=at, actor=actor or "user"),
-        )
+        if model.state is TaskRunState.PENDING:
+            self.do_transition(task, "dependencies_satisfied", "scheduler")
+        elif model.state is TaskRunState.READY:
+            self.do_claim(task, data.draw(WORKERS), data.draw(LEASES), by_name=False)
+        elif model.state is TaskRunState.RUNNING and self.is_due(task, before):
+            self.do_reclaim(task, before)
+        elif model.state is TaskRunState.RUNNING:
+            outcome = data.draw(st.sampled_from(["fail", "succeed", "fail", "cancel_running"]))
+            error = {"type": "RuntimeError", "message": "boom"}
+            self.do_finish(task, outcome, "current", data.draw(RESULTS), error, None)
+        elif model.state is TaskRunState.FAILED:
+            self.do_schedule_retry(task, data.draw(st.sampled_from([0.0, TINY])), "scheduler")
+        else:
+            self.do_retry_ready(task, before, by_name=False)
 
     @rule(data=st.data(), name=st.sampled_from([t.name for t in WORKFLOW_RUN_MACHINE]))
     def transition_workflow_run(self, data: st.DataObject, name: str) -> None:

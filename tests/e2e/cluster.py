@@ -1,0 +1,166 @@
+"""A FlowForge deployment of real OS processes, for the end-to-end tests.
+
+Each cluster has its own PostgreSQL database and its own RabbitMQ exchange and queues,
+and runs `python -m flowforge scheduler|publisher|worker` exactly as production does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+from uuid import UUID
+
+import pika
+import psycopg
+
+from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.app.service import FlowForge
+from flowforge.config import BrokerConfig
+from flowforge.projections.tables import WorkflowRunRow
+from tests import servers
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+class Cluster:
+    def __init__(self, tmp: Path) -> None:
+        suffix = uuid.uuid4().hex[:8]
+        self.dbname = f"flowforge_e2e_{suffix}"
+        self.database_url = (
+            f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:"
+            f"{servers.POSTGRES_PORT}/{self.dbname}"
+        )
+        self.broker = BrokerConfig(
+            url=servers.RABBITMQ_URL,
+            exchange=f"ff-e2e-{suffix}",
+            queue=f"ff-e2e-{suffix}.tasks",
+            routing_key=f"ff-e2e-{suffix}.tasks",
+            dead_letter_exchange=f"ff-e2e-{suffix}.dlx",
+            dead_letter_queue=f"ff-e2e-{suffix}.dead",
+        )
+        self.side_effects = tmp / "side_effects.jsonl"
+        self.side_effects.touch()
+        self.logs = tmp
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        with admin() as conn:
+            conn.execute(f'CREATE DATABASE "{self.dbname}"')
+        self.app = FlowForge(self.database_url)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "FLOWFORGE_DATABASE_URL": self.database_url,
+            "FLOWFORGE_BROKER_URL": self.broker.url,
+            "FLOWFORGE_DISPATCH_EXCHANGE": self.broker.exchange,
+            "FLOWFORGE_DISPATCH_QUEUE": self.broker.queue,
+            "FLOWFORGE_DISPATCH_ROUTING_KEY": self.broker.routing_key,
+            "FLOWFORGE_DEAD_LETTER_EXCHANGE": self.broker.dead_letter_exchange,
+            "FLOWFORGE_DEAD_LETTER_QUEUE": self.broker.dead_letter_queue,
+            "FLOWFORGE_TEST_SIDE_EFFECTS": str(self.side_effects),
+            "PYTHONPATH": str(ROOT),
+        }
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (self.logs / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "flowforge", *args],
+            env=self.env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.processes[name] = process
+        return process
+
+    def start_all(self, workers: int = 2) -> None:
+        self.start("scheduler", "scheduler", "--interval", "0.2")
+        self.start("publisher", "publisher", "--interval", "0.1")
+        for number in range(1, workers + 1):
+            self.start_worker(f"worker-{number}")
+
+    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
+        return self.start(name, "worker", "--tasks", "tests.e2e.fault_tasks", "--worker-id", name)
+
+    def submit(self, definition: dict[str, Any]) -> UUID:
+        return self.app.start_workflow_run(definition)
+
+    def wait_for_run(self, run_id: UUID, timeout: float = 60) -> WorkflowRunRow:
+        return wait_until(
+            lambda: _terminal(self.app.get_workflow_run(run_id)),
+            timeout,
+            f"run {run_id} did not finish; logs in {self.logs}",
+        )
+
+    def effects(self) -> list[dict[str, Any]]:
+        lines = self.side_effects.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def release(self) -> None:
+        Path(f"{self.side_effects}.release").touch()
+
+    def stop_all(self) -> dict[str, int]:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.send_signal(signal.SIGTERM)
+        codes = {}
+        for name, process in self.processes.items():
+            try:
+                codes[name] = process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                codes[name] = process.wait()
+        return codes
+
+    def close(self) -> None:
+        self.stop_all()
+        self.app.close()
+        with admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
+        connection = pika.BlockingConnection(pika.URLParameters(self.broker.url))
+        channel = connection.channel()
+        for queue in (self.broker.queue, self.broker.dead_letter_queue):
+            channel.queue_delete(queue)
+        for exchange in (self.broker.exchange, self.broker.dead_letter_exchange):
+            channel.exchange_delete(exchange)
+        connection.close()
+
+
+def _terminal(run: WorkflowRunRow) -> WorkflowRunRow | None:
+    return run if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state) else None
+
+
+def wait_until(probe: Callable[[], T | None], timeout: float, message: str) -> T:
+    """Poll ``probe`` until it returns something, within a bounded deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(message)
+
+
+@contextmanager
+def admin() -> Iterator[psycopg.Connection[Any]]:
+    url = (
+        f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:"
+        f"{servers.POSTGRES_PORT}/{servers.POSTGRES_ADMIN_DB}"
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        yield conn
+
+
+def rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=120)

@@ -1,0 +1,229 @@
+"""Surviving real faults: real OS processes, a real broker, real crashes.
+
+Each test runs a workflow through separate scheduler, publisher and worker processes on
+PostgreSQL and RabbitMQ, then checks the audit log and a side-effect log kept outside
+the engine (tests/e2e/fault_tasks.py). See docs/worker.md for what each one proves.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from uuid import UUID
+
+import pika
+import pytest
+
+from flowforge.app.dispatch import message_for
+from flowforge.app.service import FlowForge
+from flowforge.processes.rabbitmq import RabbitDispatchPublisher
+from tests import servers
+from tests.e2e.cluster import Cluster, admin, rabbitmqctl, wait_until
+
+LEASE_S = 2
+
+
+def single(task_type: str, **extra: object) -> dict[str, object]:
+    return {
+        "name": f"single_{task_type}",
+        "lease_seconds": LEASE_S,
+        "retry": {"max_attempts": 3, "backoff_seconds": 0.1},
+        "tasks": [{"key": "victim", "type": task_type}],
+        **extra,
+    }
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    servers.require_postgres()
+    servers.require_rabbitmq()
+    cluster = Cluster(tmp_path)
+    yield cluster
+    cluster.close()
+
+
+def transitions(app: FlowForge, task_run_id: UUID) -> list[str]:
+    return [e.transition for e in app.history(task_run_id) if e.transition != "renew_lease"]
+
+
+def only_task_id(app: FlowForge, run_id: UUID) -> UUID:
+    (task,) = app.task_runs(run_id)
+    return task.id
+
+
+def first_start(cluster: Cluster) -> dict[str, object]:
+    return wait_until(
+        lambda: next((e for e in cluster.effects() if e["event"] == "started"), None),
+        30,
+        "the handler never started",
+    )
+
+
+def test_a_worker_killed_mid_handler_is_reaped_and_another_worker_completes_the_task(
+    cluster: Cluster,
+) -> None:
+    cluster.start_all(workers=2)
+    run_id = cluster.submit(single("held"))
+    victim = first_start(cluster)
+    os.kill(int(victim["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    assert cluster.wait_for_run(run_id).state == "succeeded"
+    log = transitions(cluster.app, only_task_id(cluster.app, run_id))
+    assert log.count("succeed") == 1
+    assert log == ["create", "claim", "reap_lease", "claim", "succeed"]
+    claims = [
+        e
+        for e in cluster.app.history(only_task_id(cluster.app, run_id))
+        if e.transition == "claim"
+    ]
+    assert [c.fencing_token for c in claims] == [1, 2]
+    assert claims[0].actor != claims[1].actor
+    ran = [e for e in cluster.effects() if e["event"] == "ran"]
+    assert [(e["fencing_token"], e["pid"] != victim["pid"]) for e in ran] == [(2, True)]
+
+
+def test_a_stopped_worker_that_wakes_after_losing_its_lease_writes_nothing(
+    cluster: Cluster,
+) -> None:
+    cluster.start_all(workers=2)
+    run_id = cluster.submit(single("held"))
+    victim = first_start(cluster)
+    pid = int(victim["pid"])  # type: ignore[call-overload]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # The lease expires, the reaper reclaims, the other worker finishes attempt 2.
+        assert cluster.wait_for_run(run_id).state == "succeeded"
+    finally:
+        cluster.release()  # the stale handler will now finish...
+        os.kill(pid, signal.SIGCONT)
+    wait_until(
+        lambda: [e for e in cluster.effects() if e["event"] == "ran" and e["pid"] == pid],
+        30,
+        "the stopped worker never woke up",
+    )
+    task_id = only_task_id(cluster.app, run_id)
+    task = cluster.app.get_task_run(task_id)
+    assert task.result["token"] == 2
+    assert task.result["pid"] != pid
+    assert transitions(cluster.app, task_id).count("succeed") == 1
+    assert (cluster.logs / "worker-1.log").exists()
+
+
+@pytest.mark.serial
+def test_a_broker_restart_mid_run_loses_no_task_and_finishes_none_twice(
+    cluster: Cluster,
+) -> None:
+    definition = {
+        "name": "wide_steady",
+        "lease_seconds": 5,
+        "retry": {"max_attempts": 5, "backoff_seconds": 0.1},
+        "tasks": [{"key": f"t{i}", "type": "steady"} for i in range(12)],
+    }
+    cluster.start_all(workers=2)
+    run_id = cluster.submit(definition)
+    wait_until(lambda: len(cluster.effects()) >= 2, 30, "no task started")
+    try:
+        rabbitmqctl("stop_app")
+        wait_until(lambda: cluster.processes["publisher"].poll() is None, 5, "publisher died")
+    finally:
+        rabbitmqctl("start_app")
+        rabbitmqctl("await_startup")
+    assert cluster.wait_for_run(run_id, timeout=120).state == "succeeded"
+    for task in cluster.app.task_runs(run_id):
+        assert transitions(cluster.app, task.id).count("succeed") == 1
+    alive = {name: p.poll() for name, p in cluster.processes.items()}
+    assert set(alive.values()) == {None}, f"a process exited during the restart: {alive}"
+
+
+def test_a_dropped_database_connection_during_the_outcome_write_requeues_and_ends_once(
+    cluster: Cluster,
+) -> None:
+    cluster.start_all(workers=1)
+    run_id = cluster.submit(single("held"))
+    first_start(cluster)
+    with admin() as conn:
+        conn.execute(f'ALTER DATABASE "{cluster.dbname}" ALLOW_CONNECTIONS false')
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (cluster.dbname,),
+        )
+        cluster.release()  # the handler returns; its outcome write cannot reach the db
+        wait_until(
+            lambda: "database unavailable; dispatch requeued" in _log(cluster, "worker-1"),
+            30,
+            "the worker never requeued the dispatch",
+        )
+        conn.execute(f'ALTER DATABASE "{cluster.dbname}" ALLOW_CONNECTIONS true')
+    app = FlowForge(cluster.database_url)  # the test's own pool was terminated too
+    try:
+        assert wait_until(lambda: _terminal_state(app, run_id), 60, "run stuck") == "succeeded"
+        log = transitions(app, only_task_id(app, run_id))
+        assert log.count("succeed") == 1
+        assert "fail" not in log
+    finally:
+        app.close()
+
+
+def _log(cluster: Cluster, name: str) -> str:
+    return (cluster.logs / f"{name}.log").read_text(errors="replace")
+
+
+def _terminal_state(app: FlowForge, run_id: UUID) -> str | None:
+    state = app.get_workflow_run(run_id).state
+    return state if state in ("succeeded", "failed", "cancelled") else None
+
+
+def test_duplicate_dispatch_messages_run_the_handler_once(cluster: Cluster) -> None:
+    run_id = cluster.submit(single("quick"))
+    task_id = only_task_id(cluster.app, run_id)
+    (row,) = cluster.app.dispatches_of(task_id)
+    publisher = RabbitDispatchPublisher(cluster.broker)
+    try:
+        publisher.publish([message_for(row)] * 3)  # three copies before any worker runs
+    finally:
+        publisher.close()
+    cluster.start_all(workers=2)
+    assert cluster.wait_for_run(run_id).state == "succeeded"
+    assert Counter(e["task_key"] for e in cluster.effects() if e["event"] == "ran") == {
+        "victim": 1
+    }
+    assert transitions(cluster.app, task_id) == ["create", "claim", "succeed"]
+
+
+def test_a_poison_message_is_dead_lettered_and_the_run_is_unaffected(cluster: Cluster) -> None:
+    cluster.start_all(workers=1)
+    wait_until(lambda: "worker started" in _log(cluster, "worker-1"), 30, "worker not up")
+    connection = pika.BlockingConnection(pika.URLParameters(cluster.broker.url))
+    try:
+        channel = connection.channel()
+        channel.basic_publish(cluster.broker.exchange, cluster.broker.routing_key, b"\x00poison")
+    finally:
+        connection.close()
+    run_id = cluster.submit(single("quick"))
+    assert cluster.wait_for_run(run_id).state == "succeeded"
+    assert cluster.processes["worker-1"].poll() is None
+    dead = _dead_letters(cluster)
+    assert dead == [b"\x00poison"]
+    assert "malformed dispatch dead-lettered" in _log(cluster, "worker-1")
+
+
+def _dead_letters(cluster: Cluster) -> list[bytes]:
+    connection = pika.BlockingConnection(pika.URLParameters(cluster.broker.url))
+    bodies = []
+    try:
+        channel = connection.channel()
+        while True:
+            method, _, body = channel.basic_get(cluster.broker.dead_letter_queue, auto_ack=True)
+            if method is None:
+                return bodies
+            bodies.append(body)
+    finally:
+        connection.close()
+
+
+def test_processes_stop_cleanly_on_sigterm(cluster: Cluster) -> None:
+    cluster.start_all(workers=1)
+    wait_until(lambda: "worker started" in _log(cluster, "worker-1"), 30, "worker not up")
+    assert set(cluster.stop_all().values()) == {0}
