@@ -53,7 +53,7 @@ def start(*command: str) -> subprocess.Popen[bytes]:
         "FLOWFORGE_DATABASE_URL": DATABASE_URL,
         "FLOWFORGE_BROKER_URL": BROKER_URL,
     }
-    return subprocess.Popen([sys.executable, "-m", "flowforge", *command], env=env)
+    return subprocess.Popen([sys.executable, "-m", "flowforge", "--log-level", "WARNING", *command], env=env)
 
 
 def main() -> int:

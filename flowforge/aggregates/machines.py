@@ -77,14 +77,17 @@ class StateMachine:
 
 def _validate(machine: StateMachine) -> None:
     states = set(machine.states)
+
+    def alien(state: StrEnum) -> bool:
+        # isinstance, not membership: a StrEnum of another enum with the same value
+        # compares equal to ours and would slip through an ``in`` check.
+        return not isinstance(state, machine.states)
+
     foreign = [
-        f"{t.name}: {s!r}"
-        for t in machine.transitions
-        for s in (t.source, t.target)
-        if s not in states or not isinstance(s, machine.states)
+        f"{t.name}: {s!r}" for t in machine.transitions for s in (t.source, t.target) if alien(s)
     ]
-    foreign += [f"initial: {machine.initial!r}"] * (machine.initial not in states)
-    foreign += [f"terminal: {s!r}" for s in machine.terminal if s not in states]
+    foreign += [f"initial: {machine.initial!r}"] * alien(machine.initial)
+    foreign += [f"terminal: {s!r}" for s in machine.terminal if alien(s)]
     if foreign:
         raise ValueError(f"{machine.name}: states not of {machine.states.__name__}: {foreign}")
     names = Counter(t.name for t in machine.transitions)

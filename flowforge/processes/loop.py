@@ -53,12 +53,19 @@ class Stop:
 
 
 def backoff_delay(attempt: int, rand: float) -> float:
-    """Seconds to wait before reconnect ``attempt`` (1-based): full jitter, capped.
+    """Seconds to wait before retry ``attempt`` (0 for the first retry).
 
-    Full jitter (a random point in [0, min(cap, base * 2**(attempt-1))]) spreads the
-    reconnects of many workers after a broker restart instead of synchronising them.
+    Exponential with FULL jitter: uniform in ``[0, min(cap, base * 2**attempt))``, given
+    ``rand`` uniform in ``[0, 1)`` (pass ``random.random()``; a test passes a constant).
+    Full jitter spreads a fleet of workers that lost the broker at the same moment
+    across the whole window, so they do not reconnect in lock-step when it returns;
+    the cost is that one attempt may retry almost at once, which is harmless because
+    the next window is twice as wide. Never more than ``RECONNECT_BACKOFF_CAP_S``.
     """
-    if attempt < 1:
-        raise ValueError(f"attempt must be >= 1, got {attempt}")
-    ceiling = min(RECONNECT_BACKOFF_CAP_S, RECONNECT_BACKOFF_BASE_S * 2 ** min(attempt - 1, 32))
+    if attempt < 0:
+        raise ValueError(f"attempt must be >= 0, got {attempt}")
+    if not 0.0 <= rand <= 1.0:
+        raise ValueError(f"rand must be in [0, 1], got {rand}")
+    # min() on the exponent first: 2**10_000 is a valid int but an overflowing float.
+    ceiling = min(RECONNECT_BACKOFF_CAP_S, RECONNECT_BACKOFF_BASE_S * 2.0 ** min(attempt, 64))
     return float(ceiling * rand)

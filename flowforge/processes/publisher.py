@@ -70,7 +70,7 @@ class Publisher:
                 failures = 0
             except (errors.BrokerError, errors.PersistenceError) as exc:
                 failures += 1
-                delay = backoff_delay(failures, random.random())
+                delay = backoff_delay(failures - 1, random.random())
                 log.warning(
                     "publish failed; rows stay pending",
                     extra={"error": str(exc), "attempt": failures, "retry_in_s": delay},

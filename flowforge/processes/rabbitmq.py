@@ -54,11 +54,9 @@ DISPATCH_QUEUE_ARGUMENTS: Final[Mapping[str, object]] = MappingProxyType(
 #: attempt exists for one case: a connection that died while the publisher was idle
 #: (a missed heartbeat between sweeps) is only discovered by using it, and failing the
 #: sweep for that would turn every idle period into an error. A fresh connection that
-#: fails is not retried here; the publisher loop backs off with :func:`backoff_delay`.
+#: fails is not retried here; the publisher loop backs off
+#: (``flowforge.processes.loop.backoff_delay``).
 MAX_PUBLISH_ATTEMPTS: Final = 2
-#: :func:`backoff_delay`: the first delay's ceiling, doubled per attempt, up to the cap.
-RECONNECT_BACKOFF_BASE_S: Final = 0.5
-RECONNECT_BACKOFF_CAP_S: Final = 30.0
 #: TCP connect and AMQP handshake, each.
 CONNECT_TIMEOUT_S: Final = 10.0
 #: A connection the broker blocks (memory or disk alarm) for longer than this is
@@ -80,25 +78,6 @@ _PRECONDITION_FAILED: Final = 406
 _UNAVAILABLE: Final = (pika.exceptions.AMQPError, OSError)
 
 
-def backoff_delay(attempt: int, rand: float) -> float:
-    """Seconds to wait before reconnect attempt ``attempt`` (0 for the first retry).
-
-    Exponential with FULL jitter: uniform in ``[0, min(cap, base * 2**attempt))``, given
-    ``rand`` uniform in ``[0, 1)`` (pass ``random.random()``; a test passes a constant).
-    Full jitter spreads a fleet of workers that lost the broker at the same moment
-    across the whole window, so they do not reconnect in lock-step when it returns;
-    the cost is that one attempt may retry almost at once, which is harmless because
-    the next window is twice as wide. Never more than ``RECONNECT_BACKOFF_CAP_S``.
-    """
-    if attempt < 0:
-        raise ValueError(f"attempt must be >= 0, got {attempt}")
-    if not 0.0 <= rand <= 1.0:
-        raise ValueError(f"rand must be in [0, 1], got {rand}")
-    # min() on the exponent first: 2**10_000 is a valid int but an overflowing float.
-    ceiling = min(RECONNECT_BACKOFF_CAP_S, RECONNECT_BACKOFF_BASE_S * 2.0 ** min(attempt, 64))
-    return ceiling * rand
-
-
 def dispatch_queue_arguments(config: BrokerConfig) -> dict[str, object]:
     """The dispatch queue's arguments: quorum, dead-lettering and the delivery limit.
 
@@ -109,10 +88,13 @@ def dispatch_queue_arguments(config: BrokerConfig) -> dict[str, object]:
       ``x-overflow: reject-publish`` (it falls back to at-most-once with the default
       drop-head) and the ``stream_queue`` feature flag (on by default since 3.9).
       With no length limit set, reject-publish never rejects anything.
-    - ``x-delivery-limit``: a message returned more often than this (its worker crashed
-      or lost its connection, or it was rejected) is dead-lettered instead of crashing
-      workers forever. ``requeue`` uses ``basic.nack``: from RabbitMQ 4.3 a nack does not
-      count toward the limit, which is right for a requeue after a database outage.
+    - ``x-delivery-limit``: a message returned to the queue more often than this (its
+      consumer crashed or lost its connection while holding it) is dead-lettered
+      instead of crashing workers forever. ``requeue`` is a ``basic.nack``: up to
+      RabbitMQ 4.2 a nack counts toward the limit too (measured on 3.10), from 4.3 it
+      does not. So on older brokers a worker that requeues in a tight loop during a
+      database outage dead-letters the dispatch after ``delivery_limit`` cycles: it
+      must back off before taking the next message.
     """
     return {
         **DISPATCH_QUEUE_ARGUMENTS,
@@ -128,7 +110,9 @@ def declare_dispatch_queue(channel: BlockingChannel, config: BrokerConfig | None
     """Declare the dispatch topology (idempotent): both exchanges, both queues, bindings.
 
     Raises ``QueueTypeMismatchError``, with the migration procedure, if either queue
-    already exists with another type than quorum. That is never retried: no amount of
+    already exists with another type than quorum, or with other arguments (RabbitMQ
+    reports the first argument that differs, which for a classic queue is usually not
+    ``x-queue-type``; the remedy is the same). That is never retried: no amount of
     reconnecting turns a classic queue into a quorum queue. Any other refusal raises
     ``BrokerError`` with RabbitMQ's reason. The channel is closed by the broker after a
     refusal; the caller drops its connection.

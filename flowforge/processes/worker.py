@@ -60,6 +60,8 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.stop = stop or Stop()
         self._definitions: dict[uuid.UUID, WorkflowDefinition] = {}
+        #: Consecutive dispatches requeued because the database was unavailable.
+        self._database_failures = 0
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -80,7 +82,7 @@ class Worker:
                 raise
             except errors.BrokerUnavailableError as exc:
                 failures += 1
-                delay = backoff_delay(failures, random.random())
+                delay = backoff_delay(failures - 1, random.random())
                 log.warning(
                     "broker connection lost; reconnecting",
                     extra=self._extra(error=str(exc), attempt=failures, retry_in_s=delay),

@@ -72,14 +72,15 @@ class Cluster:
         }
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        log = (self.logs / f"{name}.log").open("ab")
-        process = subprocess.Popen(
-            [sys.executable, "-m", "flowforge", *args],
-            env=self.env,
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        # The child keeps its own descriptor of the log; ours is closed at once.
+        with (self.logs / f"{name}.log").open("ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "flowforge", *args],
+                env=self.env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self.processes[name] = process
         return process
 

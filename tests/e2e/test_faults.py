@@ -78,10 +78,10 @@ def test_a_worker_killed_mid_handler_is_reaped_and_another_worker_completes_the_
         for e in cluster.app.history(only_task_id(cluster.app, run_id))
         if e.transition == "claim"
     ]
-    assert [c.fencing_token for c in claims] == [1, 2]
+    assert [c.fencing_token for c in claims] == [1, 3]  # the reap bumped it to 2
     assert claims[0].actor != claims[1].actor
     ran = [e for e in cluster.effects() if e["event"] == "ran"]
-    assert [(e["fencing_token"], e["pid"] != victim["pid"]) for e in ran] == [(2, True)]
+    assert [(e["fencing_token"], e["pid"] != victim["pid"]) for e in ran] == [(3, True)]
 
 
 def test_a_stopped_worker_that_wakes_after_losing_its_lease_writes_nothing(
@@ -105,7 +105,7 @@ def test_a_stopped_worker_that_wakes_after_losing_its_lease_writes_nothing(
     )
     task_id = only_task_id(cluster.app, run_id)
     task = cluster.app.get_task_run(task_id)
-    assert task.result["token"] == 2
+    assert task.result["token"] == 3
     assert task.result["pid"] != pid
     assert transitions(cluster.app, task_id).count("succeed") == 1
     assert (cluster.logs / "worker-1.log").exists()
@@ -194,7 +194,8 @@ def test_duplicate_dispatch_messages_run_the_handler_once(cluster: Cluster) -> N
 
 def test_a_poison_message_is_dead_lettered_and_the_run_is_unaffected(cluster: Cluster) -> None:
     cluster.start_all(workers=1)
-    wait_until(lambda: "worker started" in _log(cluster, "worker-1"), 30, "worker not up")
+    # A first run makes the processes declare the topology the poison needs.
+    assert cluster.wait_for_run(cluster.submit(single("quick"))).state == "succeeded"
     connection = pika.BlockingConnection(pika.URLParameters(cluster.broker.url))
     try:
         channel = connection.channel()
@@ -203,10 +204,13 @@ def test_a_poison_message_is_dead_lettered_and_the_run_is_unaffected(cluster: Cl
         connection.close()
     run_id = cluster.submit(single("quick"))
     assert cluster.wait_for_run(run_id).state == "succeeded"
+    wait_until(
+        lambda: "malformed dispatch dead-lettered" in _log(cluster, "worker-1"),
+        30,
+        "the poison was never dead-lettered",
+    )
     assert cluster.processes["worker-1"].poll() is None
-    dead = _dead_letters(cluster)
-    assert dead == [b"\x00poison"]
-    assert "malformed dispatch dead-lettered" in _log(cluster, "worker-1")
+    assert _dead_letters(cluster) == [b"\x00poison"]
 
 
 def _dead_letters(cluster: Cluster) -> list[bytes]:
@@ -225,5 +229,7 @@ def _dead_letters(cluster: Cluster) -> list[bytes]:
 
 def test_processes_stop_cleanly_on_sigterm(cluster: Cluster) -> None:
     cluster.start_all(workers=1)
-    wait_until(lambda: "worker started" in _log(cluster, "worker-1"), 30, "worker not up")
+    for name in ("scheduler", "publisher", "worker-1"):
+        started = f"{name.split('-')[0]} started"
+        wait_until(lambda n=name, s=started: s in _log(cluster, n), 30, f"{name} not up")
     assert set(cluster.stop_all().values()) == {0}

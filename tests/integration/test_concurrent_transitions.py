@@ -384,15 +384,6 @@ class TestLeaseReaper:
 
 
 class TestAuditOrder:
-    @pytest.mark.xfail(
-        strict=True,
-        reason=(
-            "flowforge/app/audit.py:25 orders history() by event time, and on PostgreSQL "
-            "an event's time is now(), the start of its transaction (postgres.sql conditional "
-            "writes): a transaction that began first but committed second gets the higher "
-            "version and the earlier time, so history() lists it first"
-        ),
-    )
     def test_history_keeps_version_order_when_the_transaction_that_began_first_commits_last(
         self, pg_app: FlowForge, postgres_url: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -63,35 +63,6 @@ def rabbitmqctl(*args: str) -> str:
 # --- pure helpers: no broker ----------------------------------------------------------
 
 
-def test_backoff_ceiling_doubles_from_the_base_per_attempt() -> None:
-    base = rabbitmq.RECONNECT_BACKOFF_BASE_S
-    assert [rabbitmq.backoff_delay(attempt, 1.0) for attempt in range(4)] == [
-        base,
-        2 * base,
-        4 * base,
-        8 * base,
-    ]
-
-
-@pytest.mark.parametrize("attempt", [10, 50, 10_000])
-def test_backoff_never_exceeds_the_cap(attempt: int) -> None:
-    assert rabbitmq.backoff_delay(attempt, 1.0) == rabbitmq.RECONNECT_BACKOFF_CAP_S == 30.0
-
-
-def test_backoff_is_full_jitter_scaled_by_rand() -> None:
-    ceiling = rabbitmq.backoff_delay(3, 1.0)
-    assert rabbitmq.backoff_delay(3, 0.0) == 0.0
-    assert rabbitmq.backoff_delay(3, 0.25) == pytest.approx(ceiling / 4)
-
-
-@pytest.mark.parametrize(("attempt", "rand"), [(-1, 0.5), (0, -0.1), (0, 1.5)])
-def test_backoff_rejects_a_negative_attempt_or_rand_outside_the_unit_interval(
-    attempt: int, rand: float
-) -> None:
-    with pytest.raises(ValueError, match="must be"):
-        rabbitmq.backoff_delay(attempt, rand)
-
-
 def test_the_dispatch_queue_arguments_make_a_quorum_queue_that_dead_letters_at_least_once() -> (
     None
 ):
@@ -289,8 +260,11 @@ def test_a_batch_of_two_thousand_dispatches_is_confirmed_and_queued_in_order(
     config: BrokerConfig, publisher: rabbitmq.RabbitDispatchPublisher, admin: Admin
 ) -> None:
     messages = [dispatch(f"task-{i}", fencing_token=i) for i in range(2000)]
+    started = time.monotonic()
     publisher.publish(messages[:1000])
     publisher.publish(messages[1000:])  # tags continue across batches on one channel
+    # Generous: ~0.1 s here. It catches a confirm wait that runs to its time limit.
+    assert time.monotonic() - started < rabbitmq.PUBLISH_CONFIRM_TIMEOUT_S / 3
 
     assert admin.ready_count(config.queue) == 2000
     bodies = []
@@ -349,7 +323,7 @@ def test_a_publish_to_a_closed_port_raises_broker_unavailable_naming_host_and_po
 
 def test_a_consumer_on_a_closed_port_raises_broker_unavailable_naming_host_and_port() -> None:
     unreachable = BrokerConfig(url="amqp://guest:guest@127.0.0.1:1/%2F")
-    with pytest.raises(errors.BrokerUnavailableError, match="127.0.0.1:1 "):
+    with pytest.raises(errors.BrokerUnavailableError, match=r"127\.0\.0\.1:1 "):
         rabbitmq.RabbitDispatchConsumer(unreachable).get(QUIET_S)
 
 

@@ -144,18 +144,22 @@ VALUES (%(dispatch_id)s, %(task_run_id)s, %(task_key)s, %(task_type)s, %(fencing
 -- The conditional writes. Each is ONE statement: the WHERE clause is the whole
 -- condition, the database decides the race, and 0 rows means "lost" (not an error).
 -- They compute the new row in the database (its clock, its token) and return it whole.
+-- now() is the transaction's start: a writer that waited for another's row lock can
+-- start before it and commit after it. greatest(now(), updated_at) keeps a row's
+-- updated_at (the event's timestamp) from going backwards, so a task's audit log in
+-- time order is its version order.
 
 -- name: task_move
 UPDATE task_runs
 SET state = %(target)s,
     finished_at = CASE WHEN %(terminal)s THEN now() ELSE finished_at END,
-    retry_due_at = NULL, version = version + 1, updated_at = now()
+    retry_due_at = NULL, version = version + 1, updated_at = greatest(now(), updated_at)
 WHERE id = %(id)s AND state = %(source)s
 RETURNING *;
 
 -- name: task_retry_ready
 UPDATE task_runs
-SET state = %(target)s, retry_due_at = NULL, version = version + 1, updated_at = now()
+SET state = %(target)s, retry_due_at = NULL, version = version + 1, updated_at = greatest(now(), updated_at)
 WHERE id = %(id)s AND state = %(source)s
   AND (retry_due_at IS NULL OR retry_due_at <= now())
 RETURNING *;
@@ -166,28 +170,28 @@ SET state = %(target)s, fencing_token = fencing_token + 1,
     lease_owner = %(worker_id)s,
     lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
     started_at = coalesce(started_at, now()),
-    version = version + 1, updated_at = now()
+    version = version + 1, updated_at = greatest(now(), updated_at)
 WHERE id = %(id)s AND state = %(source)s
 RETURNING *;
 
 -- name: task_finish
 UPDATE task_runs
 SET state = %(target)s, lease_owner = NULL, lease_expires_at = NULL, finished_at = now(),
-    result = %(result)s, error = %(error)s, version = version + 1, updated_at = now()
+    result = %(result)s, error = %(error)s, version = version + 1, updated_at = greatest(now(), updated_at)
 WHERE id = %(id)s AND state = %(source)s AND fencing_token = %(fencing_token)s
 RETURNING *;
 
 -- name: task_renew_lease
 UPDATE task_runs
 SET lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
-    version = version + 1, updated_at = now()
+    version = version + 1, updated_at = greatest(now(), updated_at)
 WHERE id = %(id)s AND state = %(source)s AND fencing_token = %(fencing_token)s
 RETURNING *;
 
 -- name: task_reclaim
 UPDATE task_runs
 SET state = %(target)s, fencing_token = fencing_token + 1, lease_owner = NULL,
-    lease_expires_at = NULL, version = version + 1, updated_at = now()
+    lease_expires_at = NULL, version = version + 1, updated_at = greatest(now(), updated_at)
 WHERE id = %(id)s AND state = %(source)s AND lease_expires_at < now()
 RETURNING *;
 
@@ -196,7 +200,7 @@ UPDATE task_runs
 SET state = %(target)s, attempt = attempt + 1, finished_at = NULL, lease_owner = NULL,
     lease_expires_at = NULL,
     retry_due_at = now() + %(delay_seconds)s * interval '1 second',
-    version = version + 1, updated_at = now()
+    version = version + 1, updated_at = greatest(now(), updated_at)
 WHERE id = %(id)s AND state = %(source)s AND attempt < max_attempts
 RETURNING *;
 
@@ -205,7 +209,7 @@ UPDATE workflow_runs
 SET state = %(target)s,
     started_at = CASE WHEN %(starts)s THEN now() ELSE started_at END,
     finished_at = CASE WHEN %(terminal)s THEN now() ELSE finished_at END,
-    version = version + 1, updated_at = now()
+    version = version + 1, updated_at = greatest(now(), updated_at)
 WHERE id = %(id)s AND state = %(source)s
 RETURNING *;
 

@@ -201,6 +201,7 @@ def test_replaying_an_event_whose_source_is_not_the_current_state_is_corrupt() -
     run = in_state(W.RUNNING)
     assert run.transition("succeed", at=T0, actor="scheduler")
     (succeeded,) = run.collect_events()
+    assert isinstance(succeeded, WorkflowRun.Succeeded)
     # Version 2 of a pending run, but the event says it left running.
     forged = dataclasses.replace(succeeded, originator_version=2)
     with pytest.raises(errors.CorruptEventLogError, match="'succeed' from 'running'") as caught:

@@ -111,7 +111,7 @@ def test_a_requeued_message_is_delivered_again_marked_redelivered() -> None:
 
 def test_a_requeued_message_goes_behind_the_messages_already_waiting() -> None:
     channel = InMemoryDispatchChannel()
-    first_message, second_message = published(channel, 2)
+    _, second_message = published(channel, 2)
     consumer = channel.consumer()
     first = consumer.get(NO_WAIT)
     assert first is not None

@@ -1,0 +1,628 @@
+"""Claim+finish throughput on PostgreSQL: FlowForge beside pgbench running the same SQL.
+
+    python -m bench.claim_finish                      # 1, 2 and 4 processes, ~2.5 minutes
+    python -m bench.claim_finish --processes 1 2 --tasks 500 --pgbench-seconds 5
+    python -m bench.claim_finish --database-url postgresql://postgres@127.0.0.1:5432/mydb
+
+One *cycle* is what a worker does per task: ``claim_task_run`` (READY -> RUNNING, new
+fencing token, lease from the database's clock) then ``finish_task_run(..., "succeed")``.
+Each is one transaction holding a conditional UPDATE of the ``task_runs`` row and the
+INSERT of its event into ``flowforge_events``: per cycle 2 UPDATEs, 2 INSERTs, 2 commits.
+
+Measured, for each process count:
+
+* FlowForge as shipped: N worker processes (spawned, each with its own ``FlowForge`` and
+  connection pool), each claiming and finishing its own disjoint slice of task runs that
+  were created before the clock starts (wide workflows of independent tasks, all READY).
+* FlowForge + events-table lock: the same, with ``LOCK TABLE flowforge_events IN
+  EXCLUSIVE MODE`` before the event INSERT of every transaction, where the
+  ``eventsourcing`` library's own ``PostgresApplicationRecorder`` takes it. No library
+  file is edited: the bench wraps ``FlowForge.database``.
+* FlowForge without pre-ping: the pool's per-checkout health check (one extra round trip
+  per transaction, ``POSTGRES_PRE_PING=y``) switched off, to price it.
+* pgbench, the ceiling: the same two conditional UPDATEs (same table definition, same
+  WHERE clauses, same client-side fencing token) and nothing else, one client per process.
+* pgbench + events: the exact transaction shape FlowForge runs (BEGIN, UPDATE, INSERT of a
+  425-byte event, COMMIT, twice), and the same with the lock, to separate what the
+  database costs from what the Python side costs.
+* SQLite, one process, for context (the embedded mode).
+
+By default the bench creates a fresh database ``flowforge_bench`` on the local server and
+drops it at the end (``--keep`` keeps it). With ``--database-url`` it uses that database
+as it is, never drops it, and only removes its own ``bench_*`` tables; the task runs it
+creates there stay (they are real FlowForge runs).
+
+Nothing here asserts a time: the numbers are printed, not checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import multiprocessing
+import os
+import platform
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+
+from flowforge.app.service import FlowForge
+
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+BENCH_DATABASE = "flowforge_bench"
+
+#: Independent tasks per workflow run: every one READY at creation.
+TASKS_PER_RUN = 50
+WIDE_WORKFLOW = {
+    "name": "bench_wide",
+    "tasks": [{"key": f"t{i:02d}", "type": "noop"} for i in range(TASKS_PER_RUN)],
+}
+#: Untimed cycles each process runs first (connections opened, statements prepared).
+WARMUP_CYCLES = 50
+LEASE_SECONDS = 300.0
+RESULT = {"ok": True}
+#: Seconds a worker waits for the others at the start line before giving up.
+BARRIER_TIMEOUT_S = 180
+#: Size of a stored Claimed/Succeeded event's ``state`` (measured: 416-433 bytes).
+EVENT_PAYLOAD_BYTES = 425
+#: The id range each pgbench client owns; a client that runs out of rows aborts.
+PGBENCH_ROWS_PER_CLIENT = 60_000
+
+VARIANT_SHIPPED = "as shipped"
+VARIANT_LOCK = "+ LOCK events table"
+VARIANT_NO_PING = "- pool pre-ping"
+SQLITE = "FlowForge on SQLite"
+VARIANTS = {"shipped": VARIANT_SHIPPED, "lock": VARIANT_LOCK, "no-ping": VARIANT_NO_PING}
+
+# --- SQL (constants; identifiers composed with psycopg.sql) ------------------------------
+
+LOCK_EVENTS_TABLE = "LOCK TABLE flowforge_events IN EXCLUSIVE MODE"
+CREATE_DATABASE = sql.SQL("CREATE DATABASE {}")
+DROP_DATABASE = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+CHECKPOINT = "CHECKPOINT"
+COUNT_SUCCEEDED_TASK_RUNS = "SELECT count(*) FROM task_runs WHERE state = 'succeeded'"
+SERVER_VERSION = "SHOW server_version"
+DROP_BENCH_TABLES = [
+    "DROP TABLE IF EXISTS bench_task_runs, bench_events",
+    "DROP SEQUENCE IF EXISTS bench_events_notification_id_seq",
+]
+# The ceiling's tables are copies of FlowForge's (columns, CHECKs, every index), so the
+# UPDATEs maintain the same indexes and the INSERTs the same unique keys.
+CREATE_BENCH_TABLES = [
+    *DROP_BENCH_TABLES,
+    "CREATE TABLE bench_task_runs (LIKE task_runs INCLUDING ALL)",
+    "CREATE SEQUENCE bench_events_notification_id_seq",
+    "CREATE TABLE bench_events (LIKE flowforge_events INCLUDING ALL)",
+    "ALTER TABLE bench_events ALTER notification_id"
+    " SET DEFAULT nextval('bench_events_notification_id_seq')",
+]
+# Client c owns keys c * 1000000 + 1 .. c * 1000000 + rows; a key's uuid is md5(key).
+POPULATE_BENCH_TASK_RUNS = """
+INSERT INTO bench_task_runs (id, workflow_run_id, task_key, task_type, depends_on,
+                             max_attempts, state, fencing_token, attempt, version,
+                             created_at, updated_at)
+SELECT md5((c * 1000000 + g)::text)::uuid, md5('run' || c)::uuid, 't' || g, 'noop',
+       '[]'::jsonb, 1, 'ready', 0, 1, 1, now(), now()
+FROM generate_series(0, %(clients)s - 1) AS c, generate_series(1, %(rows)s) AS g
+"""
+RESET_BENCH_TASK_RUNS = """
+UPDATE bench_task_runs
+SET state = 'ready', fencing_token = 0, lease_owner = NULL, lease_expires_at = NULL,
+    started_at = NULL, finished_at = NULL, result = NULL, error = NULL, version = 1,
+    updated_at = now()
+WHERE state <> 'ready'
+"""
+TRUNCATE_BENCH_EVENTS = "TRUNCATE bench_events"
+VACUUM_BENCH_TABLES = "VACUUM ANALYZE bench_task_runs, bench_events"
+COUNT_BENCH_SUCCEEDED = "SELECT count(*) FROM bench_task_runs WHERE state = 'succeeded'"
+
+# pgbench scripts. Variables persist per client across transactions: :n counts this
+# client's cycles (-D n=0), :k is its next key. The claim reads the new fencing token
+# back (\gset) and the finish is conditional on it, as a worker's is.
+_PGB_NEXT_KEY = "\\set n :n + 1\n\\set k :client_id * 1000000 + :n\n"
+_PGB_CLAIM = """UPDATE bench_task_runs
+SET state = 'running', fencing_token = fencing_token + 1, lease_owner = 'pgbench',
+    lease_expires_at = now() + 300 * interval '1 second',
+    started_at = coalesce(started_at, now()), version = version + 1, updated_at = now()
+WHERE id = md5(:k::text)::uuid AND state = 'ready'
+RETURNING fencing_token AS token \\gset
+"""
+_PGB_FINISH = """UPDATE bench_task_runs
+SET state = 'succeeded', lease_owner = NULL, lease_expires_at = NULL, finished_at = now(),
+    result = '{"ok": true}', error = NULL, version = version + 1, updated_at = now()
+WHERE id = md5(:k::text)::uuid AND state = 'running' AND fencing_token = :token
+RETURNING *;
+"""
+_PGB_LOCK = "LOCK TABLE bench_events IN EXCLUSIVE MODE;\n"
+_PGB_EVENT = """INSERT INTO bench_events (originator_id, originator_version, topic, state)
+VALUES (md5(:k::text)::uuid, {version}, :{topic}::text, decode(:payload::text, 'hex'));
+"""
+_PGB_CLAIMED = _PGB_EVENT.format(version=2, topic="claimed")
+_PGB_SUCCEEDED = _PGB_EVENT.format(version=3, topic="succeeded")
+# Passed with --define, like the payload: pgbench would substitute a ":name" even inside
+# a quoted literal, and a topic has a colon in it.
+PGBENCH_VARIABLES = {
+    "n": "0",
+    "payload": "7b" * EVENT_PAYLOAD_BYTES,
+    "claimed": "flowforge.aggregates.task_run:TaskRun.Claimed",
+    "succeeded": "flowforge.aggregates.task_run:TaskRun.Succeeded",
+}
+
+PGBENCH_SQL_ONLY = "pgbench: 2 UPDATEs (ceiling)"
+PGBENCH_EVENTS = "pgbench: + 2 event INSERTs"
+PGBENCH_EVENTS_LOCK = "pgbench: + INSERTs + LOCK"
+PGBENCH_SCRIPTS = {
+    # Each UPDATE is its own (autocommit) transaction: 2 commits per cycle, as FlowForge.
+    PGBENCH_SQL_ONLY: _PGB_NEXT_KEY + _PGB_CLAIM + _PGB_FINISH,
+    PGBENCH_EVENTS: (
+        _PGB_NEXT_KEY
+        + "BEGIN;\n"
+        + _PGB_CLAIM
+        + _PGB_CLAIMED
+        + "COMMIT;\nBEGIN;\n"
+        + _PGB_FINISH
+        + _PGB_SUCCEEDED
+        + "COMMIT;\n"
+    ),
+    PGBENCH_EVENTS_LOCK: (
+        _PGB_NEXT_KEY
+        + "BEGIN;\n"
+        + _PGB_CLAIM
+        + _PGB_LOCK
+        + _PGB_CLAIMED
+        + "COMMIT;\nBEGIN;\n"
+        + _PGB_FINISH
+        + _PGB_LOCK
+        + _PGB_SUCCEEDED
+        + "COMMIT;\n"
+    ),
+}
+PGBENCH_KEYS = {"sql": PGBENCH_SQL_ONLY, "events": PGBENCH_EVENTS, "lock": PGBENCH_EVENTS_LOCK}
+
+_TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.MULTILINE)
+_PROCESSED = re.compile(r"^number of transactions actually processed: (\d+)", re.MULTILINE)
+
+
+# --- results ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    system: str
+    processes: int
+    cycles: int
+    seconds: float
+    latencies_us: Sequence[float] = field(repr=False)
+    #: CPU time of the client side (Python workers, or pgbench), user + system.
+    client_cpu_seconds: float = float("nan")
+
+    @property
+    def per_second(self) -> float:
+        return self.cycles / self.seconds
+
+    @property
+    def client_cpu_us_per_cycle(self) -> float:
+        return self.client_cpu_seconds / self.cycles * 1e6
+
+    def percentile_ms(self, p: int) -> float:
+        if len(self.latencies_us) < 2:
+            return float("nan")
+        return statistics.quantiles(self.latencies_us, n=100)[p - 1] / 1000
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerResult:
+    started: float = 0.0
+    ended: float = 0.0
+    latencies_us: list[float] = field(default_factory=list)
+    cpu_seconds: float = 0.0
+    lost: int = 0
+    error: str | None = None
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- FlowForge: the workload --------------------------------------------------------------
+
+
+def create_ready_tasks(ff: FlowForge, count: int) -> list[UUID]:
+    """``count`` READY task runs (rounded up to whole runs), before any clock starts."""
+    ids: list[UUID] = []
+    while len(ids) < count:
+        run_id = ff.start_workflow_run(WIDE_WORKFLOW)
+        ids.extend(t.id for t in ff.task_runs(run_id) if t.state == "ready")
+    return ids[:count]
+
+
+def cycle(ff: FlowForge, task_run_id: UUID, worker_id: str) -> bool:
+    """One claim+finish; False if either write lost (never, with disjoint ids)."""
+    claim = ff.claim_task_run(task_run_id, worker_id, LEASE_SECONDS)
+    if claim is None:
+        return False
+    return ff.finish_task_run(task_run_id, claim.fencing_token, "succeed", RESULT)
+
+
+class _LockingTransaction:
+    """Takes the library's events-table lock just before the transaction's first event
+    INSERT: where ``PostgresApplicationRecorder._insert_stored_events`` takes it, and
+    held, as there, until commit."""
+
+    def __init__(self, tx: Any) -> None:
+        self._tx = tx
+        self._locked = False
+
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        if name == "insert_stored_event" and not self._locked:
+            self._tx._cursor.execute(LOCK_EVENTS_TABLE)
+            self._locked = True
+        result: list[dict[str, Any]] = self._tx.run(name, params)
+        return result
+
+    def run_script(self, name: str) -> None:
+        self._tx.run_script(name)
+
+
+class _LockingDatabase:
+    """``FlowForge.database`` with :class:`_LockingTransaction` transactions."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.dialect = inner.dialect
+        self.location = inner.location
+
+    @contextmanager
+    def transaction(self) -> Iterator[_LockingTransaction]:
+        with self._inner.transaction() as tx:
+            yield _LockingTransaction(tx)
+
+    def read(self) -> Any:
+        return self._inner.read()
+
+
+def apply_variant(ff: FlowForge, variant: str) -> None:
+    if variant == VARIANT_LOCK:
+        ff.database = _LockingDatabase(ff.database)
+    elif variant == VARIANT_NO_PING:
+        # psycopg_pool runs its ``check`` callback (an empty query) on every checkout.
+        ff.events.recorder.datastore.pool._check = None
+
+
+def worker_main(
+    url: str,
+    variant: str,
+    warmup: list[UUID],
+    timed: list[UUID],
+    barrier: Any,
+    results: Any,
+) -> None:
+    """One worker process: its own FlowForge, warm-up, then the timed cycles."""
+    try:
+        with FlowForge(url) as ff:
+            apply_variant(ff, variant)
+            worker_id = f"bench-{os.getpid()}"
+            lost = sum(not cycle(ff, task_id, worker_id) for task_id in warmup)
+            barrier.wait(BARRIER_TIMEOUT_S)
+            latencies: list[float] = []
+            started, cpu = time.monotonic(), time.process_time()
+            for task_id in timed:
+                t0 = time.perf_counter_ns()
+                lost += not cycle(ff, task_id, worker_id)
+                latencies.append((time.perf_counter_ns() - t0) / 1000)
+            ended, cpu = time.monotonic(), time.process_time() - cpu
+        results.put(WorkerResult(started, ended, latencies, cpu, lost))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
+        barrier.abort()
+        results.put(WorkerResult(error=f"{type(exc).__name__}: {exc}"))
+
+
+def measure_flowforge(url: str, variant: str, processes: int, tasks: int) -> Measurement:
+    per_process = WARMUP_CYCLES + tasks
+    with FlowForge(url) as ff:
+        ids = create_ready_tasks(ff, processes * per_process)
+    pg_command(url, CHECKPOINT)
+    before = pg_value(url, COUNT_SUCCEEDED_TASK_RUNS)
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(processes)
+    results = ctx.Queue()
+    workers = []
+    for i in range(processes):
+        mine = ids[i * per_process : (i + 1) * per_process]
+        args = (url, variant, mine[:WARMUP_CYCLES], mine[WARMUP_CYCLES:], barrier, results)
+        workers.append(ctx.Process(target=worker_main, args=args, name=f"bench-worker-{i}"))
+    for w in workers:
+        w.start()
+    outcomes = [results.get(timeout=BARRIER_TIMEOUT_S * 2) for _ in workers]
+    for w in workers:
+        w.join()
+
+    errors = [o.error for o in outcomes if o.error]
+    if errors:
+        raise RuntimeError(f"a worker failed: {errors[0]}")
+    lost = sum(o.lost for o in outcomes)
+    written = pg_value(url, COUNT_SUCCEEDED_TASK_RUNS) - before
+    if lost or written != processes * per_process:
+        raise RuntimeError(f"{lost} cycles lost, {written} task runs succeeded")
+    seconds = max(o.ended for o in outcomes) - min(o.started for o in outcomes)
+    latencies = [lat for o in outcomes for lat in o.latencies_us]
+    cpu = sum(o.cpu_seconds for o in outcomes)
+    return Measurement(f"FlowForge {variant}", processes, len(latencies), seconds, latencies, cpu)
+
+
+def measure_sqlite(tasks: int) -> Measurement:
+    with (
+        tempfile.TemporaryDirectory(prefix="flowforge-bench-") as tmp,
+        FlowForge(f"sqlite:///{tmp}/bench.db") as ff,
+    ):
+        ids = create_ready_tasks(ff, WARMUP_CYCLES + tasks)
+        for task_id in ids[:WARMUP_CYCLES]:
+            cycle(ff, task_id, "bench")
+        latencies: list[float] = []
+        started, cpu = time.monotonic(), time.process_time()
+        for task_id in ids[WARMUP_CYCLES:]:
+            t0 = time.perf_counter_ns()
+            if not cycle(ff, task_id, "bench"):
+                raise RuntimeError(f"SQLite cycle lost on {task_id}")
+            latencies.append((time.perf_counter_ns() - t0) / 1000)
+        seconds, cpu = time.monotonic() - started, time.process_time() - cpu
+    return Measurement(SQLITE, 1, len(latencies), seconds, latencies, cpu)
+
+
+# --- pgbench: the ceiling ----------------------------------------------------------------
+
+
+def find_pgbench() -> str:
+    found = shutil.which("pgbench") or next(
+        iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/pgbench"), reverse=True)), None
+    )
+    if found is None:
+        raise SystemExit("pgbench not found: install PostgreSQL's client tools")
+    return found
+
+
+def setup_pgbench_tables(url: str, clients: int, rows: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in CREATE_BENCH_TABLES:
+            conn.execute(statement)
+        conn.execute(POPULATE_BENCH_TASK_RUNS, {"clients": clients, "rows": rows})
+
+
+def measure_pgbench(
+    url: str, pgbench: str, label: str, clients: int, seconds: int, workdir: Path
+) -> Measurement:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(RESET_BENCH_TASK_RUNS)
+        conn.execute(TRUNCATE_BENCH_EVENTS)
+        conn.execute(VACUUM_BENCH_TABLES)
+        conn.execute(CHECKPOINT)
+    name = f"{list(PGBENCH_SCRIPTS).index(label)}-c{clients}"
+    script = workdir / f"{name}.sql"
+    script.write_text(PGBENCH_SCRIPTS[label])
+    log_prefix = workdir / f"{name}.log"
+    parts = urlsplit(url)
+    env = dict(os.environ)
+    if parts.password:
+        env["PGPASSWORD"] = unquote(parts.password)
+    command = [
+        pgbench,
+        "--no-vacuum",
+        "--protocol=prepared",
+        f"--client={clients}",
+        f"--jobs={clients}",
+        f"--time={seconds}",
+        *(f"--define={name}={value}" for name, value in PGBENCH_VARIABLES.items()),
+        f"--file={script}",
+        "--log",
+        f"--log-prefix={log_prefix}",
+        f"--host={parts.hostname or '127.0.0.1'}",
+        f"--port={parts.port or 5432}",
+        f"--username={unquote(parts.username or 'postgres')}",
+        unquote(parts.path.lstrip("/")),
+    ]
+    cpu = _children_cpu_seconds()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    cpu = _children_cpu_seconds() - cpu
+    tps, processed = _TPS.search(done.stdout), _PROCESSED.search(done.stdout)
+    if done.returncode != 0 or tps is None or processed is None:
+        raise RuntimeError(
+            f"pgbench failed ({done.returncode}); if a client ran out of rows, raise "
+            f"--pgbench-rows\n{done.stdout}\n{done.stderr}"
+        )
+    cycles = int(processed.group(1))
+    written = pg_value(url, COUNT_BENCH_SUCCEEDED)
+    if written != cycles:
+        raise RuntimeError(f"pgbench reported {cycles} cycles but {written} rows finished")
+    # Per-transaction log lines: client_id transaction_no latency_us script_no epoch us
+    latencies = [
+        float(line.split()[2])
+        for log in glob.glob(f"{log_prefix}.*")
+        for line in Path(log).read_text().splitlines()
+    ]
+    return Measurement(label, clients, cycles, cycles / float(tps.group(1)), latencies, cpu)
+
+
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+# --- the database ---------------------------------------------------------------------------
+
+
+def pg_command(url: str, statement: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def pg_value(url: str, query: str) -> Any:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(query).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def with_database(url: str, dbname: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{dbname}"))
+
+
+@contextmanager
+def bench_database(args: argparse.Namespace) -> Iterator[str]:
+    """The database to measure in: fresh ``flowforge_bench`` unless one is given."""
+    if args.database_url:
+        try:
+            yield args.database_url
+        finally:
+            if not args.keep:
+                with psycopg.connect(args.database_url, autocommit=True) as conn:
+                    for statement in DROP_BENCH_TABLES:
+                        conn.execute(statement)
+        return
+    name = sql.Identifier(BENCH_DATABASE)
+    with psycopg.connect(args.admin_url, autocommit=True) as conn:
+        conn.execute(DROP_DATABASE.format(name))
+        conn.execute(CREATE_DATABASE.format(name))
+    try:
+        yield with_database(args.admin_url, BENCH_DATABASE)
+    finally:
+        if args.keep:
+            progress(f"kept database {BENCH_DATABASE}")
+        else:
+            with psycopg.connect(args.admin_url, autocommit=True) as conn:
+                conn.execute(DROP_DATABASE.format(name))
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def markdown_table(rows: list[Measurement]) -> str:
+    ceilings = {m.processes: m.per_second for m in rows if m.system == PGBENCH_SQL_ONLY}
+    lines = [
+        "| measurement | processes | cycles | cycles/s | p50 ms | p99 ms | of ceiling "
+        "| client CPU µs/cycle |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    # PostgreSQL rows by process count; SQLite (a different database) last, no ratio.
+    for m in sorted(rows, key=lambda m: (m.system == SQLITE, m.processes, _order(m.system))):
+        ceiling = ceilings.get(m.processes) if m.system != SQLITE else None
+        share = f"{m.per_second / ceiling:.0%}" if ceiling else ""
+        lines.append(
+            f"| {m.system} | {m.processes} | {m.cycles} | {m.per_second:,.0f} "
+            f"| {m.percentile_ms(50):.2f} | {m.percentile_ms(99):.2f} | {share} "
+            f"| {m.client_cpu_us_per_cycle:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def _order(system: str) -> int:
+    names = [*PGBENCH_SCRIPTS, *(f"FlowForge {v}" for v in VARIANTS.values())]
+    return names.index(system) if system in names else len(names)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.claim_finish",
+        description="Claim+finish cycles per second: FlowForge on PostgreSQL vs pgbench.",
+    )
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument(
+        "--tasks", type=int, default=1500, help="timed cycles per process (default 1500)"
+    )
+    parser.add_argument(
+        "--database-url",
+        help="measure in this existing database (kept; only the bench_* tables are dropped)",
+    )
+    parser.add_argument(
+        "--admin-url",
+        default=ADMIN_URL,
+        help=f"server and admin database used to create {BENCH_DATABASE} (default %(default)s)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the bench database/tables")
+    parser.add_argument("--pgbench-seconds", type=int, default=8)
+    parser.add_argument("--pgbench-rows", type=int, default=PGBENCH_ROWS_PER_CLIENT)
+    parser.add_argument(
+        "--pgbench-scripts", nargs="*", choices=list(PGBENCH_KEYS), default=list(PGBENCH_KEYS)
+    )
+    parser.add_argument("--variants", nargs="*", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument(
+        "--sqlite-tasks", type=int, default=1000, help="timed SQLite cycles (0: skip)"
+    )
+    args = parser.parse_args(argv)
+    if min(args.processes) < 1 or args.tasks < 1:
+        parser.error("--processes and --tasks must be >= 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    pgbench = find_pgbench() if args.pgbench_scripts else ""
+    started = time.monotonic()
+    # Anything else running on the machine shows up here: a busy neighbour halves numbers.
+    load_before = os.getloadavg()[0]
+    rows: list[Measurement] = []
+
+    def record(m: Measurement) -> None:
+        rows.append(m)
+        progress(
+            f"{m.system}, {m.processes} proc: {m.per_second:,.0f} cycles/s, "
+            f"p50 {m.percentile_ms(50):.2f} ms, p99 {m.percentile_ms(99):.2f} ms"
+        )
+
+    with (
+        bench_database(args) as url,
+        tempfile.TemporaryDirectory(prefix="flowforge-pgbench-") as tmp,
+    ):
+        with FlowForge(url):  # creates the schema, so the bench tables can copy it
+            pass
+        server = pg_value(url, SERVER_VERSION)
+        if args.pgbench_scripts:
+            progress("populating the pgbench tables")
+            setup_pgbench_tables(url, max(args.processes), args.pgbench_rows)
+        for processes in args.processes:
+            for key in args.pgbench_scripts:
+                label = PGBENCH_KEYS[key]
+                progress(f"{label}, {processes} clients, {args.pgbench_seconds} s")
+                record(
+                    measure_pgbench(
+                        url, pgbench, label, processes, args.pgbench_seconds, Path(tmp)
+                    )
+                )
+            for key in args.variants:
+                progress(f"FlowForge {VARIANTS[key]}, {processes} processes")
+                record(measure_flowforge(url, VARIANTS[key], processes, args.tasks))
+    if args.sqlite_tasks:
+        progress("FlowForge on SQLite, 1 process")
+        record(measure_sqlite(args.sqlite_tasks))
+
+    load_after = os.getloadavg()[0]
+    print(
+        f"\nclaim+finish cycles, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
+        f"{os.cpu_count()} CPUs, PostgreSQL {server}, Python {platform.python_version()}; "
+        f"total {time.monotonic() - started:.0f} s; 1-min load average "
+        f"{load_before:.2f} before, {load_after:.2f} after (the bench itself adds up to "
+        f"~{max(args.processes)})\n"
+    )
+    print(markdown_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

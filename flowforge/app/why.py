@@ -1,0 +1,570 @@
+"""Why a task run is where it is: the question ``flowforge why`` answers.
+
+The answer is built in two steps. :func:`situation_now` and :func:`situation_as_of`
+gather the facts (the task, its run, its siblings, its outbox rows, the audit log up
+to the moment asked about): now from the projected tables and the database's clock;
+as of a past moment from the event log alone, by reconstituting every aggregate of the
+run at its last version no later than that moment. :func:`explain` then turns the
+facts into one headline sentence and details; it is pure, so each case is a unit test.
+
+The outbox is delivery state, not part of the log; as of a past moment its rows are
+read by their timestamps (created, published), which is what the question needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from flowforge.aggregates.task_run import TaskRun
+from flowforge.aggregates.workflow_run import WorkflowRun
+from flowforge.app.results import AuditEntry
+from flowforge.app.service import FlowForge
+from flowforge.projections.database import Transaction
+from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
+
+_TERMINAL_RUN = ("succeeded", "failed", "cancelled")
+
+
+# --- the facts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """One task run as ``why`` needs it: from its row, or its reconstituted aggregate."""
+
+    id: UUID
+    task_key: str
+    task_type: str
+    depends_on: tuple[str, ...]
+    state: str
+    attempt: int
+    max_attempts: int
+    fencing_token: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    retry_due_at: datetime | None
+    error: dict[str, str] | None
+
+    @classmethod
+    def of(cls, source: TaskRunRow | TaskRun) -> TaskView:
+        return cls(
+            id=source.id,
+            task_key=source.task_key,
+            task_type=source.task_type,
+            depends_on=tuple(source.depends_on),
+            state=str(source.state),
+            attempt=source.attempt,
+            max_attempts=source.max_attempts,
+            fencing_token=source.fencing_token,
+            lease_owner=source.lease_owner,
+            lease_expires_at=source.lease_expires_at,
+            started_at=source.started_at,
+            finished_at=source.finished_at,
+            retry_due_at=source.retry_due_at,
+            error=source.error,
+        )
+
+    @property
+    def failed_for_good(self) -> bool:
+        return self.state == "failed" and self.attempt >= self.max_attempts
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    id: UUID
+    workflow_name: str
+    state: str
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, source: WorkflowRunRow | WorkflowRun) -> RunView:
+        return cls(
+            source.id,
+            source.workflow_name,
+            str(source.state),
+            source.started_at,
+            source.finished_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    created_at: datetime
+    published_at: datetime | None
+    fencing_token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Situation:
+    """Everything an explanation is built from, as of one moment."""
+
+    at: datetime
+    #: False: as of a past moment, from the log (``--at``).
+    live: bool
+    task: TaskView
+    run: RunView
+    #: The run's tasks by key (including this one).
+    siblings: Mapping[str, TaskView]
+    #: This task's audit entries up to ``at``, oldest first.
+    task_log: Sequence[AuditEntry]
+    #: The run's own audit entries (not its tasks') up to ``at``.
+    run_log: Sequence[AuditEntry]
+    #: This task's dispatches as they stood at ``at``, oldest first.
+    dispatches: Sequence[Dispatch]
+
+
+@dataclass(slots=True)
+class Explanation:
+    task_run_id: UUID
+    workflow_run_id: UUID
+    task_key: str
+    state: str
+    #: A stable code for scripts: waiting_for_upstream, retry_backoff, running, ...
+    reason: str
+    headline: str
+    details: list[str] = field(default_factory=list)
+    as_of: datetime | None = None
+    from_log: bool = False
+    attempt: int | None = None
+    max_attempts: int | None = None
+    upstream: list[dict[str, Any]] = field(default_factory=list)
+
+
+# --- gathering the facts -----------------------------------------------------------------
+
+
+def situation_now(app: FlowForge, task_run_id: UUID) -> Situation:
+    """The facts now: the tables, the outbox, the log, and the database's clock."""
+    row = app.get_task_run(task_run_id)
+    run = app.get_workflow_run(row.workflow_run_id)
+    entries = app.run_history(run.id)
+    return Situation(
+        at=database_now(app),
+        live=True,
+        task=TaskView.of(row),
+        run=RunView.of(run),
+        siblings={t.task_key: TaskView.of(t) for t in app.task_runs(run.id)},
+        task_log=[e for e in entries if e.aggregate_id == row.id],
+        run_log=[e for e in entries if e.aggregate == "WorkflowRun"],
+        dispatches=[_dispatch(d) for d in app.dispatches_of(row.id)],
+    )
+
+
+def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situation | None:
+    """The facts at ``at``, from the log: each aggregate of the run reconstituted at its
+    last version with a timestamp no later than ``at``; None if it did not exist yet."""
+    row = app.get_task_run(task_run_id)
+    entries = [e for e in app.run_history(row.workflow_run_id) if e.at <= at]
+    versions: dict[UUID, int] = {}
+    for entry in entries:
+        versions[entry.aggregate_id] = entry.version
+    if row.workflow_run_id not in versions or task_run_id not in versions:
+        return None
+    repository = app.events.repository
+    run: WorkflowRun = repository.get(
+        row.workflow_run_id, version=versions.pop(row.workflow_run_id)
+    )
+    tasks: list[TaskRun] = [repository.get(i, version=v) for i, v in versions.items()]
+    siblings = {t.task_key: TaskView.of(t) for t in tasks}
+    return Situation(
+        at=at,
+        live=False,
+        task=siblings[row.task_key],
+        run=RunView.of(run),
+        siblings=siblings,
+        task_log=[e for e in entries if e.aggregate_id == task_run_id],
+        run_log=[e for e in entries if e.aggregate == "WorkflowRun"],
+        dispatches=[
+            _dispatch(d, at) for d in app.dispatches_of(task_run_id) if d.created_at <= at
+        ],
+    )
+
+
+def database_now(app: FlowForge) -> datetime:
+    """The database's clock: the one that decides leases and retry times."""
+    tx: Transaction
+    with app.database.read() as tx:
+        (row,) = tx.run("db_now")
+    value: datetime = row["db_now"]
+    return value
+
+
+def _dispatch(row: OutboxRow, at: datetime | None = None) -> Dispatch:
+    published = row.published_at
+    if at is not None and published is not None and published > at:
+        published = None
+    return Dispatch(row.created_at, published, row.fencing_token)
+
+
+# --- the explanation ---------------------------------------------------------------------
+
+#: (reason, headline, details) of one case.
+_Answer = tuple[str, str, list[str]]
+
+
+def why(app: FlowForge, task_run_id: UUID, at: datetime | None = None) -> Explanation:
+    """Explain a task run now, or as of ``at`` (from the log)."""
+    if at is None:
+        return explain(situation_now(app, task_run_id))
+    situation = situation_as_of(app, task_run_id, at)
+    if situation is None:
+        row = app.get_task_run(task_run_id)
+        created = app.get_workflow_run(row.workflow_run_id).created_at
+        return Explanation(
+            task_run_id=row.id,
+            workflow_run_id=row.workflow_run_id,
+            task_key=row.task_key,
+            state="none",
+            reason="not_created",
+            headline=f"{row.task_key} did not exist yet at {_iso(at)}: its run was "
+            f"submitted at {_iso(created)}",
+            as_of=at,
+            from_log=True,
+        )
+    return explain(situation)
+
+
+def explain(s: Situation) -> Explanation:
+    """The headline and details for a situation (pure)."""
+    task, run = s.task, s.run
+    if run.state in _TERMINAL_RUN and task.state not in ("succeeded", "failed", "cancelled"):
+        reason, headline, details = _leftover(s)
+    else:
+        reason, headline, details = _CASES[task.state](s)
+    return Explanation(
+        task_run_id=task.id,
+        workflow_run_id=run.id,
+        task_key=task.task_key,
+        state=task.state,
+        reason=reason,
+        headline=headline,
+        details=[*details, *_attempt_lines(s.task_log), *_context_lines(s)],
+        as_of=s.at,
+        from_log=not s.live,
+        attempt=task.attempt,
+        max_attempts=task.max_attempts,
+        upstream=[_upstream_fact(s.siblings[k]) for k in task.depends_on if k in s.siblings],
+    )
+
+
+def _pending(s: Situation) -> _Answer:
+    task, key = s.task, s.task.task_key
+    if s.run.state == "pending":
+        return (
+            "run_not_started",
+            f"{key} is pending: its run has not started yet",
+            [
+                "a scheduler starts a pending run on its next pass: is `flowforge scheduler` "
+                "(or `flowforge run`) running against this database?"
+            ],
+        )
+    upstream = [s.siblings[k] for k in task.depends_on if k in s.siblings]
+    blocking = [u for u in upstream if u.state != "succeeded"]
+    if not blocking:
+        return (
+            "promotion_due",
+            f"{key} is pending, but {_all(len(upstream))} succeeded: a scheduler makes "
+            f"it ready on its next pass",
+            ["is `flowforge scheduler` (or `flowforge run`) running against this database?"],
+        )
+    dead = [u for u in blocking if u.failed_for_good or u.state == "cancelled"]
+    if dead:
+        return (
+            "upstream_failed",
+            f"{key} will not run: upstream {_count(len(dead), 'task')} "
+            f"{', '.join(_phrase(u, s.at) for u in dead)}",
+            [
+                "a task runs only after all its upstream tasks succeed; the run fails, and "
+                "the scheduler cancels what can no longer run"
+            ],
+        )
+    done = [u.task_key for u in upstream if u.state == "succeeded"]
+    return (
+        "waiting_for_upstream",
+        f"{key} is waiting for {_count(len(blocking), 'upstream task')}: "
+        f"{', '.join(_phrase(u, s.at) for u in blocking)}",
+        [
+            *([f"already succeeded upstream: {', '.join(done)}"] if done else []),
+            f"ask `flowforge why {s.run.id}/{blocking[0].task_key}` why "
+            f"{blocking[0].task_key} is not done",
+        ],
+    )
+
+
+def _ready(s: Situation) -> _Answer:
+    key = s.task.task_key
+    since = s.task_log[-1].at if s.task_log else s.at
+    if not s.dispatches:
+        return (
+            "no_dispatch",
+            f"{key} is ready since {_clock(since)} but has no dispatch in the outbox",
+            [
+                "every transition to ready writes a dispatch in the same transaction; an "
+                "outbox emptied by hand would explain this"
+            ],
+        )
+    latest = s.dispatches[-1]
+    again = f" (dispatch {len(s.dispatches)} of this task)" if len(s.dispatches) > 1 else ""
+    if latest.published_at is None:
+        return (
+            "dispatch_pending",
+            f"{key} is ready; its dispatch is waiting in the outbox since "
+            f"{_clock(latest.created_at)} ({_ago(latest.created_at, s.at)}): not yet "
+            f"published{again}",
+            [
+                "a publisher sends outbox rows to the broker: is `flowforge publisher` (or "
+                "`flowforge run`) running against this database?"
+            ],
+        )
+    return (
+        "dispatch_published",
+        f"{key} is ready; its dispatch was published at {_clock(latest.published_at)} "
+        f"({_ago(latest.published_at, s.at)}) and no worker has claimed it yet{again}",
+        [
+            f"a worker that runs task type {s.task.task_type!r} claims it when it is free: "
+            f"are workers running with it (`flowforge worker --tasks MODULE`), and all busy?",
+            "with `flowforge run` the queue lives in that process: if it exited, nothing "
+            "will claim this dispatch; cancel the run and run it again",
+        ],
+    )
+
+
+def _running(s: Situation) -> _Answer:
+    task, key = s.task, s.task.task_key
+    owner, expires = task.lease_owner or "?", task.lease_expires_at
+    heartbeats = [e for e in s.task_log if e.transition == "renew_lease"]
+    beat = [f"last heartbeat at {_iso(heartbeats[-1].at)}"] if heartbeats else []
+    if expires is not None and expires < s.at:
+        return (
+            "lease_expired",
+            f"{key} is running on {owner}, but its lease expired at {_clock(expires)} "
+            f"({_ago(expires, s.at)}): the reaper will reclaim it",
+            [
+                *beat,
+                f"{owner} died or stalled. The reaper (in `flowforge scheduler`) moves the "
+                f"task back to ready with fencing token {task.fencing_token + 1} and it is "
+                f"dispatched again; a late write by {owner} carries token "
+                f"{task.fencing_token} and is refused",
+            ],
+        )
+    return (
+        "running",
+        f"{key} is running: attempt {task.attempt} of {task.max_attempts} on {owner}, "
+        f"lease held until {_clock(expires)} ({_until(expires, s.at)})",
+        [*beat, f"started at {_iso(task.started_at)}; the worker's heartbeat renews the lease"],
+    )
+
+
+def _retrying(s: Situation) -> _Answer:
+    task, key = s.task, s.task.task_key
+    due, failed = task.retry_due_at, _error(task.error)
+    cause = f"attempt {task.attempt - 1} failed ({failed})"
+    if due is not None and due > s.at:
+        return (
+            "retry_backoff",
+            f"{key} is in retry backoff: {cause}; attempt {task.attempt} of "
+            f"{task.max_attempts} is due at {_clock(due)} ({_until(due, s.at)})",
+            ["when it is due, a scheduler makes it ready and it is dispatched again"],
+        )
+    return (
+        "retry_due",
+        f"{key} is retrying: {cause}; attempt {task.attempt} was due at {_clock(due)} "
+        f"({_ago(due, s.at)}): a scheduler makes it ready on its next pass",
+        ["is `flowforge scheduler` (or `flowforge run`) running against this database?"],
+    )
+
+
+def _failed(s: Situation) -> _Answer:
+    task, key = s.task, s.task.task_key
+    if not task.failed_for_good:
+        return (
+            "retry_pending",
+            f"{key} failed attempt {task.attempt} of {task.max_attempts} "
+            f"({_error(task.error)}): a scheduler schedules attempt {task.attempt + 1} "
+            f"after the retry policy's backoff on its next pass",
+            [],
+        )
+    return (
+        "failed",
+        f"{key} failed for good at {_clock(task.finished_at)} after "
+        f"{_count(task.attempt, 'attempt')}: {_error(task.error)}",
+        [
+            f"its run {s.run.state}"
+            + (f" at {_iso(s.run.finished_at)}" if s.run.finished_at else "")
+        ],
+    )
+
+
+def _succeeded(s: Situation) -> _Answer:
+    task = s.task
+    took = _seconds(task.started_at, task.finished_at)
+    return (
+        "succeeded",
+        f"{task.task_key} succeeded at {_clock(task.finished_at)} after "
+        f"{_count(task.attempt, 'attempt')}" + (f", {took} after its first claim" if took else ""),
+        [],
+    )
+
+
+def _cancelled(s: Situation) -> _Answer:
+    cancel = s.task_log[-1] if s.task_log else None
+    when = _clock(cancel.at) if cancel else "?"
+    was = f" (it was {cancel.source})" if cancel and cancel.source else ""
+    return (
+        "cancelled",
+        f"{s.task.task_key} was cancelled at {when}{was} because {_run_end(s)}",
+        [],
+    )
+
+
+def _leftover(s: Situation) -> _Answer:
+    return (
+        "run_finished",
+        f"{s.task.task_key} is still {s.task.state}, but {_run_end(s)}: a scheduler "
+        f"cancels it on its next pass",
+        [],
+    )
+
+
+_CASES = {
+    "pending": _pending,
+    "ready": _ready,
+    "running": _running,
+    "retrying": _retrying,
+    "failed": _failed,
+    "succeeded": _succeeded,
+    "cancelled": _cancelled,
+}
+
+
+# --- pieces of sentences -----------------------------------------------------------------
+
+
+def _run_end(s: Situation) -> str:
+    """Why the run ended, e.g. 'its run was cancelled by user at 12:03:04'."""
+    end = s.run_log[-1] if s.run_log else None
+    when = f" at {_clock(end.at)}" if end else ""
+    if s.run.state == "cancelled":
+        return f"its run was cancelled by {end.actor if end else '?'}{when}"
+    if s.run.state == "failed":
+        failed = [t.task_key for t in s.siblings.values() if t.failed_for_good]
+        return (
+            f"its run failed{when} ({', '.join(failed) or 'a task'} failed for good, so "
+            f"what depends on it could never run)"
+        )
+    return f"its run {s.run.state}{when}"
+
+
+def _phrase(t: TaskView, at: datetime) -> str:
+    """One upstream task in a few words: 'extract (running, attempt 2, lease held by
+    worker-1 until 12:03:04)'."""
+    if t.state == "running":
+        expired = t.lease_expires_at is not None and t.lease_expires_at < at
+        lease = f"lease held by {t.lease_owner} until {_clock(t.lease_expires_at)}"
+        detail = f"running, attempt {t.attempt}, {lease}{' (expired)' if expired else ''}"
+    elif t.state == "retrying":
+        detail = f"retrying, attempt {t.attempt} due at {_clock(t.retry_due_at)}"
+    elif t.state == "failed":
+        detail = (
+            f"failed for good after {_count(t.attempt, 'attempt')}: {_error(t.error)}"
+            if t.failed_for_good
+            else f"failed attempt {t.attempt} of {t.max_attempts}, retry to be scheduled"
+        )
+    elif t.state == "ready":
+        detail = "ready, waiting for a worker"
+    else:
+        detail = t.state
+    return f"{t.task_key} ({detail})"
+
+
+def _upstream_fact(t: TaskView) -> dict[str, Any]:
+    return {
+        "task_key": t.task_key,
+        "task_run_id": t.id,
+        "state": t.state,
+        "attempt": t.attempt,
+        "lease_owner": t.lease_owner,
+        "lease_expires_at": t.lease_expires_at,
+        "retry_due_at": t.retry_due_at,
+    }
+
+
+def _attempt_lines(log: Sequence[AuditEntry]) -> list[str]:
+    """'attempt 1: claimed by worker-1 at ..., failed at ...: ConnectionError: ...'."""
+    lines: list[str] = []
+    for e in log:
+        if e.transition == "claim":
+            lines.append(
+                f"attempt {e.attempt}: claimed by {e.actor} at {_iso(e.at)} "
+                f"(fencing token {e.fencing_token})"
+            )
+        elif lines and e.transition in _OUTCOMES:
+            lines[-1] += f", {_OUTCOMES[e.transition]} at {_iso(e.at)}"
+            if e.transition == "fail":
+                lines[-1] += f": {_error(e.error)}"
+    return lines
+
+
+_OUTCOMES = {
+    "succeed": "succeeded",
+    "fail": "failed",
+    "cancel_running": "cancelled",
+    "reap_lease": "lease expired and reaped",
+}
+
+
+def _context_lines(s: Situation) -> list[str]:
+    task, clock = s.task, "the event log" if not s.live else "the database's clock"
+    return [
+        f"task run {task.id}: {task.task_key} (type {task.task_type}), attempt "
+        f"{task.attempt} of {task.max_attempts}, fencing token {task.fencing_token}",
+        f"run {s.run.id}: {s.run.workflow_name}, {s.run.state}",
+        f"as of {_iso(s.at)} ({clock})",
+    ]
+
+
+def _error(error: Mapping[str, str] | None) -> str:
+    if not error:
+        return "no error recorded"
+    lines = (error.get("message") or "").strip().splitlines()
+    kind = error.get("type", "Error")
+    return f"{kind}: {lines[0]}" if lines else kind
+
+
+def _all(n: int) -> str:
+    return "its upstream task" if n == 1 else f"all {n} upstream tasks"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _iso(at: datetime | None) -> str:
+    if at is None:
+        return "?"
+    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _clock(at: datetime | None) -> str:
+    return "?" if at is None else at.astimezone(UTC).strftime("%H:%M:%S")
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> str:
+    if start is None or end is None:
+        return ""
+    return f"{(end - start).total_seconds():.1f}s"
+
+
+def _ago(then: datetime | None, now: datetime) -> str:
+    return "?" if then is None else f"{(now - then).total_seconds():.1f}s ago"
+
+
+def _until(then: datetime | None, now: datetime) -> str:
+    return "?" if then is None else f"in {(then - now).total_seconds():.1f}s"

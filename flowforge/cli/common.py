@@ -1,0 +1,148 @@
+"""What the commands share: settings from the environment and flags, opening the
+application service, and turning command-line text into values (inputs, workflows,
+task modules). Every problem is a ``FlowForgeError`` with a one-line message, so ``main``
+prints it without a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from flowforge import config, errors
+from flowforge.aggregates.definition import WorkflowDefinition, load_definition
+from flowforge.app.service import FlowForge
+from flowforge.cli.parser import UsageError
+from flowforge.processes.registry import TaskRegistry
+
+#: ``package.module:attribute`` (the attribute may be dotted), as for console scripts.
+_MODULE_REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+# --- settings and the application service --------------------------------------------
+
+
+def settings_from(
+    args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+) -> config.Settings:
+    """The environment's settings, with ``--database-url`` / ``--broker-url`` overriding."""
+    merged = dict(environ)
+    if getattr(args, "database_url", None):
+        merged[config.DATABASE_URL_VARIABLE] = args.database_url
+    if getattr(args, "broker_url", None):
+        merged[config.BrokerConfig.ENVIRONMENT["url"]] = args.broker_url
+    return config.Settings.from_env(merged)
+
+
+def open_app(settings: config.Settings) -> FlowForge:
+    """The application service on the configured database (schema applied)."""
+    if settings.database_url == config.DEFAULT_DATABASE_URL:
+        # The embedded default lives in ./.flowforge/; nobody should have to create it.
+        default_file = Path(unquote(urlsplit(config.DEFAULT_DATABASE_URL).path[1:]))
+        default_file.parent.mkdir(parents=True, exist_ok=True)
+    return FlowForge(settings.database_url)
+
+
+# --- values from the command line ----------------------------------------------------
+
+
+def parse_inputs(pairs: Sequence[str]) -> dict[str, Any]:
+    """``k=v`` pairs; ``v`` is JSON if it parses as JSON, else the string itself."""
+    inputs: dict[str, Any] = {}
+    for pair in pairs:
+        key, separator, raw = pair.partition("=")
+        if not separator or not key:
+            raise UsageError(f"--input {pair!r}: expected KEY=VALUE, e.g. --input rows=8")
+        inputs[key] = _json_or_string(raw)
+    return inputs
+
+
+def _json_or_string(raw: str) -> Any:
+    def refuse(constant: str) -> None:
+        # NaN and Infinity are not JSON a run can store: keep them as text.
+        raise ValueError(constant)
+
+    try:
+        return json.loads(raw, parse_constant=refuse)
+    except ValueError:
+        return raw
+
+
+def load_workflow(source: str) -> WorkflowDefinition:
+    """A validated definition from a ``.toml``/``.json`` file or a ``module:attr``.
+
+    The attribute may be a definition, a mapping, a path, or a callable returning one.
+    """
+    if os.path.exists(source) or not _MODULE_REFERENCE.match(source):
+        return load_definition(source)
+    module_name, _, attribute = source.partition(":")
+    value: Any = import_user_module(module_name, "workflow module")
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise UsageError(f"{source}: module {module_name!r} has no attribute {attribute!r}")
+        value = getattr(value, part)
+    if callable(value) and not isinstance(value, type):
+        value = value()
+    try:
+        return load_definition(value)
+    except errors.InvalidWorkflowDefinitionError as exc:
+        lines = str(exc).splitlines()
+        raise errors.InvalidWorkflowDefinitionError(
+            "\n".join(f"{source}: {line}" for line in lines)
+        ) from exc
+
+
+def import_user_module(name: str, purpose: str) -> ModuleType:
+    """Import a module of the user's (handlers, workflows), from the working directory
+    or the installed packages; a failure is one line naming the module."""
+    # The console script's sys.path starts with its bin/ directory, not the working
+    # directory (as ``python -m`` does): add it, so `--tasks examples.tasks` works there.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(f"{exc.name}.")):
+            raise UsageError(
+                f"cannot import {purpose} {name!r}: no module named {exc.name!r} in the "
+                f"working directory or the installed packages; check the name and PYTHONPATH"
+            ) from exc
+        raise UsageError(f"cannot import {purpose} {name!r}: {exc}") from exc
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UsageError(
+            f"cannot import {purpose} {name!r}: it raised {type(exc).__name__}"
+            f"{': ' + first if first else ''}"
+        ) from exc
+
+
+def import_task_modules(names: Sequence[str], registry: TaskRegistry) -> None:
+    """Import each ``--tasks`` module, so its ``@task`` decorators fill the registry."""
+    for name in names:
+        import_user_module(name, "task module")
+    if names and len(registry) == 0:
+        raise UsageError(
+            f"the task module(s) {', '.join(names)} registered no handlers; decorate "
+            f"handlers with @flowforge.task('type') in them"
+        )
+
+
+def check_task_types(definition: WorkflowDefinition, registry: TaskRegistry) -> None:
+    """Refuse a workflow whose task types no handler in ``registry`` runs."""
+    missing = [t for t in definition.tasks if t.type not in registry]
+    if not missing:
+        return
+    names = ", ".join(f"{t.key!r} (type {t.type!r})" for t in missing)
+    registered = ", ".join(registry) or "none; pass the module that defines them with --tasks"
+    raise errors.UnknownTaskTypeError(
+        f"workflow {definition.name!r}: no handler is registered for task {names}; "
+        f"registered types: {registered}"
+    )

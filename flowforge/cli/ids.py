@@ -1,0 +1,104 @@
+"""Finding a run or a task run from what a user types: a full id, a unique prefix of
+one (``3f2a``), or ``RUN/TASK_KEY`` for a task of a run (``3f2a/enrich``).
+
+Prefixes are matched against the most recent :data:`PREFIX_SCAN_RUNS` runs and their
+tasks (the tables have no prefix index); a full id always works.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TypeVar
+from uuid import UUID
+
+from flowforge import errors
+from flowforge.app.service import FlowForge
+from flowforge.cli.parser import UsageError
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+
+PREFIX_SCAN_RUNS = 1000
+MIN_PREFIX = 4
+_PREFIX = re.compile(r"^[0-9a-f-]+$")
+_Row = TypeVar("_Row", WorkflowRunRow, TaskRunRow)
+
+
+def resolve_run(app: FlowForge, text: str) -> WorkflowRunRow:
+    full = _full_id(text)
+    if full is not None:
+        return app.get_workflow_run(full)
+    matches = [run for run in _recent_runs(app, text) if _matches(run.id, text)]
+    return _one(matches, text, "workflow run", "list runs with `flowforge runs`")
+
+
+def resolve_task(app: FlowForge, text: str) -> TaskRunRow:
+    if "/" in text:
+        run_text, _, key = text.partition("/")
+        run = resolve_run(app, run_text)
+        tasks = app.task_runs(run.id)
+        for task in tasks:
+            if task.task_key == key:
+                return task
+        raise errors.UnknownTaskRunError(
+            f"run {run.id} has no task {key!r} (tasks: {', '.join(t.task_key for t in tasks)})"
+        )
+    full = _full_id(text)
+    if full is not None:
+        return app.get_task_run(full)
+    matches = [
+        task
+        for run in _recent_runs(app, text)
+        for task in app.task_runs(run.id)
+        if _matches(task.id, text)
+    ]
+    return _one(matches, text, "task run", "list a run's tasks with `flowforge status RUN`")
+
+
+def resolve_any(app: FlowForge, text: str) -> WorkflowRunRow | TaskRunRow:
+    """A run if ``text`` names one, else a task run."""
+    if "/" in text:
+        return resolve_task(app, text)
+    try:
+        return resolve_run(app, text)
+    except errors.UnknownTaskRunError:
+        raise
+    except errors.UnknownRunError:
+        pass
+    try:
+        return resolve_task(app, text)
+    except errors.UnknownRunError:
+        raise errors.UnknownRunError(
+            f"no workflow run or task run has the id {text!r}; list runs with "
+            f"`flowforge runs` and a run's tasks with `flowforge status RUN`"
+        ) from None
+
+
+def _full_id(text: str) -> UUID | None:
+    try:
+        return UUID(text)
+    except ValueError:
+        return None
+
+
+def _recent_runs(app: FlowForge, text: str) -> list[WorkflowRunRow]:
+    prefix = text.lower()
+    if len(prefix.replace("-", "")) < MIN_PREFIX or not _PREFIX.match(prefix):
+        raise UsageError(
+            f"{text!r} is not an id: give a full id or at least {MIN_PREFIX} of its first "
+            f"hex digits (e.g. 3f2a)"
+        )
+    return app.recent_runs(PREFIX_SCAN_RUNS)
+
+
+def _matches(candidate: UUID, text: str) -> bool:
+    prefix = text.lower()
+    return str(candidate).startswith(prefix) or candidate.hex.startswith(prefix)
+
+
+def _one(matches: list[_Row], text: str, what: str, hint: str) -> _Row:
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        kind = errors.UnknownTaskRunError if what == "task run" else errors.UnknownRunError
+        raise kind(f"no {what} has an id starting with {text!r}; {hint}")
+    shown = ", ".join(str(m.id) for m in matches[:5])
+    raise UsageError(f"{text!r} matches {len(matches)} {what}s ({shown}); give more of the id")

@@ -1,0 +1,184 @@
+"""``flowforge runs``, ``status``, ``history`` and ``why``: reading what happened.
+
+``runs`` and ``status`` read the projected tables; ``history`` reads the event log (the
+audit log); ``why`` reads both, or only the log as of a past moment (``--at``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.app import why as explain_task
+from flowforge.app.service import FlowForge
+from flowforge.cli import common, ids, render
+from flowforge.cli.parser import UsageError
+from flowforge.cli.progress import Progress
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+
+EXIT_FAILED = 1
+#: How often ``status --watch`` polls the tables.
+WATCH_POLL_S = 0.5
+
+
+def runs(args: argparse.Namespace) -> int:
+    with common.open_app(common.settings_from(args)) as app:
+        recent = [(run, app.task_runs(run.id)) for run in app.recent_runs(args.limit)]
+    now = datetime.now(UTC)
+    if args.json:
+        print(render.to_json([run_fact(run, tasks, now) for run, tasks in recent]))
+        return 0
+    if not recent:
+        print("no runs yet: start one with `flowforge run FILE` or try `flowforge demo`")
+        return 0
+    rows = [
+        [
+            str(run.id),
+            run.workflow_name,
+            run.state,
+            render.iso(run.created_at),
+            render.span(run.started_at, run.finished_at, now),
+            render.counts(tasks),
+        ]
+        for run, tasks in recent
+    ]
+    for line in render.table(("RUN", "WORKFLOW", "STATE", "CREATED", "TIME", "TASKS"), rows):
+        print(line)
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    with common.open_app(common.settings_from(args)) as app:
+        run = ids.resolve_run(app, args.run)
+        if args.watch:
+            run = _watch(app, run.id, quiet=args.json)
+        tasks = render.task_order(run, app.task_runs(run.id))
+    now = datetime.now(UTC)
+    if args.json:
+        print(
+            render.to_json({**run_fact(run, tasks, now), "tasks": [task_fact(t) for t in tasks]})
+        )
+    elif not args.watch:
+        _print_status(run, tasks, now)
+    return EXIT_FAILED if run.state in ("failed", "cancelled") else 0
+
+
+def _watch(app: FlowForge, run_id: Any, *, quiet: bool) -> WorkflowRunRow:
+    """Follow a run until it is terminal; the progress goes to stderr under --json."""
+    progress = Progress(sys.stderr if quiet else sys.stdout)
+    while True:
+        run = app.get_workflow_run(run_id)
+        progress.update(run, app.task_runs(run_id))
+        if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
+            return run
+        time.sleep(WATCH_POLL_S)
+
+
+def _print_status(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> None:
+    print(f"run {run.id}  {run.workflow_name}  {run.state}")
+    print(
+        f"  created {render.iso(run.created_at)}  started {render.iso(run.started_at)}  "
+        f"finished {render.iso(run.finished_at)}  "
+        f"took {render.span(run.started_at, run.finished_at, now)}"
+    )
+    if run.inputs:
+        print(f"  inputs {render.compact_json(run.inputs)}")
+    if run.idempotency_key:
+        print(f"  idempotency key {run.idempotency_key}")
+    print(f"  tasks: {render.counts(tasks)}\n")
+    for line in render.table(render.TASK_HEADERS, render.task_rows(tasks, now)):
+        print(line)
+
+
+def history(args: argparse.Namespace) -> int:
+    with common.open_app(common.settings_from(args)) as app:
+        target = ids.resolve_any(app, args.id)
+        if isinstance(target, WorkflowRunRow):
+            entries = app.run_history(target.id)
+            title = f"run {target.id} ({target.workflow_name}, {target.state})"
+        else:
+            entries = app.history(target.id)
+            title = f"task run {target.id} ({target.task_key}, {target.state})"
+    if args.json:
+        print(render.to_json(entries))
+        return 0
+    print(f"history of {title}: {len(entries)} transitions")
+    for line in render.table(render.HISTORY_HEADERS, render.history_rows(entries)):
+        print(line)
+    return 0
+
+
+def why(args: argparse.Namespace) -> int:
+    at = parse_time(args.at) if args.at else None
+    with common.open_app(common.settings_from(args)) as app:
+        task = ids.resolve_task(app, args.task)
+        explanation = explain_task.why(app, task.id, at)
+    if args.json:
+        print(render.to_json(explanation))
+        return 0
+    print(explanation.headline)
+    for line in explanation.details:
+        print(f"  {line}")
+    return 0
+
+
+def parse_time(text: str) -> datetime:
+    """ISO 8601; a time without an offset is UTC, as every time the CLI prints is."""
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"--at {text!r} is not an ISO 8601 time; write e.g. 2026-01-31T12:03:04Z"
+        ) from None
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+
+
+# --- JSON shapes ---------------------------------------------------------------------------
+
+
+def run_fact(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> dict[str, Any]:
+    return {
+        "run_id": run.id,
+        "workflow": run.workflow_name,
+        "state": run.state,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "duration_s": _seconds(run.started_at, run.finished_at, now),
+        "idempotency_key": run.idempotency_key,
+        "inputs": run.inputs,
+        "task_states": {
+            state: sum(t.state == state for t in tasks)
+            for state in sorted({t.state for t in tasks})
+        },
+    }
+
+
+def task_fact(task: TaskRunRow) -> dict[str, Any]:
+    return {
+        "task_key": task.task_key,
+        "task_run_id": task.id,
+        "task_type": task.task_type,
+        "depends_on": task.depends_on,
+        "state": task.state,
+        "attempt": task.attempt,
+        "max_attempts": task.max_attempts,
+        "fencing_token": task.fencing_token,
+        "lease_owner": task.lease_owner,
+        "lease_expires_at": task.lease_expires_at,
+        "retry_due_at": task.retry_due_at,
+        "started_at": task.started_at,
+        "finished_at": task.finished_at,
+        "duration_s": _seconds(task.started_at, task.finished_at, datetime.now(UTC)),
+        "result": task.result,
+        "error": task.error,
+    }
+
+
+def _seconds(start: datetime | None, end: datetime | None, now: datetime) -> float | None:
+    return None if start is None else round(((end or now) - start).total_seconds(), 3)

@@ -1,0 +1,350 @@
+"""The command line's grammar: every command, its arguments, its help and an example.
+
+Kept free of the engine's imports: each command names its handler as ``module:function``
+and ``main`` imports it only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from typing import Any
+
+from flowforge import errors
+from flowforge.cli.logs import LEVELS
+
+
+class UsageError(errors.FlowForgeError):
+    """The command line is invalid; see the command's --help."""
+
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0  success (for run, status --watch and demo: the run succeeded)
+  1  the run failed or was cancelled, or did not finish within --timeout;
+     status: the run failed or was cancelled; db rebuild: rows differ from the log
+  2  bad input: invalid workflow (the message names file and field), flag or setting;
+     unknown run, task run or task type; worker/publisher without a broker
+  3  a server is unreachable or failed: the database or the broker (host:port named)
+  4  refused by the rules: cancelling a finished run; a database created by a newer
+     FlowForge schema version; a classic queue where a quorum queue is expected
+
+configuration (flags override the environment):
+  FLOWFORGE_DATABASE_URL   postgresql://user@host:5432/db or sqlite:///path.db
+                           (default: sqlite:///.flowforge/flowforge.db)
+  FLOWFORGE_BROKER_URL     amqp://user:password@host:5672/vhost; unset: embedded mode,
+                           dispatch in-process (flowforge run / demo only)
+  FLOWFORGE_DISPATCH_EXCHANGE, FLOWFORGE_DISPATCH_QUEUE, FLOWFORGE_DISPATCH_ROUTING_KEY,
+  FLOWFORGE_DEAD_LETTER_EXCHANGE, FLOWFORGE_DEAD_LETTER_QUEUE: the broker's topology
+"""
+
+_MAIN_EXAMPLES = """\
+examples:
+  flowforge demo                                  # the example DAG, nothing to set up
+  flowforge run examples/fan_out.toml --tasks examples.tasks --input rows=8
+  flowforge status 3f2a                           # a run, by id or id prefix
+  flowforge why 3f2a/enrich                       # why a task is (not) running
+
+"""
+
+
+def build() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(
+        prog="flowforge",
+        description="FlowForge: an event-sourced workflow engine. DAGs of tasks run by "
+        "workers; every state change is an event in the audit log.",
+        epilog=_MAIN_EXAMPLES + EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_global_options(suppress=False)],
+    )
+    commands = main.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    _db(commands)
+    _submit(commands)
+    _run(commands)
+    _demo(commands)
+    _processes(commands)
+    _inspection(commands)
+    _why(commands)
+    return main
+
+
+# --- shared pieces -------------------------------------------------------------------
+
+
+def _global_options(*, suppress: bool) -> argparse.ArgumentParser:
+    """The options every command takes, before or after its name.
+
+    On the subcommands their default is SUPPRESS, so an option given before the command
+    name is not reset by the subcommand's parser.
+    """
+    default: Any = argparse.SUPPRESS if suppress else None
+    options = argparse.ArgumentParser(add_help=False)
+    group = options.add_argument_group("configuration")
+    group.add_argument(
+        "--database-url",
+        metavar="URL",
+        default=default,
+        help="overrides FLOWFORGE_DATABASE_URL (default: sqlite:///.flowforge/flowforge.db)",
+    )
+    group.add_argument(
+        "--broker-url", metavar="URL", default=default, help="overrides FLOWFORGE_BROKER_URL"
+    )
+    group.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LEVELS,
+        default=default,
+        help="log to stderr from this level (default: INFO for scheduler, publisher and "
+        "worker; WARNING otherwise)",
+    )
+    return options
+
+
+def _command(
+    commands: Any,
+    name: str,
+    summary: str,
+    example: str,
+    handler: str,
+    *,
+    log_level: str = "WARNING",
+    description: str = "",
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=summary,
+        description=description or summary,
+        epilog="example:\n" + textwrap.indent(textwrap.dedent(example).strip("\n"), "  "),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_global_options(suppress=True)],
+    )
+    parser.set_defaults(handler=handler, default_log_level=log_level)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _add_inputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-i",
+        "--input",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a run input; VALUE is parsed as JSON if it parses, else kept as a string "
+        "(repeatable)",
+    )
+
+
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def _add_tasks(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument(
+        "--tasks",
+        action="append",
+        default=[],
+        required=required,
+        metavar="MODULE",
+        help="import MODULE so its @task handlers are registered (repeatable)",
+    )
+
+
+# --- the commands --------------------------------------------------------------------
+
+
+def _db(commands: Any) -> None:
+    db = commands.add_parser(
+        "db", help="create or rebuild the database", description="Database maintenance."
+    )
+    actions = db.add_subparsers(title="actions", metavar="ACTION", required=True)
+    _command(
+        actions,
+        "init",
+        "create the tables or apply missing migrations (idempotent)",
+        "flowforge db init\n  database sqlite .flowforge/flowforge.db: schema version 1",
+        "flowforge.cli.db:init",
+    )
+    _command(
+        actions,
+        "rebuild",
+        "rebuild the tables from the event log, then verify every row against the log",
+        """\
+        flowforge db rebuild
+          rebuilt 12 workflow runs and 60 task runs from 431 events
+          verified 72 rows against the log: all match
+        """,
+        "flowforge.cli.db:rebuild",
+    )
+
+
+def _submit(commands: Any) -> None:
+    parser = _command(
+        commands,
+        "submit",
+        "validate a workflow and start a run; prints the run id",
+        """\
+        flowforge submit examples/fan_out.toml --input rows=8 --idempotency-key nightly-01
+          3f2a6c1e-...
+        """,
+        "flowforge.cli.runs:submit",
+        description="Validate a workflow (a .toml/.json file or module:attr) and start a "
+        "run. With --idempotency-key, a second submit returns the first run instead of "
+        "creating another. Processes (flowforge scheduler/publisher/worker) run it.",
+    )
+    parser.add_argument("workflow", metavar="FILE|module:attr")
+    _add_inputs(parser)
+    parser.add_argument("--idempotency-key", metavar="KEY")
+    _add_json(parser)
+
+
+def _run(commands: Any) -> None:
+    parser = _command(
+        commands,
+        "run",
+        "submit a workflow and run it here to the end, with live progress",
+        """\
+        flowforge run examples/fan_out.toml --tasks examples.tasks --workers 3 --input rows=8
+        """,
+        "flowforge.cli.runs:run",
+        description="Submit a workflow and run the scheduler, the publisher and N workers "
+        "in this process until the run finishes. Dispatch is in-process unless a broker "
+        "is configured. Exits 0 if the run succeeded, 1 with the failed tasks' errors.",
+    )
+    parser.add_argument("workflow", metavar="FILE|module:attr")
+    parser.add_argument("--workers", type=_positive_int, default=2, metavar="N")
+    _add_tasks(parser, required=False)
+    _add_inputs(parser)
+    parser.add_argument("--idempotency-key", metavar="KEY")
+    parser.add_argument(
+        "--timeout", type=_positive_float, metavar="S", help="give up waiting after S seconds"
+    )
+
+
+def _demo(commands: Any) -> None:
+    _command(
+        commands,
+        "demo",
+        "run the example fan-out/fan-in DAG end to end, then show its history",
+        "flowforge demo",
+        "flowforge.cli.runs:demo",
+        description="Run the example DAG (extract -> clean, enrich, score -> load; enrich "
+        "fails once and succeeds on retry) on a temporary SQLite database (unless "
+        "FLOWFORGE_DATABASE_URL is set) with in-process dispatch, then print its history.",
+    ).add_argument("--workers", type=_positive_int, default=2, metavar="N")
+
+
+def _processes(commands: Any) -> None:
+    worker = _command(
+        commands,
+        "worker",
+        "consume dispatches and run task handlers (needs a broker)",
+        "FLOWFORGE_BROKER_URL=amqp://guest:guest@localhost:5672/%2F "
+        "flowforge worker --tasks examples.tasks --concurrency 4",
+        "flowforge.cli.processes:worker",
+        log_level="INFO",
+        description="A worker process: claims dispatched tasks and runs their handlers "
+        "(imported with --tasks). Stops cleanly on SIGTERM/SIGINT.",
+    )
+    _add_tasks(worker, required=True)
+    worker.add_argument("--concurrency", type=_positive_int, default=1, metavar="N")
+    worker.add_argument("--worker-id", metavar="ID", help="default: <hostname>-<random>")
+    scheduler = _command(
+        commands,
+        "scheduler",
+        "advance runs, schedule retries and reap expired leases",
+        "flowforge scheduler --interval 0.5",
+        "flowforge.cli.processes:scheduler",
+        log_level="INFO",
+    )
+    scheduler.add_argument("--interval", type=_positive_float, default=1.0, metavar="S")
+    publisher = _command(
+        commands,
+        "publisher",
+        "publish the outbox's dispatches to the broker (needs a broker)",
+        "flowforge publisher --batch-size 500 --interval 0.2",
+        "flowforge.cli.processes:publisher",
+        log_level="INFO",
+    )
+    publisher.add_argument("--batch-size", type=_positive_int, default=500, metavar="N")
+    publisher.add_argument("--interval", type=_positive_float, default=0.2, metavar="S")
+
+
+def _inspection(commands: Any) -> None:
+    runs = _command(
+        commands,
+        "runs",
+        "list recent runs with their state and duration",
+        "flowforge runs --limit 5",
+        "flowforge.cli.inspect:runs",
+    )
+    runs.add_argument("--limit", type=_positive_int, default=20, metavar="N")
+    _add_json(runs)
+    status = _command(
+        commands,
+        "status",
+        "a run's tasks with state, attempt, duration and error",
+        "flowforge status 3f2a --watch",
+        "flowforge.cli.inspect:status",
+        description="A run's tasks with state, attempt, duration and error. Exits 1 if "
+        "the run failed or was cancelled; --watch follows it until it finishes.",
+    )
+    status.add_argument("run", metavar="RUN", help="a run id or a unique prefix of one")
+    status.add_argument("--watch", action="store_true", help="follow until the run finishes")
+    _add_json(status)
+    history = _command(
+        commands,
+        "history",
+        "the audit log: every transition of every attempt",
+        "flowforge history 3f2a            # a run and all its tasks\n"
+        "flowforge history 3f2a/enrich     # one task run (or its id)",
+        "flowforge.cli.inspect:history",
+    )
+    history.add_argument("id", metavar="RUN|TASK_RUN", help="an id, id prefix or RUN/TASK_KEY")
+    _add_json(history)
+    cancel = _command(
+        commands,
+        "cancel",
+        "cancel a pending or running run and its unfinished tasks",
+        "flowforge cancel 3f2a",
+        "flowforge.cli.runs:cancel",
+    )
+    cancel.add_argument("run", metavar="RUN")
+
+
+def _why(commands: Any) -> None:
+    why = _command(
+        commands,
+        "why",
+        "explain why a task is not running (or did not run)",
+        """\
+        flowforge why 3f2a/load
+          load is waiting for 1 upstream task: enrich (retrying, attempt 2 due at 12:03:05)
+        flowforge why 3f2a/load --at 2026-01-31T12:03:00Z    # as of a past moment
+        """,
+        "flowforge.cli.inspect:why",
+        description="Explain a task run's state: the upstream tasks it waits on, a retry "
+        "backoff, a dispatch not yet published or claimed, the worker holding its lease, "
+        "the run's end that cancelled it. --at answers from the event log as of a past "
+        "moment.",
+    )
+    why.add_argument("task", metavar="TASK_RUN", help="a task run id, id prefix or RUN/TASK_KEY")
+    why.add_argument(
+        "--at",
+        metavar="TIME",
+        help="ISO 8601 time (UTC unless it carries an offset), e.g. 2026-01-31T12:03:00Z",
+    )
+    _add_json(why)

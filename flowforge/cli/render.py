@@ -1,0 +1,147 @@
+"""How the CLI shows values: times, durations, tables, task lines and JSON.
+
+Times are UTC, written ``2026-01-31T12:03:04.123Z``: the form ``why --at`` reads back, so
+a time can be copied from any output into a question about that moment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+from uuid import UUID
+
+from flowforge.aggregates.definition import WorkflowDefinition
+from flowforge.app.results import AuditEntry
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+
+
+def iso(at: datetime | None) -> str:
+    if at is None:
+        return "-"
+    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def clock(at: datetime | None) -> str:
+    """Just the time of day, for headlines; ``iso`` in details."""
+    return "-" if at is None else at.astimezone(UTC).strftime("%H:%M:%S")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def span(start: datetime | None, end: datetime | None, now: datetime) -> str:
+    """How long from ``start`` to ``end`` (or to ``now``, while it lasts)."""
+    if start is None:
+        return "-"
+    return duration(((end or now) - start).total_seconds())
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """Left-aligned columns, two spaces apart; the last column is not padded."""
+    cells = [list(headers), *(list(row) for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers) - 1)]
+    return [
+        "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
+        for row in cells
+    ]
+
+
+def task_order(run: WorkflowRunRow, tasks: Sequence[TaskRunRow]) -> list[TaskRunRow]:
+    """The run's tasks in the definition's dependency order: the DAG read top down."""
+    order = WorkflowDefinition.model_validate(run.definition).topological_order()
+    rank = {key: i for i, key in enumerate(order)}
+    return sorted(tasks, key=lambda t: rank.get(t.task_key, len(rank)))
+
+
+def error_line(error: dict[str, str] | None) -> str:
+    if not error:
+        return ""
+    message = (error.get("message") or "").strip().splitlines()
+    return f"{error.get('type', 'Error')}: {message[0]}" if message else error.get("type", "")
+
+
+def task_rows(tasks: Sequence[TaskRunRow], now: datetime) -> list[list[str]]:
+    return [
+        [
+            t.task_key,
+            t.state,
+            f"{t.attempt}/{t.max_attempts}",
+            span(t.started_at, t.finished_at, now),
+            t.lease_owner or "",
+            error_line(t.error) if t.state in ("failed", "retrying") else "",
+        ]
+        for t in tasks
+    ]
+
+
+TASK_HEADERS = ("TASK", "STATE", "ATTEMPT", "TIME", "WORKER", "ERROR")
+
+
+def counts(tasks: Sequence[TaskRunRow]) -> str:
+    """``3 succeeded, 1 running, 1 pending``, in a fixed order of states."""
+    order = ("succeeded", "running", "ready", "retrying", "pending", "failed", "cancelled")
+    by_state = {state: sum(t.state == state for t in tasks) for state in order}
+    return ", ".join(f"{n} {state}" for state, n in by_state.items() if n)
+
+
+def history_rows(entries: Sequence[AuditEntry]) -> list[list[str]]:
+    return [
+        [
+            iso(e.at),
+            e.task_key or "(run)",
+            "" if e.attempt is None else str(e.attempt),
+            "" if e.fencing_token is None else str(e.fencing_token),
+            e.actor,
+            e.transition,
+            f"{e.source or '-'} -> {e.target}",
+            _history_note(e),
+        ]
+        for e in entries
+    ]
+
+
+HISTORY_HEADERS = ("TIME", "TASK", "ATTEMPT", "TOKEN", "ACTOR", "TRANSITION", "STATE", "NOTE")
+
+
+def _history_note(entry: AuditEntry) -> str:
+    if entry.error and entry.transition == "fail":
+        return error_line(entry.error)
+    if entry.lease_expires_at is not None and entry.transition in ("claim", "renew_lease"):
+        return f"lease until {iso(entry.lease_expires_at)}"
+    if entry.retry_due_at is not None and entry.transition == "schedule_retry":
+        return f"retry due {iso(entry.retry_due_at)}"
+    return ""
+
+
+def compact_json(value: Any) -> str:
+    """One line, for a value inside a sentence: ``{"rows": 8}``."""
+    return json.dumps(value, default=_json_default)
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, default=_json_default, indent=2, sort_keys=False)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"cannot show a {type(value).__name__} as JSON")
