@@ -8,13 +8,16 @@ to finish, and prints each task's final state and attempts from the audit log.
 
 Configuration: FLOWFORGE_DATABASE_URL (default: postgresql://postgres@127.0.0.1:5432/
 flowforge_demo, created if missing) and FLOWFORGE_BROKER_URL (default: the local
-RabbitMQ as guest).
+RabbitMQ as guest). On a machine with neither server reachable, it says so and runs the
+same workflow on the embedded default instead (`flowforge demo`: SQLite and an
+in-process dispatch channel, the same scheduler, publisher and worker code).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -53,10 +56,27 @@ def start(*command: str) -> subprocess.Popen[bytes]:
         "FLOWFORGE_DATABASE_URL": DATABASE_URL,
         "FLOWFORGE_BROKER_URL": BROKER_URL,
     }
-    return subprocess.Popen([sys.executable, "-m", "flowforge", "--log-level", "WARNING", *command], env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "flowforge", "--log-level", "WARNING", *command], env=env
+    )
+
+
+def servers_reachable() -> bool:
+    for url, default_port in ((DATABASE_URL, 5432), (BROKER_URL, 5672)):
+        parts = urlsplit(url)
+        address = (parts.hostname or "127.0.0.1", parts.port or default_port)
+        try:
+            socket.create_connection(address, timeout=2).close()
+        except OSError:
+            print(f"{address[0]}:{address[1]} is not reachable ({parts.scheme})")
+            return False
+    return True
 
 
 def main() -> int:
+    if not servers_reachable():
+        print("running the same workflow on the embedded default instead: flowforge demo")
+        return subprocess.call([sys.executable, "-m", "flowforge", "demo"])
     ensure_database(DATABASE_URL)
     app = FlowForge(DATABASE_URL)
     run_id = app.start_workflow_run(str(WORKFLOW), {"rows": 8})

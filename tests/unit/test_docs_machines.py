@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -29,6 +31,7 @@ START = "[*]"
 ARROW = re.compile(r"^(\[\*\]|\w+)\s*-->\s*(\[\*\]|\w+)\s*(?::\s*(.*))?$")
 
 Row = tuple[str, ...]
+H = TypeVar("H", bound=Hashable)
 
 
 @dataclass
@@ -132,7 +135,7 @@ def _parse_table_row(cells: Row, doc: DocMachine) -> None:
 # --- comparing ----------------------------------------------------------------------------
 
 
-def _both_ways(what: str, in_doc: list[object], in_code: set[object]) -> list[str]:
+def _both_ways(what: str, in_doc: list[H], in_code: set[H]) -> list[str]:
     problems = [f"{what}: {item} missing from the doc" for item in in_code - set(in_doc)]
     problems += [
         f"{what}: {item} in the doc but not in the code" for item in set(in_doc) - in_code
@@ -147,10 +150,10 @@ def machine_differences(machine: StateMachine, doc: DocMachine) -> list[str]:
     terminal = {s.value for s in machine.terminal}
     return [
         *doc.problems,
-        *_both_ways("diagram edge", list(doc.edges), set(edges)),
+        *_both_ways("diagram edge", list(doc.edges), edges),
         *_both_ways("diagram initial state", list(doc.initial), {machine.initial.value}),
-        *_both_ways("diagram terminal state", list(doc.terminal), set(terminal)),
-        *_both_ways("table row", list(doc.rows), set(rows)),
+        *_both_ways("diagram terminal state", list(doc.terminal), terminal),
+        *_both_ways("table row", list(doc.rows), rows),
     ]
 
 
@@ -158,6 +161,8 @@ def event_differences(text: str) -> list[str]:
     found = tables(text, EVENT_TABLE_HEADER)
     if len(found) != 1:
         return [f"expected one event table, found {len(found)}"]
+    if bad := [row for row in found[0] if len(row) != 2]:
+        return [f"event table rows without two cells: {bad}"]
     in_doc = [(name, event.strip("`")) for name, event in found[0]]
     in_code = {
         (name, cls.__qualname__)
