@@ -72,6 +72,9 @@ def _postgres(
         # the next checkout instead of failing the next command.
         "POSTGRES_PRE_PING": "y",
         "POSTGRES_CONNECT_TIMEOUT": "5",
+        # The publisher holds its sweep's transaction open while the broker confirms
+        # (up to 30 s); the library's default would kill that connection after 5 s.
+        "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "120",
         "CREATE_TABLE": "y",
     }
     return DatabaseLocation(url, "postgres", env, f"{host}:{port or 5432}/{dbname}")

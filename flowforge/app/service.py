@@ -50,7 +50,6 @@ from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DATABASE_URL = "sqlite:///flowforge.db"
 #: How many expired leases one reaper pass reclaims at most.
 REAP_BATCH = 500
 
@@ -67,7 +66,7 @@ class _EventStore(Application[UUID]):
 class FlowForge:
     """FlowForge's application service, configured by a database URL."""
 
-    def __init__(self, database_url: str = DEFAULT_DATABASE_URL) -> None:
+    def __init__(self, database_url: str) -> None:
         location = parse_database_url(database_url)
         with translate_errors(location.display):
             self.events = _EventStore(env=location.eventsourcing_env())
@@ -127,7 +126,8 @@ class FlowForge:
                 checked, run_inputs, idempotency_key=idempotency_key, actor=actor
             )
         log.info(
-            "workflow run submitted", extra={"workflow_run_id": str(run_id), "created": created}
+            "workflow run submitted",
+            extra={"workflow_run_id": str(run_id), "run_created": created},
         )
         return StartedRun(run_id, created)
 

@@ -382,23 +382,29 @@ def _retrying(s: Situation) -> _Answer:
 
 
 def _failed(s: Situation) -> _Answer:
-    task, key = s.task, s.task.task_key
-    if not task.failed_for_good:
+    task, key, error = s.task, s.task.task_key, _error(s.task.error)
+    run_ended = s.run.state in _TERMINAL_RUN
+    if not task.failed_for_good and not run_ended:
         return (
             "retry_pending",
-            f"{key} failed attempt {task.attempt} of {task.max_attempts} "
-            f"({_error(task.error)}): a scheduler schedules attempt {task.attempt + 1} "
-            f"after the retry policy's backoff on its next pass",
+            f"{key} failed attempt {task.attempt} of {task.max_attempts} ({error}): a "
+            f"scheduler schedules attempt {task.attempt + 1} after the retry policy's "
+            f"backoff on its next pass",
+            [],
+        )
+    if not task.failed_for_good:
+        # A run that ended (cancelled, or failed by another task) retries nothing.
+        return (
+            "failed",
+            f"{key} failed attempt {task.attempt} of {task.max_attempts} at "
+            f"{_clock(task.finished_at)} ({error}) and is not retried: {_run_end(s)}",
             [],
         )
     return (
         "failed",
         f"{key} failed for good at {_clock(task.finished_at)} after "
-        f"{_count(task.attempt, 'attempt')}: {_error(task.error)}",
-        [
-            f"its run {s.run.state}"
-            + (f" at {_iso(s.run.finished_at)}" if s.run.finished_at else "")
-        ],
+        f"{_count(task.attempt, 'attempt')}: {error}",
+        [f"{_run_end(s)}" if run_ended else "its run fails on a scheduler's next pass"],
     )
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from flowforge.app.service import FlowForge
 from flowforge.cli import common
+from flowforge.cli.exits import EXIT_FAILED
 
-EXIT_FAILED = 1
 #: ``recent_runs`` takes a limit; the verification wants every run.
 ALL_ROWS = 2**31 - 1
 

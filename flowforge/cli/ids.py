@@ -59,10 +59,8 @@ def resolve_any(app: FlowForge, text: str) -> WorkflowRunRow | TaskRunRow:
         return resolve_task(app, text)
     try:
         return resolve_run(app, text)
-    except errors.UnknownTaskRunError:
-        raise
     except errors.UnknownRunError:
-        pass
+        pass  # not a run: perhaps a task run
     try:
         return resolve_task(app, text)
     except errors.UnknownRunError:

@@ -17,11 +17,11 @@ from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app import why as explain_task
 from flowforge.app.service import FlowForge
 from flowforge.cli import common, ids, render
+from flowforge.cli.exits import EXIT_FAILED
 from flowforge.cli.parser import UsageError
 from flowforge.cli.progress import Progress
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
-EXIT_FAILED = 1
 #: How often ``status --watch`` polls the tables.
 WATCH_POLL_S = 0.5
 

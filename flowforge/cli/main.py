@@ -1,7 +1,7 @@
 """``flowforge``: parse the command line, run the command, map errors to exit codes.
 
 Every FlowForge error reaches the user as ``error: <message>`` on stderr and an exit
-code from :data:`EXIT_CODES`; never as a traceback. A traceback means a bug.
+code from ``flowforge.cli.exits``; never as a traceback. A traceback means a bug.
 """
 
 from __future__ import annotations
@@ -15,42 +15,9 @@ from typing import cast
 
 from flowforge import errors
 from flowforge.cli import logs, parser
-
-EXIT_OK = 0
-#: The run failed, was cancelled, or did not finish in time; a rebuild found differences.
-EXIT_FAILED = 1
-#: Bad input: an invalid workflow, flag or setting; an unknown run, task or task type.
-EXIT_BAD_INPUT = 2
-#: A server (the database or the broker) is unreachable or failed.
-EXIT_UNREACHABLE = 3
-#: Refused by the rules: cancelling a finished run; a database of a newer schema version.
-EXIT_REFUSED = 4
-#: Interrupted by Ctrl-C (128 + SIGINT), as shells report it.
-EXIT_INTERRUPTED = 130
-
-#: The first matching class decides, so subclasses come before their bases.
-EXIT_CODES: tuple[tuple[type[errors.FlowForgeError], int], ...] = (
-    (parser.UsageError, EXIT_BAD_INPUT),
-    (errors.InvalidWorkflowDefinitionError, EXIT_BAD_INPUT),
-    (errors.UnknownRunError, EXIT_BAD_INPUT),
-    (errors.UnknownTaskTypeError, EXIT_BAD_INPUT),
-    (errors.ConfigurationError, EXIT_BAD_INPUT),
-    (errors.IllegalTransitionError, EXIT_BAD_INPUT),
-    (errors.SchemaVersionError, EXIT_REFUSED),
-    (errors.QueueTypeMismatchError, EXIT_REFUSED),
-    (errors.DomainError, EXIT_REFUSED),
-    (errors.PersistenceError, EXIT_UNREACHABLE),
-    (errors.BrokerError, EXIT_UNREACHABLE),
-)
+from flowforge.cli.exits import EXIT_INTERRUPTED, EXIT_OK, exit_code_for
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-def exit_code_for(exc: errors.FlowForgeError) -> int:
-    for kind, code in EXIT_CODES:
-        if isinstance(exc, kind):
-            return code
-    return EXIT_FAILED
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,14 +20,15 @@ class UsageError(errors.FlowForgeError):
 
 EXIT_CODES_HELP = """\
 exit codes:
-  0  success (for run, status --watch and demo: the run succeeded)
-  1  the run failed or was cancelled, or did not finish within --timeout;
-     status: the run failed or was cancelled; db rebuild: rows differ from the log
-  2  bad input: invalid workflow (the message names file and field), flag or setting;
-     unknown run, task run or task type; worker/publisher without a broker
-  3  a server is unreachable or failed: the database or the broker (host:port named)
-  4  refused by the rules: cancelling a finished run; a database created by a newer
-     FlowForge schema version; a classic queue where a quorum queue is expected
+  0    success (for run, status --watch and demo: the run succeeded)
+  1    the run failed or was cancelled, or did not finish within --timeout;
+       status: the run failed or was cancelled; db rebuild: rows differ from the log
+  2    bad input: invalid workflow (the message names file and field), flag or
+       setting; unknown run, task run or task type; worker/publisher without a broker
+  3    a server is unreachable or failed: the database or the broker (host:port named)
+  4    refused by the rules: cancelling a finished run; a database created by a newer
+       FlowForge schema version; a classic queue where a quorum queue is expected
+  130  interrupted (Ctrl-C; SIGTERM during run and demo); the run is left as it is
 
 configuration (flags override the environment):
   FLOWFORGE_DATABASE_URL   postgresql://user@host:5432/db or sqlite:///path.db
@@ -168,7 +169,11 @@ def _add_tasks(parser: argparse.ArgumentParser, *, required: bool) -> None:
 
 def _db(commands: Any) -> None:
     db = commands.add_parser(
-        "db", help="create or rebuild the database", description="Database maintenance."
+        "db",
+        help="create or rebuild the database",
+        description="Database maintenance.",
+        epilog="example:\n  flowforge db init\n  flowforge db rebuild",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = db.add_subparsers(title="actions", metavar="ACTION", required=True)
     _command(

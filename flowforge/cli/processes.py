@@ -87,7 +87,7 @@ def run_threads(targets: list[tuple[str, Callable[[], None]]], stop: Stop) -> No
             target()
         except BaseException as exc:
             # One failed thread stops the process: a half-running worker hides the fault.
-            log.exception("worker thread failed", extra={"thread": name})
+            log.exception("worker thread failed", extra={"worker_thread": name})
             failures.append(exc)
             stop.set(f"{name} failed")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -16,14 +17,14 @@ from flowforge.app.results import StartedRun
 from flowforge.app.service import FlowForge
 from flowforge.cli import common, ids, processes, render
 from flowforge.cli import demo as demo_workflow
+from flowforge.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED
 from flowforge.cli.progress import Progress
 from flowforge.processes.registry import TaskRegistry, default_registry
 from flowforge.processes.runner import ProcessGroup, Transport
 from flowforge.projections.tables import WorkflowRunRow
 
-EXIT_FAILED = 1
-EXIT_REFUSED = 4
-EXIT_INTERRUPTED = 130
+#: What stops `run` and `demo` cleanly (the default SIGTERM would kill them mid-task).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def submit(args: argparse.Namespace) -> int:
@@ -87,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     with common.open_app(settings) as app:
         transport = processes.transport_for(settings)
         started = app.submit_workflow_run(definition, inputs, idempotency_key=args.idempotency_key)
-        _announce(started, app.get_workflow_run(started.run_id), definition, None, show_id=True)
+        run_row = app.get_workflow_run(started.run_id)
+        _announce(started, run_row, definition, args.idempotency_key, show_id=True)
         final, stopped_by = drive(
             app, transport, started.run_id, args.workers, default_registry, args.timeout
         )
@@ -108,14 +110,19 @@ def drive(
     progress = Progress(sys.stdout)
     # The group's threads cannot install signal handlers; without these, Ctrl-C would
     # kill the process with its workers mid-task instead of stopping them cleanly.
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     group.stop.install_signal_handlers()
-    with group:
-        final = group.wait_for(
-            run_id,
-            timeout=timeout,
-            on_progress=lambda snapshot: progress.update(snapshot, app.task_runs(run_id)),
-        )
-        stopped_by = group.stop.reason if group.stop.is_set() else ""
+    try:
+        with group:
+            group.wait_for(
+                run_id,
+                timeout=timeout,
+                on_progress=lambda snapshot: progress.update(snapshot, app.task_runs(run_id)),
+            )
+            stopped_by = group.stop.reason if group.stop.is_set() else ""
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     final = app.get_workflow_run(run_id)
     progress.update(final, app.task_runs(run_id))
     return final, stopped_by

@@ -83,7 +83,7 @@ class ProcessGroup:
                 target()
             except BaseException as exc:
                 # A failure in one thread stops them all: no half-running process.
-                log.exception("process thread failed", extra={"thread": name})
+                log.exception("process thread failed", extra={"process": name})
                 self.errors.append(exc)
                 self.stop.set(f"{name} failed")
 

@@ -1,0 +1,616 @@
+"""The `flowforge` command line, through real subprocesses (`python -m flowforge ...`).
+
+Every command runs on the embedded default (SQLite in a temporary directory, in-process
+dispatch), plus the bad-input cases with their exit codes; one test runs the example on
+PostgreSQL and RabbitMQ with separate scheduler, publisher and worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pika
+import psycopg
+import pytest
+
+from flowforge.aggregates.definition import load_definition
+from flowforge.app import why
+from flowforge.cli import demo, exits
+from tests import servers
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "cli.md"
+EXAMPLE = str(ROOT / "examples" / "fan_out.toml")
+TASK_KEYS = {"extract", "clean", "enrich", "score", "load"}
+COMMANDS = (
+    ["db"],
+    ["db", "init"],
+    ["db", "rebuild"],
+    ["submit"],
+    ["run"],
+    ["demo"],
+    ["worker"],
+    ["scheduler"],
+    ["publisher"],
+    ["runs"],
+    ["status"],
+    ["history"],
+    ["cancel"],
+    ["why"],
+)
+
+FAILING_MODULE = """
+from flowforge import task
+
+WORKFLOW = {
+    "name": "doomed",
+    "retry": {"max_attempts": 2, "backoff_seconds": 0.05},
+    "tasks": [
+        {"key": "first", "type": "boom"},
+        {"key": "after", "type": "boom", "depends_on": ["first"]},
+    ],
+}
+
+
+@task("boom")
+def boom(ctx):
+    raise ValueError(f"disk full on attempt {ctx.attempt}")
+"""
+
+
+@dataclass
+class Cli:
+    """Runs `python -m flowforge` in a scratch directory with a clean environment."""
+
+    cwd: Path
+    env: dict[str, str]
+
+    def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "flowforge", *args],
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def json(self, *args: str) -> Any:
+        done = self(*args, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def popen(self, *args: str, log: Path) -> subprocess.Popen[bytes]:
+        with log.open("wb") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "flowforge", *args],
+                cwd=self.cwd,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+
+def clean_environment(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")}
+    # examples.tasks is imported from the source tree, whatever the working directory.
+    return {**env, "PYTHONPATH": str(ROOT), **extra}
+
+
+def make_cli(directory: Path) -> Cli:
+    url = f"sqlite:///{directory / 'flowforge.db'}"
+    return Cli(directory, clean_environment(FLOWFORGE_DATABASE_URL=url))
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    return make_cli(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, str]:
+    """One run of the example, run to the end with `flowforge run`; shared by the
+    tests that only read it."""
+    cli = make_cli(tmp_path_factory.mktemp("finished"))
+    done = cli("run", EXAMPLE, "--tasks", "examples.tasks", "--input", "rows=8", "--workers", "3")
+    assert done.returncode == 0, done.stderr
+    (run,) = cli.json("runs")
+    return cli, run["run_id"]
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The `error:` line on stderr (log lines may precede it), without a traceback."""
+    assert "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, done.stderr
+    return errors[0]
+
+
+# --- help and configuration ------------------------------------------------------------
+
+
+def test_every_command_has_help_with_an_example(cli: Cli) -> None:
+    main = cli("--help")
+    assert main.returncode == 0
+    assert "exit codes:" in main.stdout
+    assert "FLOWFORGE_DATABASE_URL" in main.stdout
+    for code in (0, 1, 2, 3, 4, 130):
+        assert f"\n  {code} " in main.stdout, code
+    for command in COMMANDS:
+        done = cli(*command, "--help")
+        assert done.returncode == 0, command
+        assert "example:" in done.stdout, command
+
+
+def test_with_no_configuration_the_database_is_sqlite_in_dot_flowforge(tmp_path: Path) -> None:
+    cli = Cli(tmp_path, clean_environment())
+    first, second = cli("db", "init"), cli("db", "init")
+    assert first.returncode == second.returncode == 0, first.stderr
+    assert "schema version 1" in second.stdout
+    assert (tmp_path / ".flowforge" / "flowforge.db").is_file()
+
+
+def test_a_flag_overrides_the_environment(cli: Cli, tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    done = cli("db", "init", "--database-url", f"sqlite:///{other}")
+    assert done.returncode == 0, done.stderr
+    assert other.is_file()
+    assert not (tmp_path / "flowforge.db").exists()
+
+
+def test_a_bad_database_url_is_one_line_and_bad_input(cli: Cli) -> None:
+    done = cli("runs", "--database-url", "mysql://db.example/flowforge")
+    assert done.returncode == 2
+    assert "mysql" in one_line_error(done)
+
+
+def test_an_unreachable_broker_is_one_line_naming_host_and_port(cli: Cli) -> None:
+    done = cli("worker", "--tasks", "examples.tasks", "--broker-url", "amqp://u:p@127.0.0.1:1/")
+    assert done.returncode == 3
+    line = one_line_error(done)
+    assert "127.0.0.1:1" in line
+    assert "FLOWFORGE_BROKER_URL" in line
+
+
+@pytest.mark.parametrize("command", [["worker", "--tasks", "examples.tasks"], ["publisher"]])
+def test_worker_and_publisher_need_a_broker(cli: Cli, command: list[str]) -> None:
+    done = cli(*command)
+    assert done.returncode == 2
+    line = one_line_error(done)
+    assert "FLOWFORGE_BROKER_URL" in line
+    assert "flowforge run" in line
+
+
+def test_a_task_module_that_does_not_import_is_named(cli: Cli) -> None:
+    done = cli("run", EXAMPLE, "--tasks", "no_such_tasks_module")
+    assert done.returncode == 2
+    assert "no_such_tasks_module" in one_line_error(done)
+
+
+# --- running workflows -----------------------------------------------------------------
+
+
+def test_run_succeeds_and_the_history_shows_the_retry(finished: tuple[Cli, str]) -> None:
+    cli, run_id = finished
+    entries = cli.json("history", run_id)
+    claims = Counter(e["task_key"] for e in entries if e["transition"] == "claim")
+    successes = Counter(e["task_key"] for e in entries if e["transition"] == "succeed")
+    del successes[None]  # the run's own "succeed"
+    assert successes == dict.fromkeys(TASK_KEYS, 1)
+    assert claims == {**dict.fromkeys(TASK_KEYS, 1), "enrich": 2}
+    assert all(e["actor"] and e["at"] for e in entries)
+    assert [e["target"] for e in entries if e["aggregate"] == "WorkflowRun"][-1] == "succeeded"
+
+
+def test_status_runs_and_history_show_the_finished_run(finished: tuple[Cli, str]) -> None:
+    cli, run_id = finished
+    status = cli.json("status", run_id[:8])
+    assert status["state"] == "succeeded"
+    assert {t["task_key"]: t["attempt"] for t in status["tasks"]}["enrich"] == 2
+    text = cli("status", run_id)
+    assert text.returncode == 0
+    assert "enrich" in text.stdout and "2/3" in text.stdout
+    listed = cli("runs")
+    assert run_id in listed.stdout and "5 succeeded" in listed.stdout
+    task_history = cli("history", f"{run_id[:8]}/enrich")
+    assert task_history.returncode == 0
+    assert "schedule_retry" in task_history.stdout and "ConnectionError" in task_history.stdout
+    watched = cli("status", run_id, "--watch")
+    assert watched.returncode == 0 and "succeeded" in watched.stdout
+
+
+def test_why_explains_a_finished_task_and_the_past_from_the_log(
+    finished: tuple[Cli, str],
+) -> None:
+    cli, run_id = finished
+    now = cli.json("why", f"{run_id}/enrich")
+    assert now["reason"] == "succeeded"
+    assert "after 2 attempts" in now["headline"]
+    entries = cli.json("history", run_id)
+    retry = next(e for e in entries if e["transition"] == "schedule_retry")
+    in_backoff = cli.json("why", f"{run_id}/enrich", "--at", retry["at"])
+    assert in_backoff["reason"] == "retry_backoff", in_backoff
+    assert in_backoff["from_log"] is True
+    waiting = cli.json("why", f"{run_id}/load", "--at", retry["at"])
+    assert waiting["reason"] == "waiting_for_upstream"
+    assert waiting["headline"].startswith("load is waiting for 1 upstream task: enrich (retrying")
+    text = cli("why", f"{run_id}/load", "--at", retry["at"])
+    assert text.returncode == 0 and "(the event log)" in text.stdout
+
+
+def test_db_rebuild_rebuilds_and_verifies_the_tables(finished: tuple[Cli, str]) -> None:
+    cli, _ = finished
+    done = cli("db", "rebuild")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 workflow runs and 5 task runs" in done.stdout
+    assert "verified 6 rows against the log: all match" in done.stdout
+
+
+def test_a_failed_run_exits_1_with_the_task_errors(cli: Cli) -> None:
+    (cli.cwd / "doomed_tasks.py").write_text(FAILING_MODULE)
+    done = cli("run", "doomed_tasks:WORKFLOW", "--workers", "1")
+    assert done.returncode == 1, done.stderr
+    assert "first failed after 2 attempt(s): ValueError: disk full on attempt 2" in done.stderr
+    (run,) = cli.json("runs")
+    assert cli("status", run["run_id"]).returncode == 1
+    after = cli.json("why", f"{run['run_id']}/after")
+    assert after["reason"] == "cancelled"
+    assert "first failed for good" in after["headline"]
+
+
+def test_demo_runs_the_example_and_shows_its_history(tmp_path: Path) -> None:
+    done = Cli(tmp_path, clean_environment())("demo")
+    assert done.returncode == 0, done.stderr
+    assert "succeeded in" in done.stdout
+    assert "history (the audit log)" in done.stdout
+    assert "schedule_retry" in done.stdout
+    assert not (tmp_path / ".flowforge").exists()  # a temporary database
+
+
+def test_the_demo_runs_the_same_dag_as_the_example_file() -> None:
+    assert load_definition(EXAMPLE) == demo.DEFINITION
+
+
+def test_submit_then_the_scheduler_starts_the_run(cli: Cli, tmp_path: Path) -> None:
+    submitted = cli.json("submit", EXAMPLE, "-i", "rows=3", "-i", "label=nightly")
+    assert submitted["created"] is True and submitted["state"] == "pending"
+    run_id = submitted["run_id"]
+    assert cli.json("status", run_id)["inputs"] == {"rows": 3, "label": "nightly"}
+    assert cli.json("why", f"{run_id}/clean")["reason"] == "run_not_started"
+    scheduler = cli.popen("scheduler", "--interval", "0.1", log=tmp_path / "scheduler.log")
+    try:
+        deadline = time.monotonic() + 20
+        while cli.json("status", run_id)["state"] != "running":
+            assert time.monotonic() < deadline, (tmp_path / "scheduler.log").read_text()
+            time.sleep(0.2)
+    finally:
+        scheduler.send_signal(signal.SIGTERM)
+        assert scheduler.wait(timeout=10) == 0
+    extract = cli.json("why", f"{run_id}/extract")
+    assert extract["reason"] == "dispatch_pending"  # no publisher runs here
+    clean = cli.json("why", f"{run_id}/clean")
+    assert clean["reason"] == "waiting_for_upstream"
+    assert clean["headline"] == "clean is waiting for 1 upstream task: extract (ready, " + (
+        "waiting for a worker)"
+    )
+
+
+def test_the_same_idempotency_key_returns_the_existing_run(cli: Cli) -> None:
+    first = cli("submit", EXAMPLE, "--idempotency-key", "nightly-2026-01-31")
+    second = cli("submit", EXAMPLE, "--idempotency-key", "nightly-2026-01-31")
+    assert first.returncode == second.returncode == 0
+    assert first.stdout == second.stdout
+    assert "already exists" in second.stderr and "created nothing" in second.stderr
+    again = cli.json("submit", EXAMPLE, "--idempotency-key", "nightly-2026-01-31")
+    assert again["created"] is False
+    assert len(cli.json("runs")) == 1
+
+
+def test_cancel_a_pending_run_then_refuse_to_cancel_it_again(cli: Cli) -> None:
+    run_id = cli("submit", EXAMPLE).stdout.strip()
+    done = cli("cancel", run_id)
+    assert done.returncode == 0, done.stderr
+    assert "cancelled run" in done.stdout
+    assert cli("status", run_id).returncode == 1
+    assert cli.json("why", f"{run_id}/load")["reason"] == "cancelled"
+    again = cli("cancel", run_id)
+    assert again.returncode == 4
+    assert "already cancelled" in one_line_error(again)
+
+
+def test_cancelling_a_finished_run_is_refused(finished: tuple[Cli, str]) -> None:
+    cli, run_id = finished
+    done = cli("cancel", run_id)
+    assert done.returncode == 4
+    assert "already succeeded" in one_line_error(done)
+
+
+# --- bad input -------------------------------------------------------------------------
+
+
+def test_an_invalid_workflow_file_names_the_file_and_the_field(cli: Cli) -> None:
+    bad = cli.cwd / "bad.toml"
+    bad.write_text('name = "bad"\n[[tasks]]\nkey = "a"\ntype = "a"\ndepends_on = ["nope"]\n')
+    done = cli("submit", str(bad))
+    assert done.returncode == 2
+    line = one_line_error(done)
+    assert "bad.toml" in line and "tasks[0].depends_on" in line and "'nope'" in line
+    assert cli.json("runs") == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status", "0f0f0f0f-0000-4000-8000-000000000000"],
+        ["history", "0f0f0f0f-0000-4000-8000-000000000000"],
+        ["cancel", "0f0f0f0f"],
+        ["why", "0f0f0f0f-0000-4000-8000-000000000000/extract"],
+    ],
+)
+def test_an_unknown_run_id_is_bad_input(cli: Cli, command: list[str]) -> None:
+    done = cli(*command)
+    assert done.returncode == 2
+    assert "0f0f0f0f" in one_line_error(done)
+
+
+def test_run_refuses_a_task_type_no_handler_is_registered_for(cli: Cli) -> None:
+    workflow = cli.cwd / "mystery.json"
+    workflow.write_text(
+        json.dumps(
+            {
+                "name": "mystery",
+                "tasks": [{"key": "a", "type": "extract"}, {"key": "b", "type": "divine"}],
+            }
+        )
+    )
+    done = cli("run", str(workflow), "--tasks", "examples.tasks")
+    assert done.returncode == 2
+    line = one_line_error(done)
+    assert "'b' (type 'divine')" in line
+    assert "registered types: clean, enrich, extract, load, score" in line
+    assert cli.json("runs") == []  # refused before submitting
+
+
+def test_a_database_of_a_newer_schema_version_is_refused(cli: Cli) -> None:
+    assert cli("db", "init").returncode == 0
+    with sqlite3.connect(cli.cwd / "flowforge.db") as conn:
+        conn.execute("INSERT INTO flowforge_schema (version, applied_at) VALUES (99, 0)")
+    done = cli("runs")
+    assert done.returncode == 4
+    line = one_line_error(done)
+    assert "schema version 99" in line and "newer FlowForge" in line
+
+
+# --- PostgreSQL and RabbitMQ, separate processes ---------------------------------------
+
+
+@pytest.fixture
+def production(tmp_path: Path) -> Iterator[Cli]:
+    """A unique PostgreSQL database and RabbitMQ topology; removed afterwards."""
+    servers.require_postgres()
+    servers.require_rabbitmq()
+    suffix = uuid.uuid4().hex[:10]
+    dbname = f"flowforge_cli_{suffix}"
+    admin_url = (
+        f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:{servers.POSTGRES_PORT}"
+    )
+    names = {
+        "FLOWFORGE_DISPATCH_EXCHANGE": f"ff-cli-{suffix}",
+        "FLOWFORGE_DISPATCH_QUEUE": f"ff-cli-{suffix}.tasks",
+        "FLOWFORGE_DISPATCH_ROUTING_KEY": f"ff-cli-{suffix}.tasks",
+        "FLOWFORGE_DEAD_LETTER_EXCHANGE": f"ff-cli-{suffix}.dlx",
+        "FLOWFORGE_DEAD_LETTER_QUEUE": f"ff-cli-{suffix}.dead",
+    }
+    with psycopg.connect(f"{admin_url}/{servers.POSTGRES_ADMIN_DB}", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    env = clean_environment(
+        FLOWFORGE_DATABASE_URL=f"{admin_url}/{dbname}",
+        FLOWFORGE_BROKER_URL=servers.RABBITMQ_URL,
+        **names,
+    )
+    yield Cli(tmp_path, env)
+    with psycopg.connect(f"{admin_url}/{servers.POSTGRES_ADMIN_DB}", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+    connection = pika.BlockingConnection(pika.URLParameters(servers.RABBITMQ_URL))
+    channel = connection.channel()
+    for queue in (names["FLOWFORGE_DISPATCH_QUEUE"], names["FLOWFORGE_DEAD_LETTER_QUEUE"]):
+        channel.queue_delete(queue)
+    for exchange in (
+        names["FLOWFORGE_DISPATCH_EXCHANGE"],
+        names["FLOWFORGE_DEAD_LETTER_EXCHANGE"],
+    ):
+        channel.exchange_delete(exchange)
+    connection.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.rabbitmq
+def test_separate_processes_on_postgres_and_rabbitmq_run_the_example(
+    production: Cli, tmp_path: Path
+) -> None:
+    cli = production
+    assert cli("db", "init").returncode == 0
+    processes = {
+        "scheduler": cli.popen("scheduler", "--interval", "0.2", log=tmp_path / "scheduler.log"),
+        "publisher": cli.popen("publisher", "--interval", "0.1", log=tmp_path / "publisher.log"),
+        **{
+            name: cli.popen(
+                "worker",
+                "--tasks",
+                "examples.tasks",
+                "--worker-id",
+                name,
+                log=tmp_path / f"{name}.log",
+            )
+            for name in ("worker-1", "worker-2")
+        },
+    }
+    try:
+        run_id = cli.json("submit", EXAMPLE, "--input", "rows=8")["run_id"]
+        watched = cli("status", run_id, "--watch", "--json", timeout=90)
+        logs = {name: (tmp_path / f"{name}.log").read_text() for name in processes}
+        assert watched.returncode == 0, (watched.stderr, logs)
+        assert json.loads(watched.stdout)["state"] == "succeeded"
+    finally:
+        for process in processes.values():
+            process.send_signal(signal.SIGTERM)
+        codes = {name: process.wait(timeout=15) for name, process in processes.items()}
+    assert codes == dict.fromkeys(processes, 0)
+    entries = cli.json("history", run_id)
+    successes = Counter(e["task_key"] for e in entries if e["transition"] == "succeed")
+    del successes[None]  # the run's own "succeed"
+    claims = Counter(e["task_key"] for e in entries if e["transition"] == "claim")
+    assert successes == dict.fromkeys(TASK_KEYS, 1)
+    assert claims == {**dict.fromkeys(TASK_KEYS, 1), "enrich": 2}
+    workers = {e["actor"] for e in entries if e["transition"] == "claim"}
+    assert workers <= {"worker-1", "worker-2"}
+
+
+# --- the documentation -------------------------------------------------------------------
+
+
+def test_the_docs_describe_every_command_and_exit_code() -> None:
+    text = DOC.read_text()
+    documented = set(re.findall(r"^### flowforge ([a-z]+(?: [a-z]+)?)", text, re.MULTILINE))
+    assert documented == {" ".join(command) for command in COMMANDS if command != ["db"]}
+    exit_section = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    codes = {int(code) for code in re.findall(r"^\| (\d+) \|", exit_section, re.MULTILINE)}
+    defined = {v for k, v in vars(exits).items() if k.startswith("EXIT_") and isinstance(v, int)}
+    assert codes == defined
+
+
+def test_the_python_api_example_in_the_docs_runs(tmp_path: Path) -> None:
+    (block,) = re.findall(r"^```python\n(.*?)^```", DOC.read_text(), re.MULTILINE | re.DOTALL)
+    done = subprocess.run(
+        [sys.executable, "-c", block],
+        cwd=tmp_path,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "succeeded"
+
+
+# --- why's cases that a short run does not reach (pure: no database) -------------------
+
+AT = datetime(2026, 1, 31, 12, 3, 0, tzinfo=UTC)
+
+
+def view(key: str, state: str, **fields: Any) -> why.TaskView:
+    values: dict[str, Any] = {
+        "id": uuid.uuid5(uuid.NAMESPACE_DNS, key),
+        "task_key": key,
+        "task_type": key,
+        "depends_on": (),
+        "state": state,
+        "attempt": 1,
+        "max_attempts": 3,
+        "fencing_token": 0,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "started_at": None,
+        "finished_at": None,
+        "retry_due_at": None,
+        "error": None,
+        **fields,
+    }
+    return why.TaskView(**values)
+
+
+def situation(task: why.TaskView, *others: why.TaskView, **fields: Any) -> why.Situation:
+    run = why.RunView(uuid.uuid4(), "etl", "running", AT - timedelta(minutes=1), None)
+    values: dict[str, Any] = {
+        "at": AT,
+        "live": True,
+        "task": task,
+        "run": run,
+        "siblings": {t.task_key: t for t in (task, *others)},
+        "task_log": [],
+        "run_log": [],
+        "dispatches": [],
+        **fields,
+    }
+    return why.Situation(**values)
+
+
+def test_why_names_each_upstream_task_with_its_lease_or_retry() -> None:
+    extract = view(
+        "extract",
+        "running",
+        attempt=2,
+        fencing_token=2,
+        lease_owner="worker-1",
+        lease_expires_at=AT + timedelta(seconds=4),
+    )
+    transform = view("transform", "pending")
+    load = view("load", "pending", depends_on=("extract", "transform"))
+    answer = why.explain(situation(load, extract, transform))
+    assert answer.reason == "waiting_for_upstream"
+    assert answer.headline == (
+        "load is waiting for 2 upstream tasks: extract (running, attempt 2, lease held by "
+        "worker-1 until 12:03:04), transform (pending)"
+    )
+
+
+def test_why_says_an_expired_lease_will_be_reaped() -> None:
+    task = view(
+        "extract",
+        "running",
+        fencing_token=3,
+        lease_owner="worker-1",
+        lease_expires_at=AT - timedelta(seconds=5),
+    )
+    answer = why.explain(situation(task))
+    assert answer.reason == "lease_expired"
+    assert "lease expired at 12:02:55 (5.0s ago): the reaper will reclaim it" in answer.headline
+    assert any("fencing token 4" in line for line in answer.details)
+
+
+def test_why_says_a_published_dispatch_waits_for_a_worker() -> None:
+    published = why.Dispatch(AT - timedelta(seconds=3), AT - timedelta(seconds=2), 0)
+    answer = why.explain(situation(view("extract", "ready"), dispatches=[published]))
+    assert answer.reason == "dispatch_published"
+    assert "published at 12:02:58 (2.0s ago) and no worker has claimed it" in answer.headline
+
+
+def test_why_says_a_task_behind_a_failed_one_will_not_run() -> None:
+    error = {"type": "ValueError", "message": "bad row 7\nmore", "traceback": ""}
+    extract = view("extract", "failed", attempt=3, error=error)
+    load = view("load", "pending", depends_on=("extract",))
+    answer = why.explain(situation(load, extract))
+    assert answer.reason == "upstream_failed"
+    assert answer.headline == (
+        "load will not run: upstream 1 task extract (failed for good after 3 attempts: "
+        "ValueError: bad row 7)"
+    )
+
+
+def test_why_says_a_due_retry_waits_for_a_scheduler() -> None:
+    task = view(
+        "extract",
+        "retrying",
+        attempt=2,
+        retry_due_at=AT - timedelta(seconds=1),
+        error={"type": "TimeoutError", "message": "slow"},
+    )
+    answer = why.explain(situation(task))
+    assert answer.reason == "retry_due"
+    assert answer.headline.startswith("extract is retrying: attempt 1 failed (TimeoutError: slow)")

@@ -1,0 +1,423 @@
+"""The projected tables are a function of the log: rebuilding them gives the same rows.
+
+A random workload (on PostgreSQL, four threads released together by a barrier) claims,
+finishes with current and stale fencing tokens, renews, lets tiny leases expire and
+reclaims them, retries, advances and cancels runs. Then every row of ``workflow_runs``
+and ``task_runs`` is read with plain SQL, the projections are rebuilt from the log, and
+every row and column must be identical; a projection corrupted by hand must come back
+exactly; every aggregate reconstituted from the log must equal its row.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from contextlib import closing
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from flowforge import errors
+from flowforge.app.service import FlowForge
+
+TABLES = ("workflow_runs", "task_runs", "dispatch_outbox")
+#: A lease that has expired by the next command, and one that never does in a test.
+TINY, LONG = 0.001, 3600.0
+THREADS = 4
+#: A small DAG with a diamond, and retries with no backoff so retried tasks come back.
+DEFINITION: dict[str, Any] = {
+    "name": "diamond",
+    "tasks": [
+        {"key": "a", "type": "extract"},
+        {"key": "b", "type": "transform", "depends_on": ["a"]},
+        {"key": "c", "type": "transform", "depends_on": ["a"]},
+        {"key": "d", "type": "load", "depends_on": ["b", "c"]},
+    ],
+    "retry": {"max_attempts": 3, "backoff_seconds": 0.0, "jitter": 0.0},
+}
+SINGLE: dict[str, Any] = {
+    "name": "single",
+    "tasks": [{"key": "only", "type": "work"}],
+    "retry": {"max_attempts": 2, "backoff_seconds": 0.001},
+}
+
+
+Rows = dict[str, list[dict[str, Any]]]
+
+
+class Workload:
+    """Random commands against one app, from any number of threads.
+
+    What the threads share (runs, task ids, every fencing token ever issued) only grows,
+    so reading it without a lock is safe under the GIL; a thread may use a stale token
+    on purpose, and every command may lose a race, which must return False, never raise.
+    """
+
+    def __init__(self, app: FlowForge) -> None:
+        self.app = app
+        self.runs: list[UUID] = []
+        self.tasks: list[UUID] = []
+        self.tokens: dict[UUID, list[int]] = {}
+        self.claims: list[tuple[UUID, int]] = []
+        self.counts: dict[str, int] = {}
+        self.wins: dict[str, int] = {}
+
+    def start_run(self, rng: random.Random) -> bool:
+        definition = rng.choice([DEFINITION, DEFINITION, SINGLE])
+        # A few shared keys: threads race to create the same run, and one run results.
+        key = rng.choice([None, None, None, f"key-{rng.randrange(4)}"])
+        run = self.app.start_workflow_run(definition, {"seed": rng.random()}, idempotency_key=key)
+        if run not in self.runs:
+            self.runs.append(run)
+            for task in self.app.task_runs(run):
+                if task.id not in self.tokens:
+                    self.tokens[task.id] = [0]
+                    self.tasks.append(task.id)
+            return True
+        return False
+
+    def task(self, rng: random.Random) -> UUID:
+        if rng.random() < 0.5:
+            ready = self.app.ready_task_runs(limit=20)
+            if ready:
+                return rng.choice(ready).id
+        return rng.choice(self.tasks)
+
+    def held(self, rng: random.Random) -> tuple[UUID, int]:
+        """A task and a fencing token to write with: mostly a recent claim (whose token
+        may have gone stale since), sometimes any task with any token it ever had."""
+        if self.claims and rng.random() < 0.8:
+            return rng.choice(self.claims[-12:])
+        task = rng.choice(self.tasks)
+        return task, rng.choice(self.tokens[task])
+
+    def step(self, rng: random.Random) -> None:
+        name, command = rng.choices(self.commands(), weights=[c[2] for c in self.commands()])[0][
+            :2
+        ]
+        won = command(rng)
+        self.counts[name] = self.counts.get(name, 0) + 1
+        if won:
+            self.wins[name] = self.wins.get(name, 0) + 1
+
+    def commands(self) -> list[tuple[str, Callable[[random.Random], object], int]]:
+        return [
+            ("claim", self.claim, 6),
+            ("finish", self.finish, 6),
+            ("renew", self.renew, 2),
+            ("reclaim", lambda rng: self.app.reclaim_task_run(self.held(rng)[0]), 2),
+            ("reap", lambda rng: self.app.reap_expired_leases(), 1),
+            ("schedule_retry", self.schedule_retry, 1),
+            ("retry_ready", lambda rng: self.app.retry_ready(rng.choice(self.tasks)), 1),
+            ("move", self.move, 1),
+            ("advance", self.advance, 3),
+            ("schedule_once", lambda rng: self.app.schedule_once().runs_advanced, 1),
+            ("cancel", self.cancel, 1),
+            ("start", self.start_run, 2),
+        ]
+
+    def claim(self, rng: random.Random) -> bool:
+        task = self.task(rng)
+        claim = self.app.claim_task_run(task, f"w{rng.randrange(8)}", rng.choice([TINY, LONG]))
+        if claim is None:
+            return False
+        self.tokens[task].append(claim.fencing_token)
+        self.claims.append((task, claim.fencing_token))
+        return True
+
+    def finish(self, rng: random.Random) -> bool:
+        task, token = self.held(rng)
+        outcome = rng.choice(["succeed", "succeed", "fail", "fail", "cancel_running"])
+        return self.app.finish_task_run(
+            task,
+            token,
+            outcome,
+            result={"rows": rng.randrange(100), "path": f"s3://b/{rng.randrange(9)}"},
+            error={"type": "RuntimeError", "message": f"boom {rng.randrange(9)}"},
+            actor=f"w{rng.randrange(8)}",
+        )
+
+    def renew(self, rng: random.Random) -> bool:
+        task, token = self.held(rng)
+        return self.app.renew_lease(task, token, rng.choice([TINY, LONG]))
+
+    def schedule_retry(self, rng: random.Random) -> bool:
+        return self.app.schedule_retry(rng.choice(self.tasks), rng.choice([0.0, TINY, LONG]))
+
+    def move(self, rng: random.Random) -> bool:
+        name = rng.choice(["dependencies_satisfied", "cancel_pending", "cancel_ready"])
+        return self.app.transition_task_run(rng.choice(self.tasks), name)
+
+    def advance(self, rng: random.Random) -> bool:
+        result = self.app.advance_workflow_run(rng.choice(self.runs), rand=rng.random)
+        return bool(result.promoted or result.retried or result.made_ready or result.finished_as)
+
+    def cancel(self, rng: random.Random) -> bool:
+        if rng.random() < 0.8:  # cancel rarely: a cancelled run stops all its tasks
+            return False
+        try:
+            return self.app.cancel_workflow_run(rng.choice(self.runs))
+        except errors.RunAlreadyFinishedError:
+            return False
+
+
+def run_threads(
+    workload: Workload, seed: int, steps: int, *extra: Callable[[threading.Barrier], None]
+) -> None:
+    """``THREADS`` threads of ``steps`` random commands each (plus ``extra`` threads),
+    released together; any exception in any thread fails the test."""
+    barrier = threading.Barrier(THREADS + len(extra))
+    failures: list[BaseException] = []
+
+    def worker(index: int) -> None:
+        rng = random.Random(seed * 100 + index)
+        barrier.wait()
+        for _ in range(steps):
+            workload.step(rng)
+
+    def guarded(target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                failures.append(exc)
+                barrier.abort()
+
+        return run
+
+    threads = [
+        threading.Thread(target=guarded(lambda i=i: worker(i)), name=f"workload-{i}")
+        for i in range(THREADS)
+    ]
+    threads += [
+        threading.Thread(target=guarded(lambda fn=fn: fn(barrier)), name="extra") for fn in extra
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+        assert not thread.is_alive(), f"{thread.name} is stuck"
+    if failures:
+        raise failures[0]
+
+
+def prepared_workload(app: FlowForge, seed: int, runs: int = 6) -> Workload:
+    workload = Workload(app)
+    rng = random.Random(seed)
+    while len(workload.runs) < runs:
+        workload.start_run(rng)
+    return workload
+
+
+# --- reading the rows with plain SQL -----------------------------------------------------
+
+
+def postgres_rows(url: str) -> Rows:
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        return {
+            table: conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall() for table in TABLES
+        }
+
+
+def sqlite_rows(url: str) -> Rows:
+    path = url.removeprefix("sqlite:///")
+    with closing(sqlite3.connect(path)) as conn:
+        conn.row_factory = sqlite3.Row
+        return {
+            table: [dict(r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY 1")]
+            for table in TABLES
+        }
+
+
+def differences(before: Rows, after: Rows) -> list[str]:
+    """Every row and column that differs, one line each (empty when identical)."""
+    found = []
+    for table in TABLES:
+        old = {row[next(iter(row))]: row for row in before[table]}
+        new = {row[next(iter(row))]: row for row in after[table]}
+        found += [f"{table} {key}: missing after" for key in old.keys() - new.keys()]
+        found += [f"{table} {key}: new after" for key in new.keys() - old.keys()]
+        for key in old.keys() & new.keys():
+            found += [
+                f"{table} {key}.{column}: {old[key][column]!r} -> {new[key].get(column)!r}"
+                for column in old[key]
+                if old[key][column] != new[key].get(column)
+            ]
+    return found
+
+
+def count(url: str, table: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def assert_log_agrees_with_rows(app: FlowForge) -> None:
+    runs = app.recent_runs(limit=10_000)
+    assert runs
+    for run in runs:
+        snapshot = app.workflow_run_aggregate(run.id).snapshot()
+        assert {k: run.as_dict()[k] for k in snapshot} == snapshot
+        for task in app.task_runs(run.id):
+            row = task.as_dict()
+            snapshot = app.task_run_aggregate(task.id).snapshot()
+            assert {k: row[k] for k in snapshot} == snapshot
+            assert (task.state == "running") == (task.lease_expires_at is not None)
+
+
+def assert_the_workload_did_its_job(workload: Workload) -> None:
+    """Guard against a workload that passes by doing nothing."""
+    for name in ("claim", "finish", "reclaim", "advance"):
+        assert workload.wins.get(name, 0) > 0, (name, workload.counts, workload.wins)
+
+
+# --- the tests ---------------------------------------------------------------------------
+
+pg = pytest.mark.postgres
+
+
+@pg
+@pytest.mark.timeout(120)
+def test_rebuilding_after_a_random_concurrent_workload_gives_identical_rows(
+    pg_app: FlowForge, postgres_url: str
+) -> None:
+    workload = prepared_workload(pg_app, seed=1)
+    run_threads(workload, seed=1, steps=250)
+    assert_the_workload_did_its_job(workload)
+
+    before = postgres_rows(postgres_url)
+    report = pg_app.rebuild_projections()
+    after = postgres_rows(postgres_url)
+
+    assert differences(before, after) == []
+    assert before == after
+    assert report.events == count(postgres_url, "flowforge_events")
+    assert report.workflow_runs == len(before["workflow_runs"]) == len(workload.runs)
+    assert report.task_runs == len(before["task_runs"]) == len(workload.tasks)
+    assert_log_agrees_with_rows(pg_app)
+
+
+@pg
+@pytest.mark.timeout(120)
+def test_every_aggregate_rebuilt_from_the_log_agrees_with_its_row_after_the_workload(
+    pg_app: FlowForge,
+) -> None:
+    workload = prepared_workload(pg_app, seed=2)
+    run_threads(workload, seed=2, steps=150)
+    assert_log_agrees_with_rows(pg_app)
+    for task in workload.tasks:
+        history = pg_app.history(task)
+        row = pg_app.get_task_run(task)
+        assert [e.version for e in history] == list(range(1, row.version + 1))
+        assert history[-1].target == row.state
+        assert history[-1].fencing_token == row.fencing_token
+
+
+@pg
+@pytest.mark.timeout(120)
+def test_a_corrupted_projection_is_restored_exactly_by_the_rebuild(
+    pg_app: FlowForge, postgres_url: str
+) -> None:
+    workload = prepared_workload(pg_app, seed=3)
+    run_threads(workload, seed=3, steps=100)
+    before = postgres_rows(postgres_url)
+    tasks = before["task_runs"]
+    victim_run = before["workflow_runs"][0]["id"]
+
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute(
+            "UPDATE task_runs SET state = 'cancelled', fencing_token = 999, attempt = 7,"
+            " lease_owner = NULL, lease_expires_at = NULL, started_at = now(),"
+            " finished_at = now(), retry_due_at = now(), result = '{\"forged\": true}',"
+            ' error = \'{"type": "X"}\', version = 1, updated_at = now(),'
+            " task_type = 'forged', depends_on = '[\"z\"]', max_attempts = 99 WHERE id = %s",
+            (tasks[0]["id"],),
+        )
+        conn.execute(
+            "UPDATE workflow_runs SET state = 'failed', finished_at = now(), version = 99,"
+            " inputs = '{}', workflow_name = 'forged' WHERE id <> %s",
+            (victim_run,),
+        )
+        conn.execute("DELETE FROM task_runs WHERE id = %s", (tasks[-1]["id"],))
+        conn.execute("DELETE FROM task_runs WHERE workflow_run_id = %s", (victim_run,))
+        conn.execute("DELETE FROM workflow_runs WHERE id = %s", (victim_run,))
+    assert differences(before, postgres_rows(postgres_url))  # really corrupted
+
+    report = pg_app.rebuild_projections()
+
+    after = postgres_rows(postgres_url)
+    assert differences(before, after) == []
+    assert before == after
+    assert report.workflow_runs == len(before["workflow_runs"])
+    assert report.task_runs == len(before["task_runs"])
+    assert report.events == count(postgres_url, "flowforge_events")
+
+
+@pg
+@pytest.mark.timeout(120)
+def test_the_rebuild_report_counts_the_events_runs_and_tasks_of_the_log(
+    pg_app: FlowForge,
+) -> None:
+    run = pg_app.start_workflow_run(DEFINITION)
+    single = pg_app.start_workflow_run(SINGLE)
+    (task,) = pg_app.task_runs(single)
+    claim = pg_app.claim_task_run(task.id, "w1", LONG)
+    assert claim is not None
+    assert pg_app.renew_lease(task.id, claim.fencing_token, LONG)
+    assert pg_app.finish_task_run(task.id, claim.fencing_token, "succeed", {"n": 1})
+    assert pg_app.advance_workflow_run(single).finished_as == "succeeded"
+    # Events: 2 runs + 5 tasks created; claim, renew, succeed; single started and succeeded.
+    report = pg_app.rebuild_projections()
+    assert (report.events, report.workflow_runs, report.task_runs) == (7 + 3 + 2, 2, 5)
+    assert pg_app.get_workflow_run(run).state == "pending"
+    assert pg_app.get_task_run(task.id).result == {"n": 1}
+    # Idempotent: a second rebuild counts the same and changes nothing.
+    assert pg_app.rebuild_projections() == report
+
+
+@pg
+@pytest.mark.timeout(120)
+def test_a_rebuild_racing_the_writers_makes_them_wait_and_loses_nothing(
+    pg_app: FlowForge, postgres_url: str
+) -> None:
+    workload = prepared_workload(pg_app, seed=4)
+
+    def rebuilder(barrier: threading.Barrier) -> None:
+        barrier.wait()
+        for _ in range(8):
+            pg_app.rebuild_projections()
+            time.sleep(0.01)
+
+    run_threads(workload, 4, 150, rebuilder)
+    before = postgres_rows(postgres_url)
+    pg_app.rebuild_projections()
+    assert differences(before, postgres_rows(postgres_url)) == []
+    assert_log_agrees_with_rows(pg_app)
+
+
+@pytest.mark.timeout(120)
+def test_rebuilding_after_a_random_workload_on_sqlite_gives_identical_rows(
+    sqlite_app: FlowForge, sqlite_url: str
+) -> None:
+    workload = prepared_workload(sqlite_app, seed=5, runs=5)
+    rng = random.Random(5)
+    for _ in range(600):
+        workload.step(rng)
+    assert_the_workload_did_its_job(workload)
+
+    before = sqlite_rows(sqlite_url)
+    report = sqlite_app.rebuild_projections()
+    after = sqlite_rows(sqlite_url)
+
+    assert differences(before, after) == []
+    assert before == after
+    assert report.workflow_runs == len(before["workflow_runs"]) == len(workload.runs)
+    assert report.task_runs == len(before["task_runs"]) == len(workload.tasks)
+    assert_log_agrees_with_rows(sqlite_app)
