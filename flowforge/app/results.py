@@ -48,6 +48,7 @@ class ScheduleSummary:
     runs_advanced: int = 0
     runs_finished: int = 0
     cancelled: int = 0
+    redispatched: int = 0
 
     def add(self, result: AdvanceResult) -> None:
         self.runs_advanced += 1

@@ -50,8 +50,10 @@ from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 log = logging.getLogger(__name__)
 
-#: How many expired leases one reaper pass reclaims at most.
+#: How many expired leases (or stalled ready tasks) one pass handles at most.
 REAP_BATCH = 500
+#: A ready task undispatched for this long gets a new dispatch (see redispatch_stalled).
+REDISPATCH_AFTER_S = 300.0
 
 
 class _EventStore(Application[UUID]):
@@ -162,11 +164,13 @@ class FlowForge:
         with self._writer() as writer:
             return advance.advance(writer, run_id, rand)
 
-    def schedule_once(self) -> ScheduleSummary:
-        """One scheduler pass: reap expired leases, then advance every active run."""
+    def schedule_once(self, *, redispatch_after: float = REDISPATCH_AFTER_S) -> ScheduleSummary:
+        """One scheduler pass: reap expired leases, advance every active run, and
+        redispatch ready tasks whose dispatch was lost (see :meth:`redispatch_stalled`)."""
         summary = ScheduleSummary(reaped=len(self.reap_expired_leases()))
         for run_id in self._query_ids("select_runs_to_advance", {}):
             summary.add(self.advance_workflow_run(run_id))
+        summary.redispatched = len(self.redispatch_stalled(redispatch_after))
         return summary
 
     # --- task runs -----------------------------------------------------------------------
@@ -290,6 +294,30 @@ class FlowForge:
             for row in rows:
                 writer.tx.run("mark_outbox_published", {"dispatch_id": row.dispatch_id})
         return len(rows)
+
+    def redispatch_stalled(self, older_than_seconds: float) -> list[UUID]:
+        """A new dispatch for every task READY for over ``older_than_seconds`` with no
+        dispatch pending or published within that time.
+
+        The safety net for a dispatch that was lost after its publish was confirmed: one
+        dead-lettered past the queue's delivery limit, or one held in memory by an
+        embedded process that exited. A dispatch that was only slow is duplicated, which
+        the claim makes harmless.
+        """
+        older_than = _non_negative(older_than_seconds, "older_than_seconds")
+        with self._writer() as writer:
+            at = writer.now()
+            params = {"older_than": older_than, "limit": REAP_BATCH}
+            rows = [
+                TaskRunRow.from_mapping(r) for r in writer.tx.run("select_stalled_ready", params)
+            ]
+            for row in rows:
+                writer.enqueue_dispatch(
+                    row.id, row.task_key, row.task_type, row.fencing_token, at=at
+                )
+        if rows:
+            log.warning("stalled ready tasks redispatched", extra={"count": len(rows)})
+        return [row.id for row in rows]
 
     def pending_dispatch_count(self) -> int:
         (row,) = self._query("count_pending_outbox", {})

@@ -36,11 +36,13 @@ class Transport:
 
     connect_publisher: Callable[[], DispatchPublisher]
     connect_consumer: Callable[[], DispatchConsumer]
+    #: Whether queued dispatches outlive this process (a broker's queue does).
+    durable: bool = True
 
     @classmethod
     def in_memory(cls, channel: InMemoryDispatchChannel | None = None) -> Transport:
         shared = channel or InMemoryDispatchChannel()
-        return cls(shared.publisher, shared.consumer)
+        return cls(shared.publisher, shared.consumer, durable=False)
 
 
 @dataclass
@@ -58,6 +60,10 @@ class ProcessGroup:
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self) -> None:
+        if not self.transport.durable:
+            # An in-process channel starts empty: whatever a previous process held in
+            # memory is gone, so every ready task without a pending dispatch gets one.
+            self.app.redispatch_stalled(0)
         scheduler = Scheduler(self.app, interval=self.scheduler_interval, stop=self.stop)
         publisher = Publisher(
             self.app,

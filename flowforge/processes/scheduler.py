@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 from flowforge import errors
 from flowforge.app.results import ScheduleSummary
-from flowforge.app.service import FlowForge
+from flowforge.app.service import REDISPATCH_AFTER_S, FlowForge
 from flowforge.processes.loop import Stop
 
 log = logging.getLogger(__name__)
@@ -23,15 +23,23 @@ class Scheduler:
     """
 
     def __init__(
-        self, app: FlowForge, *, interval: float = DEFAULT_INTERVAL_S, stop: Stop | None = None
+        self,
+        app: FlowForge,
+        *,
+        interval: float = DEFAULT_INTERVAL_S,
+        redispatch_after: float = REDISPATCH_AFTER_S,
+        stop: Stop | None = None,
     ) -> None:
         self.app = app
         self.interval = interval
+        self.redispatch_after = redispatch_after
         self.stop = stop or Stop()
 
     def run_once(self) -> ScheduleSummary:
-        summary = self.app.schedule_once()
-        if summary.reaped or summary.promoted or summary.retried or summary.runs_finished:
+        summary = self.app.schedule_once(redispatch_after=self.redispatch_after)
+        changes = asdict(summary)
+        changes.pop("runs_advanced")
+        if any(changes.values()):
             log.info("scheduler pass", extra=asdict(summary))
         return summary
 

@@ -29,6 +29,7 @@ from flowforge import errors
 from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
+from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.projections.tables import TaskRunRow
 
 LEASE_S = 30.0
@@ -838,3 +839,28 @@ class TestDatabaseConstraints:
         copy = uuid4()
         direct.execute(COPY_TASK_RUN_WITH_NEW_KEY, {"id": ready, "new_id": copy, "suffix": "_2"})
         assert app.get_task_run(copy).task_key == f"{ROOT}_2"
+
+
+class TestRedispatch:
+    """The safety net for a dispatch lost after its publish was confirmed."""
+
+    def test_a_ready_task_whose_dispatch_was_delivered_long_ago_gets_a_new_one(
+        self, app: FlowForge
+    ) -> None:
+        run_id = app.start_workflow_run({"name": "solo", "tasks": [{"key": "a", "type": "t"}]})
+        (task,) = app.task_runs(run_id)
+        assert app.redispatch_stalled(0) == []  # its first dispatch is still pending
+        app.publish_pending_dispatches(InMemoryDispatchChannel().publisher())
+        assert app.redispatch_stalled(3600) == []  # published recently: not stalled
+        assert app.redispatch_stalled(0) == [task.id]
+        (_first, second) = app.dispatches_of(task.id)
+        assert second.published_at is None
+        assert second.fencing_token == task.fencing_token
+        assert app.redispatch_stalled(0) == []  # the new one is pending now
+
+    def test_a_task_that_is_not_ready_is_never_redispatched(self, app: FlowForge) -> None:
+        run_id = app.start_workflow_run({"name": "solo", "tasks": [{"key": "a", "type": "t"}]})
+        (task,) = app.task_runs(run_id)
+        app.publish_pending_dispatches(InMemoryDispatchChannel().publisher())
+        assert app.claim_task_run(task.id, "w", 30) is not None
+        assert app.redispatch_stalled(0) == []

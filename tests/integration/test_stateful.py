@@ -81,6 +81,8 @@ ACTORS = st.sampled_from([None, "w1", "ops"])
 OUTCOMES = st.sampled_from(["succeed", "fail", "cancel_running"])
 #: Mostly the token of the current claim; sometimes an older or a never-issued one.
 TOKENS = st.sampled_from(["current", "current", "stale", "future"])
+#: The token a worker holds: mostly current, sometimes one the reaper made stale.
+HELD_TOKENS = st.sampled_from(["current", "current", "current", "stale"])
 OTHERS = (
     "run_transition",
     "transition",
@@ -428,12 +430,12 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             if action == "reclaim" or (action == "renew" and self.is_due(task, before)):
                 self.do_reclaim(task, before)
             elif action == "renew":
-                self.do_renew_lease(task, data.draw(TOKENS), data.draw(LEASES), None)
+                self.do_renew_lease(task, data.draw(HELD_TOKENS), data.draw(LEASES), None)
             else:
                 outcome = data.draw(st.sampled_from(["fail", "succeed", "fail", "cancel_running"]))
                 error = {"type": "RuntimeError", "message": "boom"}
                 result = data.draw(RESULTS)
-                self.do_finish(task, outcome, data.draw(TOKENS), result, error, None)
+                self.do_finish(task, outcome, data.draw(HELD_TOKENS), result, error, None)
         elif state is TaskRunState.FAILED:
             self.do_schedule_retry(task, data.draw(RETRY_DELAYS), "scheduler")
         else:

@@ -241,6 +241,19 @@ UNION
 SELECT DISTINCT workflow_run_id FROM task_runs
 WHERE state IN ('pending', 'ready', 'running', 'retrying');
 
+-- A ready task whose dispatch was lost (dead-lettered past the delivery limit, or held
+-- in memory by an embedded process that exited) would wait forever: the safety net
+-- finds ready tasks that have waited longer than older_than seconds with no dispatch
+-- pending or recently published.
+-- name: select_stalled_ready
+SELECT t.* FROM task_runs t
+WHERE t.state = 'ready' AND t.updated_at <= now() - %(older_than)s * interval '1 second'
+  AND NOT EXISTS (
+      SELECT 1 FROM dispatch_outbox o
+      WHERE o.task_run_id = t.id
+        AND (o.published_at IS NULL OR o.published_at > now() - %(older_than)s * interval '1 second'))
+ORDER BY t.updated_at LIMIT %(limit)s;
+
 -- name: select_pending_outbox
 SELECT * FROM dispatch_outbox WHERE published_at IS NULL
 ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
