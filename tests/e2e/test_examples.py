@@ -1,0 +1,102 @@
+"""Every example runs: the main job on PostgreSQL and RabbitMQ, and the README's Python."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests import servers
+from tests.e2e.cluster import admin
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_main_job_runs_the_fan_out_workflow_on_postgres_and_rabbitmq() -> None:
+    servers.require_postgres()
+    servers.require_rabbitmq()
+    suffix = uuid.uuid4().hex[:8]
+    dbname = f"flowforge_main_job_{suffix}"
+    env = {
+        **os.environ,
+        "FLOWFORGE_DATABASE_URL": (
+            f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:"
+            f"{servers.POSTGRES_PORT}/{dbname}"
+        ),
+        "FLOWFORGE_BROKER_URL": servers.RABBITMQ_URL,
+        "FLOWFORGE_DISPATCH_EXCHANGE": f"ff-main-{suffix}",
+        "FLOWFORGE_DISPATCH_QUEUE": f"ff-main-{suffix}.tasks",
+        "FLOWFORGE_DISPATCH_ROUTING_KEY": f"ff-main-{suffix}.tasks",
+        "FLOWFORGE_DEAD_LETTER_EXCHANGE": f"ff-main-{suffix}.dlx",
+        "FLOWFORGE_DEAD_LETTER_QUEUE": f"ff-main-{suffix}.dead",
+    }
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "examples.main_job"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+    finally:
+        with admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        _delete_topology(env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split()[0]: line.split()[1:3] for line in done.stdout.splitlines()[3:8]}
+    assert rows == {
+        "clean": ["succeeded", "1"],
+        "enrich": ["succeeded", "2"],
+        "extract": ["succeeded", "1"],
+        "load": ["succeeded", "1"],
+        "score": ["succeeded", "1"],
+    }
+    assert done.stdout.rstrip().endswith("succeeded")
+
+
+def _delete_topology(env: dict[str, str]) -> None:
+    import pika
+
+    connection = pika.BlockingConnection(pika.URLParameters(env["FLOWFORGE_BROKER_URL"]))
+    channel = connection.channel()
+    for queue in ("FLOWFORGE_DISPATCH_QUEUE", "FLOWFORGE_DEAD_LETTER_QUEUE"):
+        channel.queue_delete(env[queue])
+    for exchange in ("FLOWFORGE_DISPATCH_EXCHANGE", "FLOWFORGE_DEAD_LETTER_EXCHANGE"):
+        channel.exchange_delete(env[exchange])
+    connection.close()
+
+
+def readme_python_blocks() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    return [block for block in blocks if block.startswith("import examples.tasks")]
+
+
+@pytest.mark.parametrize("block", readme_python_blocks())
+def test_the_readme_python_example_runs(block: str, tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    done = subprocess.run(
+        [sys.executable, "-c", block],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "succeeded"
+    assert "enrich succeeded 2" in lines
+
+
+def test_the_readme_has_a_runnable_python_example() -> None:
+    assert readme_python_blocks(), "README.md lost its runnable Python example"
