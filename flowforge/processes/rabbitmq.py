@@ -42,6 +42,7 @@ from pika.exchange_type import ExchangeType
 from flowforge import errors
 from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.config import BrokerConfig
+from flowforge.processes import transport
 
 logger = logging.getLogger(__name__)
 
@@ -422,7 +423,7 @@ class RabbitDispatchConsumer:
             _raise_unavailable(self._config, action, exc)
 
 
-class RabbitDelivery:
+class RabbitDelivery(transport.SettleOnce):
     """A ``Delivery`` from :class:`RabbitDispatchConsumer`."""
 
     def __init__(
@@ -433,36 +434,20 @@ class RabbitDelivery:
         body: bytes,
         redelivered: bool,
     ) -> None:
+        super().__init__(body, redelivered)
         self._consumer = consumer
         self._channel = channel
         self._tag = delivery_tag
-        self._body = body
-        self._redelivered = redelivered
-        self._settled = False
 
-    @property
-    def body(self) -> bytes:
-        return self._body
-
-    @property
-    def redelivered(self) -> bool:
-        return self._redelivered
-
-    def ack(self) -> None:
-        self._settle("ack", lambda: self._channel.basic_ack(self._tag))
-
-    def requeue(self) -> None:
-        self._settle("requeue", lambda: self._channel.basic_nack(self._tag, requeue=True))
-
-    def dead_letter(self) -> None:
-        # reject without requeue: the queue dead-letters it to the dead-letter exchange.
-        self._settle("dead-letter", lambda: self._channel.basic_reject(self._tag, requeue=False))
-
-    def _settle(self, action: str, settle: Callable[[], None]) -> None:
-        if self._settled:
-            raise RuntimeError("This delivery was already settled; settle each delivery once.")
-        self._settled = True
-        self._consumer._settle(self._channel, settle, action)
+    def _settle(self, outcome: transport.Outcome) -> None:
+        tag, channel = self._tag, self._channel
+        settle: dict[transport.Outcome, Callable[[], None]] = {
+            "ack": lambda: channel.basic_ack(tag),
+            "requeue": lambda: channel.basic_nack(tag, requeue=True),
+            # Reject without requeue: the queue dead-letters it to the dead-letter exchange.
+            "dead_letter": lambda: channel.basic_reject(tag, requeue=False),
+        }
+        self._consumer._settle(channel, settle[outcome], outcome.replace("_", "-"))
 
 
 # --- internals --------------------------------------------------------------------------

@@ -108,10 +108,48 @@ class DispatchConsumer(Protocol):
         ...
 
 
+class SettleOnce:
+    """What every transport's delivery shares: its body, and being settled exactly once.
+
+    A subclass says how an outcome reaches its queue (:meth:`_settle`).
+    """
+
+    def __init__(self, body: bytes, redelivered: bool) -> None:
+        self._body = body
+        self._redelivered = redelivered
+        self._settled = False
+
+    @property
+    def body(self) -> bytes:
+        return self._body
+
+    @property
+    def redelivered(self) -> bool:
+        return self._redelivered
+
+    def ack(self) -> None:
+        self._once("ack")
+
+    def requeue(self) -> None:
+        self._once("requeue")
+
+    def dead_letter(self) -> None:
+        self._once("dead_letter")
+
+    def _once(self, outcome: Outcome) -> None:
+        if self._settled:
+            raise RuntimeError("This delivery was already settled; settle each delivery once.")
+        self._settled = True
+        self._settle(outcome)
+
+    def _settle(self, outcome: Outcome) -> None:
+        raise NotImplementedError
+
+
 # --- in-process implementation ---------------------------------------------------------
 
 
-_Outcome = Literal["ack", "requeue", "dead_letter"]
+Outcome = Literal["ack", "requeue", "dead_letter"]
 
 
 @dataclass
@@ -187,7 +225,7 @@ class InMemoryDispatchChannel:
             self._held[consumer] = tag
             return InMemoryDelivery(self, consumer, tag, entry.body, entry.returns > 0)
 
-    def _settle(self, consumer: InMemoryDispatchConsumer, tag: int, outcome: _Outcome) -> None:
+    def _settle(self, consumer: InMemoryDispatchConsumer, tag: int, outcome: Outcome) -> None:
         with self._changed:
             entry = self._unsettled.pop(tag, None)
             if entry is None:
@@ -253,7 +291,7 @@ class InMemoryDispatchConsumer:
         self._channel._orphan(self)
 
 
-class InMemoryDelivery:
+class InMemoryDelivery(SettleOnce):
     """A :class:`Delivery` from an :class:`InMemoryDispatchConsumer`."""
 
     def __init__(
@@ -264,32 +302,10 @@ class InMemoryDelivery:
         body: bytes,
         redelivered: bool,
     ) -> None:
+        super().__init__(body, redelivered)
         self._channel = channel
         self._consumer = consumer
         self._tag = tag
-        self._body = body
-        self._redelivered = redelivered
-        self._settled = False
 
-    @property
-    def body(self) -> bytes:
-        return self._body
-
-    @property
-    def redelivered(self) -> bool:
-        return self._redelivered
-
-    def ack(self) -> None:
-        self._settle("ack")
-
-    def requeue(self) -> None:
-        self._settle("requeue")
-
-    def dead_letter(self) -> None:
-        self._settle("dead_letter")
-
-    def _settle(self, outcome: _Outcome) -> None:
-        if self._settled:
-            raise RuntimeError("This delivery was already settled; settle each delivery once.")
-        self._settled = True
+    def _settle(self, outcome: Outcome) -> None:
         self._channel._settle(self._consumer, self._tag, outcome)

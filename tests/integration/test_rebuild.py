@@ -65,6 +65,8 @@ class Workload:
         self.tasks: list[UUID] = []
         self.tokens: dict[UUID, list[int]] = {}
         self.claims: list[tuple[UUID, int]] = []
+        #: Taken to register a run: its tasks may be claimed (found ready) before that.
+        self.lock = threading.Lock()
         self.counts: dict[str, int] = {}
         self.wins: dict[str, int] = {}
 
@@ -72,15 +74,17 @@ class Workload:
         definition = rng.choice([DEFINITION, DEFINITION, SINGLE])
         # A few shared keys: threads race to create the same run, and one run results.
         key = rng.choice([None, None, None, f"key-{rng.randrange(4)}"])
-        run = self.app.start_workflow_run(definition, {"seed": rng.random()}, idempotency_key=key)
-        if run not in self.runs:
-            self.runs.append(run)
-            for task in self.app.task_runs(run):
-                if task.id not in self.tokens:
-                    self.tokens[task.id] = [0]
+        started = self.app.submit_workflow_run(
+            definition, {"seed": rng.random()}, idempotency_key=key
+        )
+        tasks = self.app.task_runs(started.run_id)
+        with self.lock:
+            if started.run_id not in self.runs:
+                self.runs.append(started.run_id)
+                for task in tasks:
+                    self.tokens.setdefault(task.id, [0])
                     self.tasks.append(task.id)
-            return True
-        return False
+        return started.created
 
     def task(self, rng: random.Random) -> UUID:
         if rng.random() < 0.5:
@@ -127,7 +131,7 @@ class Workload:
         claim = self.app.claim_task_run(task, f"w{rng.randrange(8)}", rng.choice([TINY, LONG]))
         if claim is None:
             return False
-        self.tokens[task].append(claim.fencing_token)
+        self.tokens.setdefault(task, [0]).append(claim.fencing_token)
         self.claims.append((task, claim.fencing_token))
         return True
 
@@ -169,9 +173,10 @@ class Workload:
 
 def run_threads(
     workload: Workload, seed: int, steps: int, *extra: Callable[[threading.Barrier], None]
-) -> None:
+) -> list[BaseException]:
     """``THREADS`` threads of ``steps`` random commands each (plus ``extra`` threads),
-    released together; any exception in any thread fails the test."""
+    released together. Returns what the threads raised (a thread stops at its first
+    exception): the caller checks the rows first, then fails on these."""
     barrier = threading.Barrier(THREADS + len(extra))
     failures: list[BaseException] = []
 
@@ -203,8 +208,16 @@ def run_threads(
     for thread in threads:
         thread.join(timeout=120)
         assert not thread.is_alive(), f"{thread.name} is stuck"
+    return failures
+
+
+def assert_no_failures(failures: list[BaseException]) -> None:
+    """No command of the workload may raise: a lost race returns False."""
     if failures:
-        raise failures[0]
+        summary = "; ".join(f"{type(f).__name__}: {f}" for f in failures)
+        raise AssertionError(f"{len(failures)} workload thread(s) raised: {summary}") from (
+            failures[0]
+        )
 
 
 def prepared_workload(app: FlowForge, seed: int, runs: int = 6) -> Workload:
@@ -274,8 +287,14 @@ def assert_log_agrees_with_rows(app: FlowForge) -> None:
 
 def assert_the_workload_did_its_job(workload: Workload) -> None:
     """Guard against a workload that passes by doing nothing."""
-    for name in ("claim", "finish", "reclaim", "advance"):
+    for name in ("claim", "finish", "reclaim", "renew"):
         assert workload.wins.get(name, 0) > 0, (name, workload.counts, workload.wins)
+    scheduled = workload.wins.get("advance", 0) + workload.wins.get("schedule_once", 0)
+    assert scheduled > 0, (workload.counts, workload.wins)
+    tasks = [workload.app.get_task_run(t) for t in workload.tasks]
+    assert any(t.attempt > 1 for t in tasks), "no task was retried"
+    assert any(t.fencing_token > 1 for t in tasks), "no lease was reclaimed and reclaimed"
+    assert {"succeeded", "cancelled"} <= {t.state for t in tasks}
 
 
 # --- the tests ---------------------------------------------------------------------------
@@ -289,8 +308,7 @@ def test_rebuilding_after_a_random_concurrent_workload_gives_identical_rows(
     pg_app: FlowForge, postgres_url: str
 ) -> None:
     workload = prepared_workload(pg_app, seed=1)
-    run_threads(workload, seed=1, steps=250)
-    assert_the_workload_did_its_job(workload)
+    failures = run_threads(workload, seed=1, steps=250)
 
     before = postgres_rows(postgres_url)
     report = pg_app.rebuild_projections()
@@ -302,6 +320,8 @@ def test_rebuilding_after_a_random_concurrent_workload_gives_identical_rows(
     assert report.workflow_runs == len(before["workflow_runs"]) == len(workload.runs)
     assert report.task_runs == len(before["task_runs"]) == len(workload.tasks)
     assert_log_agrees_with_rows(pg_app)
+    assert_no_failures(failures)
+    assert_the_workload_did_its_job(workload)
 
 
 @pg
@@ -310,7 +330,7 @@ def test_every_aggregate_rebuilt_from_the_log_agrees_with_its_row_after_the_work
     pg_app: FlowForge,
 ) -> None:
     workload = prepared_workload(pg_app, seed=2)
-    run_threads(workload, seed=2, steps=150)
+    failures = run_threads(workload, seed=2, steps=150)
     assert_log_agrees_with_rows(pg_app)
     for task in workload.tasks:
         history = pg_app.history(task)
@@ -318,6 +338,7 @@ def test_every_aggregate_rebuilt_from_the_log_agrees_with_its_row_after_the_work
         assert [e.version for e in history] == list(range(1, row.version + 1))
         assert history[-1].target == row.state
         assert history[-1].fencing_token == row.fencing_token
+    assert_no_failures(failures)
 
 
 @pg
@@ -326,7 +347,7 @@ def test_a_corrupted_projection_is_restored_exactly_by_the_rebuild(
     pg_app: FlowForge, postgres_url: str
 ) -> None:
     workload = prepared_workload(pg_app, seed=3)
-    run_threads(workload, seed=3, steps=100)
+    failures = run_threads(workload, seed=3, steps=100)
     before = postgres_rows(postgres_url)
     tasks = before["task_runs"]
     victim_run = before["workflow_runs"][0]["id"]
@@ -358,6 +379,7 @@ def test_a_corrupted_projection_is_restored_exactly_by_the_rebuild(
     assert report.workflow_runs == len(before["workflow_runs"])
     assert report.task_runs == len(before["task_runs"])
     assert report.events == count(postgres_url, "flowforge_events")
+    assert_no_failures(failures)
 
 
 @pg
@@ -395,11 +417,12 @@ def test_a_rebuild_racing_the_writers_makes_them_wait_and_loses_nothing(
             pg_app.rebuild_projections()
             time.sleep(0.01)
 
-    run_threads(workload, 4, 150, rebuilder)
+    failures = run_threads(workload, 4, 150, rebuilder)
     before = postgres_rows(postgres_url)
     pg_app.rebuild_projections()
     assert differences(before, postgres_rows(postgres_url)) == []
     assert_log_agrees_with_rows(pg_app)
+    assert_no_failures(failures)
 
 
 @pytest.mark.timeout(120)
@@ -421,3 +444,256 @@ def test_rebuilding_after_a_random_workload_on_sqlite_gives_identical_rows(
     assert report.workflow_runs == len(before["workflow_runs"]) == len(workload.runs)
     assert report.task_runs == len(before["task_runs"]) == len(workload.tasks)
     assert_log_agrees_with_rows(sqlite_app)
+
+
+# --- targeted: the rebuild's lock against a scheduler's transaction ------------------------
+
+
+def lock_waiters(url: str) -> int:
+    """How many sessions of this database are waiting for a lock."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pg
+@pytest.mark.timeout(60)
+def test_a_rebuild_while_the_scheduler_finishes_a_run_waits_for_it_instead_of_deadlocking(
+    pg_app: FlowForge, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One ``advance_workflow_run`` writes a task row (promoting ``b``) and then the run
+    row (``fail``: ``c`` failed with no attempts left) in one transaction. A rebuild that
+    starts in between must wait for it, or make it wait; neither may fail."""
+    definition = {
+        "name": "promote_then_fail",
+        "tasks": [
+            {"key": "a", "type": "work"},
+            {"key": "b", "type": "work", "depends_on": ["a"]},
+            {"key": "c", "type": "work"},
+        ],
+        "retry": {"max_attempts": 1},
+    }
+    run = pg_app.start_workflow_run(definition)
+    assert pg_app.advance_workflow_run(run).started
+    tasks = {t.task_key: t.id for t in pg_app.task_runs(run)}
+    for key, outcome in (("a", "succeed"), ("c", "fail")):
+        claim = pg_app.claim_task_run(tasks[key], "w1", LONG)
+        assert claim is not None
+        error = {"type": "RuntimeError", "message": "boom"}
+        assert pg_app.finish_task_run(tasks[key], claim.fencing_token, outcome, error=error)
+
+    # Hold the scheduler between its task write and its run write until the rebuild is
+    # queued behind a lock (or, should the rebuild not queue at all, for a few seconds).
+    from flowforge.app.writer import Writer
+
+    between_writes = threading.Event()
+    take_run_edge = Writer.take_run_edge
+
+    def paused(self: Writer, edge: Any, run_id: UUID, *, actor: str) -> Any:
+        if edge.name == "fail":
+            between_writes.set()
+            deadline = time.monotonic() + 5
+            while lock_waiters(postgres_url) == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return take_run_edge(self, edge, run_id, actor=actor)
+
+    monkeypatch.setattr(Writer, "take_run_edge", paused)
+    outcomes: dict[str, Any] = {}
+
+    def advance() -> None:
+        try:
+            outcomes["advance"] = pg_app.advance_workflow_run(run)
+        except Exception as exc:
+            outcomes["advance"] = exc
+
+    def rebuild() -> None:
+        assert between_writes.wait(timeout=10)
+        try:
+            outcomes["rebuild"] = pg_app.rebuild_projections()
+        except Exception as exc:
+            outcomes["rebuild"] = exc
+
+    threads = [threading.Thread(target=advance), threading.Thread(target=rebuild)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    monkeypatch.undo()
+
+    assert not isinstance(outcomes["rebuild"], Exception), outcomes
+    assert not isinstance(outcomes["advance"], Exception), outcomes
+    assert outcomes["advance"].finished_as == "failed"
+    assert outcomes["advance"].promoted == ["b"]
+    before = postgres_rows(postgres_url)
+    pg_app.rebuild_projections()
+    assert differences(before, postgres_rows(postgres_url)) == []
+
+
+@pg
+@pytest.mark.timeout(60)
+def test_two_schedulers_advancing_one_run_at_once_never_deadlock(
+    pg_app: FlowForge, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """advance.py says several schedulers may advance one run at once. Here the first
+    (``late``) steps the tasks before ``a`` succeeds and finds nothing to do; the second
+    (``early``) steps them after, promotes ``b`` (a task row lock) and derives ``failed``
+    (``c`` failed for good). Then ``late`` derives ``failed`` too, takes the run row,
+    and cancels the leftover ``b``, which ``early`` holds, while ``early`` waits for the
+    run row. Both must finish, one of them having done the work; neither may raise."""
+    from flowforge.app import advance as advance_module
+    from flowforge.app.writer import Writer
+
+    definition = {
+        "name": "two_schedulers",
+        "tasks": [
+            {"key": "a", "type": "work"},
+            {"key": "b", "type": "work", "depends_on": ["a"]},
+            {"key": "c", "type": "work"},
+        ],
+        "retry": {"max_attempts": 1},
+    }
+    run = pg_app.start_workflow_run(definition)
+    assert pg_app.advance_workflow_run(run).started
+    tasks = {t.task_key: t.id for t in pg_app.task_runs(run)}
+    tokens = {}
+    for key in ("a", "c"):
+        claim = pg_app.claim_task_run(tasks[key], "w1", LONG)
+        assert claim is not None
+        tokens[key] = claim.fencing_token
+    error = {"type": "RuntimeError", "message": "boom"}
+    assert pg_app.finish_task_run(tasks["c"], tokens["c"], "fail", error=error)
+
+    late_stepped, late_may_finish = threading.Event(), threading.Event()
+    finish_if_derived = advance_module._finish_if_derived
+    take_run_edge = Writer.take_run_edge
+
+    def finish_late(writer: Writer, run_row: Any, result: Any) -> None:
+        if threading.current_thread().name == "late":
+            late_stepped.set()
+            late_may_finish.wait(timeout=5)
+        finish_if_derived(writer, run_row, result)
+
+    def early_takes_run_edge(self: Writer, edge: Any, run_id: UUID, *, actor: str) -> Any:
+        if threading.current_thread().name == "early" and not late_may_finish.is_set():
+            late_may_finish.set()  # early holds b; let late take the run row first
+            deadline = time.monotonic() + 5
+            while lock_waiters(postgres_url) == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return take_run_edge(self, edge, run_id, actor=actor)
+
+    monkeypatch.setattr(advance_module, "_finish_if_derived", finish_late)
+    monkeypatch.setattr(Writer, "take_run_edge", early_takes_run_edge)
+    outcomes: dict[str, Any] = {}
+
+    def advance() -> None:
+        name = threading.current_thread().name
+        try:
+            outcomes[name] = pg_app.advance_workflow_run(run)
+        except Exception as exc:
+            outcomes[name] = exc
+
+    late = threading.Thread(target=advance, name="late")
+    late.start()
+    assert late_stepped.wait(timeout=10)
+    assert pg_app.finish_task_run(tasks["a"], tokens["a"], "succeed")
+    early = threading.Thread(target=advance, name="early")
+    early.start()
+    for thread in (early, late):
+        thread.join(timeout=30)
+    monkeypatch.undo()
+
+    assert not any(isinstance(o, Exception) for o in outcomes.values()), outcomes
+    assert pg_app.get_workflow_run(run).state == "failed"
+    assert {t.task_key: t.state for t in pg_app.task_runs(run)} == {
+        "a": "succeeded",
+        "b": "cancelled",
+        "c": "failed",
+    }
+
+
+# --- targeted: values a user hands in come back from the log as they went in -------------
+
+#: JSON a handler may well return: objects that happen to have exactly the two keys the
+#: ``eventsourcing`` JSON transcoder uses for the values it encodes itself.
+LOOKALIKES = [
+    pytest.param({"_type_": "uuid_hex", "_data_": "0" * 32}, id="uuid_hex"),
+    pytest.param({"_type_": "decimal_str", "_data_": "1.5"}, id="decimal_str"),
+    pytest.param({"_type_": "datetime_iso", "_data_": "2024-01-01T00:00:00"}, id="datetime_iso"),
+    pytest.param({"_type_": "csv_row", "_data_": [1, 2]}, id="unregistered_name"),
+    pytest.param({"rows": [{"_type_": "uuid_hex", "_data_": "1" * 32}]}, id="nested"),
+]
+ONE_TASK: dict[str, Any] = {"name": "one", "tasks": [{"key": "only", "type": "work"}]}
+
+
+@pytest.mark.parametrize("result", LOOKALIKES)
+def test_a_result_shaped_like_an_encoded_value_comes_back_from_the_log_unchanged(
+    app: FlowForge, result: dict[str, Any]
+) -> None:
+    run = app.start_workflow_run(ONE_TASK)
+    (task,) = app.task_runs(run)
+    claim = app.claim_task_run(task.id, "w1", LONG)
+    assert claim is not None
+    assert app.finish_task_run(task.id, claim.fencing_token, "succeed", result)
+    row = app.get_task_run(task.id)
+    assert row.result == result
+    assert app.task_run_aggregate(task.id).result == result
+    assert app.history(task.id)[-1].result == result
+    app.rebuild_projections()
+    assert app.get_task_run(task.id) == row
+
+
+@pytest.mark.parametrize("value", LOOKALIKES)
+def test_inputs_shaped_like_an_encoded_value_come_back_from_the_log_unchanged(
+    app: FlowForge, value: dict[str, Any]
+) -> None:
+    run = app.start_workflow_run(ONE_TASK, value)
+    row = app.get_workflow_run(run)
+    assert row.inputs == value
+    assert app.workflow_run_aggregate(run).inputs == value
+    app.rebuild_projections()
+    assert app.get_workflow_run(run) == row
+
+
+@pytest.mark.parametrize("field", ["result", "error"])
+def test_text_with_a_nul_character_is_stored_or_refused_up_front_on_every_backend(
+    app: FlowForge, field: str
+) -> None:
+    """A handler's output or an exception message may carry a NUL (binary data in a
+    message). Storing it, or refusing it with ValueError before any SQL, are both
+    fine; a database error at finish time is not: the finish could never be recorded."""
+    run = app.start_workflow_run(ONE_TASK)
+    (task,) = app.task_runs(run)
+    claim = app.claim_task_run(task.id, "w1", LONG)
+    assert claim is not None
+    text = "bad\x00byte"
+    outcome = "succeed" if field == "result" else "fail"
+    result = {"text": text} if field == "result" else None
+    error = {"type": "UnicodeError", "message": text}
+    try:
+        won = app.finish_task_run(task.id, claim.fencing_token, outcome, result, error)
+    except ValueError:
+        assert app.get_task_run(task.id).state == "running"
+        return
+    assert won
+    stored = app.get_task_run(task.id)
+    assert (stored.result if field == "result" else stored.error) == (
+        result if field == "result" else {**error, "traceback": ""}
+    )
+
+
+@pytest.mark.parametrize("value", [1e16, 1e23, 1.5e300])
+def test_a_float_result_comes_back_as_the_same_float_on_every_backend(
+    app: FlowForge, value: float
+) -> None:
+    run = app.start_workflow_run(ONE_TASK)
+    (task,) = app.task_runs(run)
+    claim = app.claim_task_run(task.id, "w1", LONG)
+    assert claim is not None
+    assert app.finish_task_run(task.id, claim.fencing_token, "succeed", {"x": value})
+    (stored,) = app.get_task_run(task.id).result.values()
+    assert type(stored) is float
+    assert stored == value
