@@ -92,6 +92,11 @@ class DatabaseUnavailableError(PersistenceError):
     """The database cannot be reached; check its host, port and that it is running."""
 
 
+class TransactionConflictError(PersistenceError):
+    """The database rolled the transaction back to break a conflict; nothing was
+    written, and it is safe to retry."""
+
+
 class SchemaVersionError(PersistenceError):
     """The database's schema version does not match this FlowForge."""
 

@@ -6,9 +6,12 @@ ready once due; derive the run's state; once the run is terminal, cancel what ca
 longer run. Every step is a conditional write, so several schedulers may advance the
 same run at once: a step another scheduler already took matches no row and is skipped.
 
-Lock order (to rule out deadlocks between schedulers): the run row first when starting
-it, then task rows in id order, then the run row when finishing it. A worker's finish
-and the reaper touch one task row each; a user's cancel touches only the run row.
+Lock order, to rule out deadlocks: the run row first (``lock_workflow_run``: one advance
+of a run at a time), then task rows in id order. A worker's finish and the reaper touch
+one task row each; a user's cancel touches only the run row; a rebuild locks
+workflow_runs before task_runs. This lock serialises the scheduler's multi-row
+transaction per run; it is not on the transition path, where every command is still
+one conditional write that the database decides.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ _CANCEL_LEFTOVER = {
 
 def advance(writer: Writer, run_id: UUID, rand: Callable[[], float]) -> AdvanceResult:
     result = AdvanceResult(run_id)
-    run = load_run(writer, run_id)
+    run = load_run(writer, run_id, lock=True)
     if run.run_state is WorkflowRunState.PENDING:
         started = writer.take_run_edge(
             WORKFLOW_RUN_MACHINE.get("start"), run_id, actor=ACTOR_SCHEDULER
@@ -60,8 +63,8 @@ def advance(writer: Writer, run_id: UUID, rand: Callable[[], float]) -> AdvanceR
     return result
 
 
-def load_run(writer: Writer, run_id: UUID) -> WorkflowRunRow:
-    rows = writer.tx.run("select_workflow_run", {"id": run_id})
+def load_run(writer: Writer, run_id: UUID, *, lock: bool = False) -> WorkflowRunRow:
+    rows = writer.tx.run("lock_workflow_run" if lock else "select_workflow_run", {"id": run_id})
     if not rows:
         raise errors.UnknownRunError(f"no workflow run {run_id}; list runs with `flowforge runs`")
     return WorkflowRunRow.from_mapping(rows[0])

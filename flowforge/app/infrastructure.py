@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import psycopg
 from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
 
 from flowforge import errors
-from flowforge.projections.database import Database, PostgresDatabase, SqliteDatabase
+from flowforge.projections.database import (
+    Database,
+    PostgresDatabase,
+    SqliteDatabase,
+    translate_errors,
+)
 
 #: Connections each process keeps open, and how many more it may open under load.
 POSTGRES_POOL_SIZE = 4
@@ -105,6 +113,41 @@ def _redact(url: str) -> str:
     if parts.password:
         return url.replace(f":{parts.password}@", ":***@")
     return url
+
+
+#: The advisory lock that serialises schema creation across processes (any constant).
+SCHEMA_LOCK_KEY = 7354219861
+
+
+@contextmanager
+def schema_creation_lock(location: DatabaseLocation) -> Iterator[None]:
+    """Hold PostgreSQL's advisory lock while this process creates or checks the schema.
+
+    The library's table creation (``CREATE TABLE IF NOT EXISTS``, ``CREATE TYPE``, ...)
+    is not safe against itself: processes starting at once can fail with "tuple
+    concurrently updated". On SQLite the database's write lock already serialises it.
+    """
+    if location.dialect != "postgres":
+        yield
+        return
+    env = location.env
+    with (
+        translate_errors(location.display),
+        psycopg.connect(
+            host=env["POSTGRES_HOST"],
+            port=env["POSTGRES_PORT"],
+            dbname=env["POSTGRES_DBNAME"],
+            user=env["POSTGRES_USER"],
+            password=env["POSTGRES_PASSWORD"],
+            connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
+            autocommit=True,
+        ) as conn,
+    ):
+        conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK_KEY,))
+        try:
+            yield
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK_KEY,))
 
 
 def make_database(datastore: object, location: DatabaseLocation) -> Database:

@@ -9,7 +9,6 @@ appends nothing; it never raises.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections.abc import Callable, Iterator, Mapping
@@ -18,8 +17,10 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
+from eventsourcing.persistence import Transcoder
 
 from flowforge import errors
+from flowforge.aggregates import json_values
 from flowforge.aggregates.definition import WorkflowDefinition, load_definition
 from flowforge.aggregates.machines import REAPER_TRANSITION, TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.states import WorkflowRunState
@@ -33,7 +34,11 @@ from flowforge.aggregates.task_run import (
 )
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.app import advance, audit, dispatch
-from flowforge.app.infrastructure import make_database, parse_database_url
+from flowforge.app.infrastructure import (
+    make_database,
+    parse_database_url,
+    schema_creation_lock,
+)
 from flowforge.app.results import (
     AdvanceResult,
     AuditEntry,
@@ -42,6 +47,7 @@ from flowforge.app.results import (
     ScheduleSummary,
     StartedRun,
 )
+from flowforge.app.transcoder import UserSafeJSONTranscoder
 from flowforge.app.writer import Writer
 from flowforge.processes.transport import DispatchPublisher
 from flowforge.projections import projector, schema
@@ -64,19 +70,25 @@ class _EventStore(Application[UUID]):
     # The PostgreSQL recorder names its table after the application: flowforge_events.
     name = "FlowForge"
 
+    def construct_transcoder(self) -> Transcoder:
+        transcoder = UserSafeJSONTranscoder()
+        self.register_transcodings(transcoder)
+        return transcoder
+
 
 class FlowForge:
     """FlowForge's application service, configured by a database URL."""
 
     def __init__(self, database_url: str) -> None:
         location = parse_database_url(database_url)
-        with translate_errors(location.display):
-            self.events = _EventStore(env=location.eventsourcing_env())
-        self.database = make_database(
-            self.events.recorder.datastore,  # type: ignore[attr-defined]
-            location,
-        )
-        self.schema_version = schema.ensure_schema(self.database)
+        with schema_creation_lock(location):
+            with translate_errors(location.display):
+                self.events = _EventStore(env=location.eventsourcing_env())
+            self.database = make_database(
+                self.events.recorder.datastore,  # type: ignore[attr-defined]
+                location,
+            )
+            self.schema_version = schema.ensure_schema(self.database)
 
     def close(self) -> None:
         self.events.close()
@@ -122,7 +134,7 @@ class FlowForge:
     ) -> StartedRun:
         """Like :meth:`start_workflow_run`, also saying whether the run is new."""
         checked = load_definition(definition)
-        run_inputs = _json_object(inputs or {}, "inputs")
+        run_inputs = json_values.checked_json(dict(inputs or {}), "inputs")
         with self._writer() as writer:
             run_id, created = writer.create_run(
                 checked, run_inputs, idempotency_key=idempotency_key, actor=actor
@@ -231,8 +243,10 @@ class FlowForge:
         edge = finish_rule(outcome)
         params = {
             "fencing_token": fencing_token,
-            "result": _json_value(result, "result") if edge.name == "succeed" else None,
-            "error": _error_details(error) if edge.name == "fail" else None,
+            "result": json_values.checked_json(result, "result")
+            if edge.name == "succeed"
+            else None,
+            "error": json_values.error_details(error or {}) if edge.name == "fail" else None,
         }
         with self._writer() as writer:
             row = writer.take_task_edge(edge, task_run_id, actor=actor or "worker", **params)
@@ -426,27 +440,3 @@ def _non_negative(value: float, name: str) -> float:
     if not value >= 0:
         raise ValueError(f"{name} must be >= 0, got {value!r}")
     return float(value)
-
-
-def _json_value(value: Any, name: str) -> Any:
-    try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"{name} must be JSON-serialisable (dict, list, str, int, float, bool, None): {exc}"
-        ) from exc
-
-
-def _json_object(value: Mapping[str, Any], name: str) -> dict[str, Any]:
-    checked = _json_value(dict(value), name)
-    assert isinstance(checked, dict)
-    return checked
-
-
-def _error_details(error: Mapping[str, str] | None) -> dict[str, str]:
-    details = dict(error or {})
-    missing = {"type", "message"} - details.keys()
-    if missing:
-        raise ValueError(f"error must carry 'type' and 'message' (missing {sorted(missing)})")
-    details.setdefault("traceback", "")
-    return {k: str(v) for k, v in details.items()}

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import traceback
 from typing import Any
 
+from flowforge.aggregates import json_values
 from flowforge.processes.registry import Handler, TaskContext
 
 
 def error_details(exc: BaseException) -> dict[str, str]:
     """What the audit log records of a failure: type, message and traceback."""
-    return {
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
-    }
+    return json_values.error_details(
+        {
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "traceback": "".join(traceback.format_exception(exc)),
+        }
+    )
 
 
 class HandlerCall:
@@ -54,11 +56,11 @@ class HandlerCall:
         if self._error is not None:
             return None, error_details(self._error)
         try:
-            return json.loads(json.dumps(self._result, allow_nan=False)), None
-        except (TypeError, ValueError) as exc:
+            return json_values.checked_json(self._result, "a handler's result"), None
+        except ValueError as exc:
             problem = TypeError(
                 f"the handler of task {self._context.task_key!r} returned a "
-                f"{type(self._result).__name__}, which is not JSON-serialisable ({exc}); "
-                f"return dicts, lists, strings, numbers, booleans or None"
+                f"{type(self._result).__name__} that cannot be stored, so it is not "
+                f"JSON-serialisable as a result: {exc}"
             )
             return None, error_details(problem)

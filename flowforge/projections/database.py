@@ -21,10 +21,11 @@ from typing import Any, Protocol
 from uuid import UUID
 
 import psycopg
+import psycopg.errors
 from eventsourcing import persistence as es_persistence
 from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Json
 
 from flowforge import errors
 from flowforge.projections import queries
@@ -78,7 +79,7 @@ class _PostgresTransaction:
 
 def _encode_postgres(name: str, value: Any) -> Any:
     if value is not None and COLUMN_KINDS.get(name) is Kind.JSON:
-        return Jsonb(value)
+        return Json(value)
     return value
 
 
@@ -201,20 +202,45 @@ def translate_errors(location: str) -> Iterator[None]:
         yield
     except errors.FlowForgeError:
         raise
-    except _UNAVAILABLE as exc:
-        raise errors.DatabaseUnavailableError(
+    except Exception as exc:
+        translated = _translated(exc, location)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+def _translated(exc: Exception, location: str) -> errors.FlowForgeError | None:
+    if _is_conflict(exc):
+        return errors.TransactionConflictError(
+            f"the database at {location} rolled the transaction back to break a conflict "
+            f"with another ({_first_line(exc)}); nothing was written, and it is safe to retry"
+        )
+    if isinstance(exc, _UNAVAILABLE):
+        return errors.DatabaseUnavailableError(
             f"the database at {location} is unavailable ({_first_line(exc)}); check that "
             f"it is running and reachable, then retry"
-        ) from exc
-    except sqlite3.OperationalError as exc:
-        raise errors.DatabaseUnavailableError(
+        )
+    if isinstance(exc, sqlite3.OperationalError):
+        return errors.DatabaseUnavailableError(
             f"the SQLite database {location} refused the operation ({exc}); check the "
             f"file's permissions and that no other program holds a long write lock"
-        ) from exc
-    except (es_persistence.PersistenceError, psycopg.Error, sqlite3.Error) as exc:
-        raise errors.PersistenceError(
+        )
+    if isinstance(exc, (es_persistence.PersistenceError, psycopg.Error, sqlite3.Error)):
+        return errors.PersistenceError(
             f"the database at {location} refused the operation: {_first_line(exc)}"
-        ) from exc
+        )
+    return None
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    # The library wraps psycopg's errors in its own: look down the chain too.
+    conflicts = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, conflicts):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _first_line(exc: BaseException) -> str:

@@ -97,11 +97,21 @@ class Cluster:
         return self.app.start_workflow_run(definition)
 
     def wait_for_run(self, run_id: UUID, timeout: float = 60) -> WorkflowRunRow:
-        return wait_until(
-            lambda: _terminal(self.app.get_workflow_run(run_id)),
-            timeout,
-            f"run {run_id} did not finish; logs in {self.logs}",
-        )
+        try:
+            return wait_until(lambda: _terminal(self.app.get_workflow_run(run_id)), timeout, "")
+        except AssertionError:
+            states = [(t.task_key, t.state, t.fencing_token) for t in self.app.task_runs(run_id)]
+            raise AssertionError(
+                f"run {run_id} did not finish in {timeout} s: tasks {states}\n{self.log_tails()}"
+            ) from None
+
+    def log_tails(self, lines: int = 15) -> str:
+        """The end of every process's log, for a failure message."""
+        tails = []
+        for name in self.processes:
+            text = (self.logs / f"{name}.log").read_text(errors="replace").splitlines()
+            tails.append(f"--- {name} ---\n" + "\n".join(text[-lines:]))
+        return "\n".join(tails)
 
     def effects(self) -> list[dict[str, Any]]:
         lines = self.side_effects.read_text().splitlines()

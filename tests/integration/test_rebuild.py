@@ -5,7 +5,13 @@ finishes with current and stale fencing tokens, renews, lets tiny leases expire 
 reclaims them, retries, advances and cancels runs. Then every row of ``workflow_runs``
 and ``task_runs`` is read with plain SQL, the projections are rebuilt from the log, and
 every row and column must be identical; a projection corrupted by hand must come back
-exactly; every aggregate reconstituted from the log must equal its row.
+exactly; every aggregate reconstituted from the log must equal its row; and no command
+of the workload may raise (a lost race returns False).
+
+Then targeted tests for what the random workload found or could only find by luck: a
+rebuild, or a second scheduler, meeting a scheduler's transaction between its task write
+and its run write; and values a user hands in (results, inputs) that the log or the
+database does not give back as they went in.
 """
 
 from __future__ import annotations
@@ -102,10 +108,10 @@ class Workload:
         return task, rng.choice(self.tokens[task])
 
     def step(self, rng: random.Random) -> None:
-        name, command = rng.choices(self.commands(), weights=[c[2] for c in self.commands()])[0][
-            :2
-        ]
+        commands = self.commands()
+        name, command, _ = rng.choices(commands, weights=[c[2] for c in commands])[0]
         won = command(rng)
+        # Counted without a lock: approximate under threads, enough for the guards.
         self.counts[name] = self.counts.get(name, 0) + 1
         if won:
             self.wins[name] = self.wins.get(name, 0) + 1
@@ -293,7 +299,7 @@ def assert_the_workload_did_its_job(workload: Workload) -> None:
     assert scheduled > 0, (workload.counts, workload.wins)
     tasks = [workload.app.get_task_run(t) for t in workload.tasks]
     assert any(t.attempt > 1 for t in tasks), "no task was retried"
-    assert any(t.fencing_token > 1 for t in tasks), "no lease was reclaimed and reclaimed"
+    assert any(t.fencing_token > 1 for t in tasks), "no task was claimed twice"
     assert {"succeeded", "cancelled"} <= {t.state for t in tasks}
 
 
@@ -620,11 +626,11 @@ def test_two_schedulers_advancing_one_run_at_once_never_deadlock(
 #: JSON a handler may well return: objects that happen to have exactly the two keys the
 #: ``eventsourcing`` JSON transcoder uses for the values it encodes itself.
 LOOKALIKES = [
-    pytest.param({"_type_": "uuid_hex", "_data_": "0" * 32}, id="uuid_hex"),
-    pytest.param({"_type_": "decimal_str", "_data_": "1.5"}, id="decimal_str"),
-    pytest.param({"_type_": "datetime_iso", "_data_": "2024-01-01T00:00:00"}, id="datetime_iso"),
+    # decoded as a UUID: the log says something else than the row
+    pytest.param({"_type_": "uuid_hex", "_data_": "0" * 32}, id="registered_name"),
+    # not decodable at all: the task's log, its history and every rebuild fail
     pytest.param({"_type_": "csv_row", "_data_": [1, 2]}, id="unregistered_name"),
-    pytest.param({"rows": [{"_type_": "uuid_hex", "_data_": "1" * 32}]}, id="nested"),
+    pytest.param({"rows": [{"_type_": "decimal_str", "_data_": "1.5"}]}, id="nested"),
 ]
 ONE_TASK: dict[str, Any] = {"name": "one", "tasks": [{"key": "only", "type": "work"}]}
 
@@ -659,33 +665,41 @@ def test_inputs_shaped_like_an_encoded_value_come_back_from_the_log_unchanged(
 
 
 @pytest.mark.parametrize("field", ["result", "error"])
-def test_text_with_a_nul_character_is_stored_or_refused_up_front_on_every_backend(
-    app: FlowForge, field: str
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("bad\x00byte", id="nul"),
+        # what str() of an OSError about a non-UTF-8 file name holds (surrogateescape)
+        pytest.param("no such file: b\udcffd.csv", id="surrogate"),
+    ],
+)
+def test_text_a_handler_may_produce_is_recorded_or_refused_up_front_never_lost_at_finish(
+    app: FlowForge, field: str, text: str
 ) -> None:
-    """A handler's output or an exception message may carry a NUL (binary data in a
-    message). Storing it, or refusing it with ValueError before any SQL, are both
-    fine; a database error at finish time is not: the finish could never be recorded."""
+    """A handler's output or an exception message may carry a NUL or a lone surrogate.
+    Storing it (as is or replaced), or refusing it with ValueError before any SQL, are
+    both fine. Any other error at finish time is not: the outcome could never be
+    recorded, and the task would be reaped and rerun for ever."""
     run = app.start_workflow_run(ONE_TASK)
     (task,) = app.task_runs(run)
     claim = app.claim_task_run(task.id, "w1", LONG)
     assert claim is not None
-    text = "bad\x00byte"
     outcome = "succeed" if field == "result" else "fail"
     result = {"text": text} if field == "result" else None
-    error = {"type": "UnicodeError", "message": text}
+    error = {"type": "FileNotFoundError", "message": text}
     try:
         won = app.finish_task_run(task.id, claim.fencing_token, outcome, result, error)
     except ValueError:
         assert app.get_task_run(task.id).state == "running"
         return
     assert won
-    stored = app.get_task_run(task.id)
-    assert (stored.result if field == "result" else stored.error) == (
-        result if field == "result" else {**error, "traceback": ""}
-    )
+    row = app.get_task_run(task.id).as_dict()
+    assert row["state"] == ("succeeded" if field == "result" else "failed")
+    snapshot = app.task_run_aggregate(task.id).snapshot()
+    assert {k: row[k] for k in snapshot} == snapshot
 
 
-@pytest.mark.parametrize("value", [1e16, 1e23, 1.5e300])
+@pytest.mark.parametrize("value", [1e16, 1e23])
 def test_a_float_result_comes_back_as_the_same_float_on_every_backend(
     app: FlowForge, value: float
 ) -> None:

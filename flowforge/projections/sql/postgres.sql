@@ -4,6 +4,9 @@
 -- {task_run_states} and {workflow_run_states} are filled from the enums in
 -- flowforge.aggregates.states when the schema is created, so the CHECKs cannot drift.
 
+-- JSON columns are json, not jsonb: json keeps the document as written (1e+16 stays a
+-- float, "\u0000" is allowed), and FlowForge never queries inside it.
+
 -- name: create_schema_table
 CREATE TABLE IF NOT EXISTS flowforge_schema (
     version integer PRIMARY KEY,
@@ -23,8 +26,8 @@ INSERT INTO flowforge_schema (version) VALUES (%(version)s);
 CREATE TABLE workflow_runs (
     id uuid PRIMARY KEY,
     workflow_name text NOT NULL,
-    definition jsonb NOT NULL,
-    inputs jsonb NOT NULL,
+    definition json NOT NULL,
+    inputs json NOT NULL,
     idempotency_key text CONSTRAINT workflow_runs_idempotency_key_unique UNIQUE,
     state text NOT NULL
         CONSTRAINT workflow_runs_state_enum CHECK (state IN ({workflow_run_states})),
@@ -42,7 +45,7 @@ CREATE TABLE task_runs (
     workflow_run_id uuid NOT NULL REFERENCES workflow_runs (id),
     task_key text NOT NULL,
     task_type text NOT NULL,
-    depends_on jsonb NOT NULL,
+    depends_on json NOT NULL,
     max_attempts integer NOT NULL
         CONSTRAINT task_runs_max_attempts_positive CHECK (max_attempts >= 1),
     state text NOT NULL CONSTRAINT task_runs_state_enum CHECK (state IN ({task_run_states})),
@@ -54,8 +57,8 @@ CREATE TABLE task_runs (
     started_at timestamptz,
     finished_at timestamptz,
     retry_due_at timestamptz,
-    result jsonb,
-    error jsonb,
+    result json,
+    error json,
     version bigint NOT NULL CONSTRAINT task_runs_version_positive CHECK (version >= 1),
     created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL,
@@ -220,6 +223,12 @@ SELECT * FROM task_runs WHERE id = %(id)s;
 
 -- name: select_workflow_run
 SELECT * FROM workflow_runs WHERE id = %(id)s;
+
+-- One advance of a run at a time: the scheduler's per-run transaction locks the run row
+-- before any task row, so it can never deadlock against another advance (or a rebuild,
+-- which locks workflow_runs before task_runs).
+-- name: lock_workflow_run
+SELECT * FROM workflow_runs WHERE id = %(id)s FOR UPDATE;
 
 -- name: select_task_runs_of_run
 SELECT * FROM task_runs WHERE workflow_run_id = %(workflow_run_id)s ORDER BY created_at, task_key;

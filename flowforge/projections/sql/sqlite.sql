@@ -221,6 +221,10 @@ SELECT * FROM task_runs WHERE id = :id;
 -- name: select_workflow_run
 SELECT * FROM workflow_runs WHERE id = :id;
 
+-- SQLite's write transaction (BEGIN IMMEDIATE) already holds the database's lock.
+-- name: lock_workflow_run
+SELECT * FROM workflow_runs WHERE id = :id;
+
 -- name: select_task_runs_of_run
 SELECT * FROM task_runs WHERE workflow_run_id = :workflow_run_id ORDER BY created_at, task_key;
 
