@@ -158,7 +158,12 @@ def test_a_dropped_database_connection_during_the_outcome_write_requeues_and_end
         conn.execute(f'ALTER DATABASE "{cluster.dbname}" ALLOW_CONNECTIONS true')
     app = FlowForge(cluster.database_url)  # the test's own pool was terminated too
     try:
-        assert wait_until(lambda: _terminal_state(app, run_id), 60, "run stuck") == "succeeded"
+        try:
+            state = wait_until(lambda: _terminal_state(app, run_id), 60, "")
+        except AssertionError:
+            tasks = [(t.state, t.fencing_token) for t in app.task_runs(run_id)]
+            pytest.fail(f"run stuck: tasks {tasks}\n{cluster.log_tails(25)}")
+        assert state == "succeeded"
         log = transitions(app, only_task_id(app, run_id))
         assert log.count("succeed") == 1
         assert "fail" not in log
