@@ -1,0 +1,201 @@
+"""The facts ``flowforge why`` reasons from: the task, its run, its siblings, its outbox
+rows and the audit log up to the moment asked about.
+
+Now, they come from the projected tables and the database's clock; as of a past moment,
+from the event log alone, by reconstituting every aggregate of the run at its last
+version no later than that moment. The outbox is delivery state, not part of the log; as
+of a past moment its rows are read by their timestamps (created, published).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.aggregates.task_run import TaskRun
+from flowforge.aggregates.workflow_run import WorkflowRun
+from flowforge.app.results import AuditEntry
+from flowforge.app.service import FlowForge
+from flowforge.projections.database import Transaction
+from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
+
+#: The states a run ends in, from its machine.
+TERMINAL_RUN_STATES = frozenset(state.value for state in WORKFLOW_RUN_MACHINE.terminal)
+
+
+# --- the facts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """One task run as ``why`` needs it: from its row, or its reconstituted aggregate."""
+
+    id: UUID
+    task_key: str
+    task_type: str
+    depends_on: tuple[str, ...]
+    state: str
+    attempt: int
+    max_attempts: int
+    fencing_token: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    retry_due_at: datetime | None
+    error: dict[str, str] | None
+
+    @classmethod
+    def of(cls, source: TaskRunRow | TaskRun) -> TaskView:
+        return cls(
+            id=source.id,
+            task_key=source.task_key,
+            task_type=source.task_type,
+            depends_on=tuple(source.depends_on),
+            state=str(source.state),
+            attempt=source.attempt,
+            max_attempts=source.max_attempts,
+            fencing_token=source.fencing_token,
+            lease_owner=source.lease_owner,
+            lease_expires_at=source.lease_expires_at,
+            started_at=source.started_at,
+            finished_at=source.finished_at,
+            retry_due_at=source.retry_due_at,
+            error=source.error,
+        )
+
+    @property
+    def failed_for_good(self) -> bool:
+        return self.state == "failed" and self.attempt >= self.max_attempts
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    id: UUID
+    workflow_name: str
+    state: str
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, source: WorkflowRunRow | WorkflowRun) -> RunView:
+        return cls(
+            source.id,
+            source.workflow_name,
+            str(source.state),
+            source.started_at,
+            source.finished_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    created_at: datetime
+    published_at: datetime | None
+    fencing_token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Situation:
+    """Everything an explanation is built from, as of one moment."""
+
+    at: datetime
+    #: False: as of a past moment, from the log (``--at``).
+    live: bool
+    task: TaskView
+    run: RunView
+    #: The run's tasks by key (including this one).
+    siblings: Mapping[str, TaskView]
+    #: This task's audit entries up to ``at``, oldest first.
+    task_log: Sequence[AuditEntry]
+    #: The run's own audit entries (not its tasks') up to ``at``.
+    run_log: Sequence[AuditEntry]
+    #: This task's dispatches as they stood at ``at``, oldest first.
+    dispatches: Sequence[Dispatch]
+
+
+@dataclass(slots=True)
+class Explanation:
+    task_run_id: UUID
+    workflow_run_id: UUID
+    task_key: str
+    state: str
+    #: A stable code for scripts: waiting_for_upstream, retry_backoff, running, ...
+    reason: str
+    headline: str
+    details: list[str] = field(default_factory=list)
+    as_of: datetime | None = None
+    from_log: bool = False
+    attempt: int | None = None
+    max_attempts: int | None = None
+    upstream: list[dict[str, Any]] = field(default_factory=list)
+
+
+# --- gathering the facts -----------------------------------------------------------------
+
+
+def situation_now(app: FlowForge, task_run_id: UUID) -> Situation:
+    """The facts now: the tables, the outbox, the log, and the database's clock."""
+    row = app.get_task_run(task_run_id)
+    run = app.get_workflow_run(row.workflow_run_id)
+    entries = app.run_history(run.id)
+    return Situation(
+        at=database_now(app),
+        live=True,
+        task=TaskView.of(row),
+        run=RunView.of(run),
+        siblings={t.task_key: TaskView.of(t) for t in app.task_runs(run.id)},
+        task_log=[e for e in entries if e.aggregate_id == row.id],
+        run_log=[e for e in entries if e.aggregate == "WorkflowRun"],
+        dispatches=[_dispatch(d) for d in app.dispatches_of(row.id)],
+    )
+
+
+def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situation | None:
+    """The facts at ``at``, from the log: each aggregate of the run reconstituted at its
+    last version with a timestamp no later than ``at``; None if it did not exist yet."""
+    row = app.get_task_run(task_run_id)
+    entries = [e for e in app.run_history(row.workflow_run_id) if e.at <= at]
+    versions: dict[UUID, int] = {}
+    for entry in entries:
+        versions[entry.aggregate_id] = entry.version
+    if row.workflow_run_id not in versions or task_run_id not in versions:
+        return None
+    repository = app.events.repository
+    run: WorkflowRun = repository.get(
+        row.workflow_run_id, version=versions.pop(row.workflow_run_id)
+    )
+    tasks: list[TaskRun] = [repository.get(i, version=v) for i, v in versions.items()]
+    siblings = {t.task_key: TaskView.of(t) for t in tasks}
+    return Situation(
+        at=at,
+        live=False,
+        task=siblings[row.task_key],
+        run=RunView.of(run),
+        siblings=siblings,
+        task_log=[e for e in entries if e.aggregate_id == task_run_id],
+        run_log=[e for e in entries if e.aggregate == "WorkflowRun"],
+        dispatches=[
+            _dispatch(d, at) for d in app.dispatches_of(task_run_id) if d.created_at <= at
+        ],
+    )
+
+
+def database_now(app: FlowForge) -> datetime:
+    """The database's clock: the one that decides leases and retry times."""
+    tx: Transaction
+    with app.database.read() as tx:
+        (row,) = tx.run("db_now")
+    value: datetime = row["db_now"]
+    return value
+
+
+def _dispatch(row: OutboxRow, at: datetime | None = None) -> Dispatch:
+    published = row.published_at
+    if at is not None and published is not None and published > at:
+        published = None
+    return Dispatch(row.created_at, published, row.fencing_token)

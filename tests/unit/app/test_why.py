@@ -1,0 +1,115 @@
+"""``flowforge why``'s explanations, case by case: pure, no database."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from flowforge.app import why
+
+# --- why's cases that a short run does not reach (pure: no database) -------------------
+
+AT = datetime(2026, 1, 31, 12, 3, 0, tzinfo=UTC)
+
+
+def view(key: str, state: str, **fields: Any) -> why.TaskView:
+    values: dict[str, Any] = {
+        "id": uuid.uuid5(uuid.NAMESPACE_DNS, key),
+        "task_key": key,
+        "task_type": key,
+        "depends_on": (),
+        "state": state,
+        "attempt": 1,
+        "max_attempts": 3,
+        "fencing_token": 0,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "started_at": None,
+        "finished_at": None,
+        "retry_due_at": None,
+        "error": None,
+        **fields,
+    }
+    return why.TaskView(**values)
+
+
+def situation(task: why.TaskView, *others: why.TaskView, **fields: Any) -> why.Situation:
+    run = why.RunView(uuid.uuid4(), "etl", "running", AT - timedelta(minutes=1), None)
+    values: dict[str, Any] = {
+        "at": AT,
+        "live": True,
+        "task": task,
+        "run": run,
+        "siblings": {t.task_key: t for t in (task, *others)},
+        "task_log": [],
+        "run_log": [],
+        "dispatches": [],
+        **fields,
+    }
+    return why.Situation(**values)
+
+
+def test_why_names_each_upstream_task_with_its_lease_or_retry() -> None:
+    extract = view(
+        "extract",
+        "running",
+        attempt=2,
+        fencing_token=2,
+        lease_owner="worker-1",
+        lease_expires_at=AT + timedelta(seconds=4),
+    )
+    transform = view("transform", "pending")
+    load = view("load", "pending", depends_on=("extract", "transform"))
+    answer = why.explain(situation(load, extract, transform))
+    assert answer.reason == "waiting_for_upstream"
+    assert answer.headline == (
+        "load is waiting for 2 upstream tasks: extract (running, attempt 2, lease held by "
+        "worker-1 until 12:03:04), transform (pending)"
+    )
+
+
+def test_why_says_an_expired_lease_will_be_reaped() -> None:
+    task = view(
+        "extract",
+        "running",
+        fencing_token=3,
+        lease_owner="worker-1",
+        lease_expires_at=AT - timedelta(seconds=5),
+    )
+    answer = why.explain(situation(task))
+    assert answer.reason == "lease_expired"
+    assert "lease expired at 12:02:55 (5.0s ago): the reaper will reclaim it" in answer.headline
+    assert any("fencing token 4" in line for line in answer.details)
+
+
+def test_why_says_a_published_dispatch_waits_for_a_worker() -> None:
+    published = why.Dispatch(AT - timedelta(seconds=3), AT - timedelta(seconds=2), 0)
+    answer = why.explain(situation(view("extract", "ready"), dispatches=[published]))
+    assert answer.reason == "dispatch_published"
+    assert "published at 12:02:58 (2.0s ago) and no worker has claimed it" in answer.headline
+
+
+def test_why_says_a_task_behind_a_failed_one_will_not_run() -> None:
+    error = {"type": "ValueError", "message": "bad row 7\nmore", "traceback": ""}
+    extract = view("extract", "failed", attempt=3, error=error)
+    load = view("load", "pending", depends_on=("extract",))
+    answer = why.explain(situation(load, extract))
+    assert answer.reason == "upstream_failed"
+    assert answer.headline == (
+        "load will not run: upstream 1 task extract (failed for good after 3 attempts: "
+        "ValueError: bad row 7)"
+    )
+
+
+def test_why_says_a_due_retry_waits_for_a_scheduler() -> None:
+    task = view(
+        "extract",
+        "retrying",
+        attempt=2,
+        retry_due_at=AT - timedelta(seconds=1),
+        error={"type": "TimeoutError", "message": "slow"},
+    )
+    answer = why.explain(situation(task))
+    assert answer.reason == "retry_due"
+    assert answer.headline.startswith("extract is retrying: attempt 1 failed (TimeoutError: slow)")
