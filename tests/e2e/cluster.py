@@ -19,14 +19,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
 
-import pika
 import psycopg
 
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.service import FlowForge
-from flowforge.config import BrokerConfig
 from flowforge.projections.tables import WorkflowRunRow
-from tests import servers
+from tests import servers, topology
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -40,14 +38,7 @@ class Cluster:
             f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:"
             f"{servers.POSTGRES_PORT}/{self.dbname}"
         )
-        self.broker = BrokerConfig(
-            url=servers.RABBITMQ_URL,
-            exchange=f"ff-e2e-{suffix}",
-            queue=f"ff-e2e-{suffix}.tasks",
-            routing_key=f"ff-e2e-{suffix}.tasks",
-            dead_letter_exchange=f"ff-e2e-{suffix}.dlx",
-            dead_letter_queue=f"ff-e2e-{suffix}.dead",
-        )
+        self.broker = topology.unique_broker_config("ff-e2e")
         self.side_effects = tmp / "side_effects.jsonl"
         self.side_effects.touch()
         self.logs = tmp
@@ -61,12 +52,7 @@ class Cluster:
         return {
             **os.environ,
             "FLOWFORGE_DATABASE_URL": self.database_url,
-            "FLOWFORGE_BROKER_URL": self.broker.url,
-            "FLOWFORGE_DISPATCH_EXCHANGE": self.broker.exchange,
-            "FLOWFORGE_DISPATCH_QUEUE": self.broker.queue,
-            "FLOWFORGE_DISPATCH_ROUTING_KEY": self.broker.routing_key,
-            "FLOWFORGE_DEAD_LETTER_EXCHANGE": self.broker.dead_letter_exchange,
-            "FLOWFORGE_DEAD_LETTER_QUEUE": self.broker.dead_letter_queue,
+            **topology.broker_environment(self.broker),
             "FLOWFORGE_TEST_SIDE_EFFECTS": str(self.side_effects),
             "PYTHONPATH": str(ROOT),
         }
@@ -139,13 +125,7 @@ class Cluster:
         self.app.close()
         with admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
-        connection = pika.BlockingConnection(pika.URLParameters(self.broker.url))
-        channel = connection.channel()
-        for queue in (self.broker.queue, self.broker.dead_letter_queue):
-            channel.queue_delete(queue)
-        for exchange in (self.broker.exchange, self.broker.dead_letter_exchange):
-            channel.exchange_delete(exchange)
-        connection.close()
+        topology.delete_topology(self.broker)
 
 
 def _terminal(run: WorkflowRunRow) -> WorkflowRunRow | None:

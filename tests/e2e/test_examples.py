@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import servers
+from tests import servers, topology
 from tests.e2e.cluster import admin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,20 +21,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_main_job_runs_the_fan_out_workflow_on_postgres_and_rabbitmq() -> None:
     servers.require_postgres()
     servers.require_rabbitmq()
-    suffix = uuid.uuid4().hex[:8]
-    dbname = f"flowforge_main_job_{suffix}"
+    broker = topology.unique_broker_config("ff-main")
+    dbname = f"flowforge_main_job_{uuid.uuid4().hex[:8]}"
     env = {
         **os.environ,
         "FLOWFORGE_DATABASE_URL": (
             f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:"
             f"{servers.POSTGRES_PORT}/{dbname}"
         ),
-        "FLOWFORGE_BROKER_URL": servers.RABBITMQ_URL,
-        "FLOWFORGE_DISPATCH_EXCHANGE": f"ff-main-{suffix}",
-        "FLOWFORGE_DISPATCH_QUEUE": f"ff-main-{suffix}.tasks",
-        "FLOWFORGE_DISPATCH_ROUTING_KEY": f"ff-main-{suffix}.tasks",
-        "FLOWFORGE_DEAD_LETTER_EXCHANGE": f"ff-main-{suffix}.dlx",
-        "FLOWFORGE_DEAD_LETTER_QUEUE": f"ff-main-{suffix}.dead",
+        **topology.broker_environment(broker),
     }
     try:
         done = subprocess.run(
@@ -49,7 +44,7 @@ def test_the_main_job_runs_the_fan_out_workflow_on_postgres_and_rabbitmq() -> No
     finally:
         with admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-        _delete_topology(env)
+        topology.delete_topology(broker)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split()[0]: line.split()[1:3] for line in done.stdout.splitlines()[3:8]}
     assert rows == {
@@ -60,18 +55,6 @@ def test_the_main_job_runs_the_fan_out_workflow_on_postgres_and_rabbitmq() -> No
         "score": ["succeeded", "1"],
     }
     assert done.stdout.rstrip().endswith("succeeded")
-
-
-def _delete_topology(env: dict[str, str]) -> None:
-    import pika
-
-    connection = pika.BlockingConnection(pika.URLParameters(env["FLOWFORGE_BROKER_URL"]))
-    channel = connection.channel()
-    for queue in ("FLOWFORGE_DISPATCH_QUEUE", "FLOWFORGE_DEAD_LETTER_QUEUE"):
-        channel.queue_delete(env[queue])
-    for exchange in ("FLOWFORGE_DISPATCH_EXCHANGE", "FLOWFORGE_DEAD_LETTER_EXCHANGE"):
-        channel.exchange_delete(env[exchange])
-    connection.close()
 
 
 def readme_python_blocks() -> list[str]:

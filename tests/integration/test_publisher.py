@@ -10,12 +10,10 @@ import os
 import subprocess
 import sys
 import threading
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import pika
 import pytest
 
 from flowforge import errors
@@ -24,7 +22,7 @@ from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig
 from flowforge.processes.publisher import Publisher
 from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher
-from tests import servers
+from tests import topology
 
 WIDE = {
     "name": "wide",
@@ -35,24 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def broker() -> Iterator[BrokerConfig]:
-    servers.require_rabbitmq()
-    suffix = uuid.uuid4().hex[:8]
-    config = BrokerConfig(
-        url=servers.RABBITMQ_URL,
-        exchange=f"ff-test-{suffix}",
-        queue=f"ff-test-{suffix}.tasks",
-        routing_key=f"ff-test-{suffix}.tasks",
-        dead_letter_exchange=f"ff-test-{suffix}.dlx",
-        dead_letter_queue=f"ff-test-{suffix}.dead",
-    )
-    yield config
-    connection = pika.BlockingConnection(pika.URLParameters(servers.RABBITMQ_URL))
-    channel = connection.channel()
-    for queue in (config.queue, config.dead_letter_queue):
-        channel.queue_delete(queue)
-    for exchange in (config.exchange, config.dead_letter_exchange):
-        channel.exchange_delete(exchange)
-    connection.close()
+    with topology.own_topology() as config:
+        yield config
 
 
 def drain_queue(config: BrokerConfig) -> list[DispatchMessage]:
@@ -142,15 +124,7 @@ def test_a_row_committed_before_any_publish_is_delivered_by_a_fresh_publisher_pr
         "print(publisher.drain())\n"
         "publisher.close()\n"
     )
-    env = {
-        **os.environ,
-        "FLOWFORGE_BROKER_URL": broker.url,
-        "FLOWFORGE_DISPATCH_EXCHANGE": broker.exchange,
-        "FLOWFORGE_DISPATCH_QUEUE": broker.queue,
-        "FLOWFORGE_DISPATCH_ROUTING_KEY": broker.routing_key,
-        "FLOWFORGE_DEAD_LETTER_EXCHANGE": broker.dead_letter_exchange,
-        "FLOWFORGE_DEAD_LETTER_QUEUE": broker.dead_letter_queue,
-    }
+    env = {**os.environ, **topology.broker_environment(broker)}
     done = subprocess.run(
         [sys.executable, "-c", script, postgres_url],
         env=env,

@@ -20,7 +20,7 @@ from flowforge import errors
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.config import BrokerConfig
 from flowforge.processes import rabbitmq, transport
-from tests import servers
+from tests import servers, topology
 
 #: How long a test waits for something the broker does asynchronously (dead-lettering,
 #: restarting). Polling stops as soon as it happens; the bound only ends a broken test.
@@ -153,26 +153,8 @@ def test_broker_config_does_not_show_the_password_in_its_repr() -> None:
 @pytest.fixture
 def config() -> Iterator[BrokerConfig]:
     """A topology of this test's own, deleted afterwards."""
-    servers.require_rabbitmq()
-    suffix = uuid.uuid4().hex[:12]
-    config = BrokerConfig(
-        url=servers.RABBITMQ_URL,
-        exchange=f"test.{suffix}",
-        queue=f"test.{suffix}.tasks",
-        routing_key=f"test.{suffix}.tasks",
-        dead_letter_exchange=f"test.{suffix}.dlx",
-        dead_letter_queue=f"test.{suffix}.tasks.dead",
-    )
-    yield config
-    connection = rabbitmq.connect(config, name="flowforge-test-cleanup")
-    try:
-        channel = connection.channel()
-        for queue in (config.queue, config.dead_letter_queue):
-            channel.queue_delete(queue)
-        for exchange in (config.exchange, config.dead_letter_exchange):
-            channel.exchange_delete(exchange)
-    finally:
-        connection.close()
+    with topology.own_topology("test") as config:
+        yield config
 
 
 class Admin:
