@@ -1,6 +1,6 @@
 """Claim+finish throughput on PostgreSQL: FlowForge beside pgbench running the same SQL.
 
-    python -m bench.claim_finish                      # 1, 2 and 4 processes, ~3 minutes
+    python -m bench.claim_finish                      # 1, 2 and 4 processes, 2-3 minutes
     python -m bench.claim_finish --processes 1 2 --tasks 500 --pgbench-seconds 5
     python -m bench.claim_finish --database-url postgresql://postgres@127.0.0.1:5432/mydb
 
@@ -22,7 +22,7 @@ Measured, for each process count:
   process only (no file is edited): the pool's per-checkout health check (an empty query,
   one extra round trip per transaction, from ``POSTGRES_PRE_PING=y``) and
   ``cursor.description`` in ``_PostgresTransaction.run``, which psycopg rebuilds (one
-  ``Column`` per column, ~20 for ``RETURNING *``) on every call just to ask "are there
+  ``Column`` per column, 19 for ``RETURNING *``) on every call just to ask "are there
   rows?". ``--variants no-ping`` prices the pre-ping alone.
 * pgbench, the ceiling: the same two conditional UPDATEs (same table definition, same
   WHERE clauses, same client-side fencing token) and nothing else, one client per process.
@@ -30,6 +30,14 @@ Measured, for each process count:
   425-byte event, COMMIT, twice), and the same with the lock, to separate what the
   database costs from what the Python side costs.
 * SQLite, one process, for context (the embedded mode).
+
+Reported per measurement: cycles/s (cycles over the wall-clock window from the first
+process's start to the last one's end), p50/p99 of one cycle's latency, the share of the
+pgbench ceiling at the same process count, the client's CPU per cycle (the workers'
+``process_time``, or pgbench's rusage), and the whole machine's busy CPU per cycle and
+busy share (``/proc/stat``, 10 ms ticks): on a quiet machine that is client + server +
+kernel; a neighbour's load shows up there as a jump, which is how to spot a disturbed
+measurement.
 
 By default the bench creates a fresh database ``flowforge_bench`` on the local server and
 drops it at the end (``--keep`` keeps it). With ``--database-url`` it uses that database
@@ -42,6 +50,7 @@ Nothing here asserts a time: the numbers are printed, not checked.
 from __future__ import annotations
 
 import argparse
+import bisect
 import glob
 import multiprocessing
 import os
@@ -53,6 +62,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -69,6 +79,7 @@ from psycopg import pq, sql
 from flowforge.app.service import FlowForge
 from flowforge.projections import database as pg_database
 
+PROC_STAT = "/proc/stat"
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 BENCH_DATABASE = "flowforge_bench"
 
@@ -223,6 +234,10 @@ class Measurement:
     latencies_us: Sequence[float] = field(repr=False)
     #: CPU time of the client side (Python workers, or pgbench), user + system.
     client_cpu_seconds: float = float("nan")
+    #: CPU time the whole machine was busy meanwhile (client, server, kernel, neighbours).
+    machine_cpu_seconds: float = float("nan")
+    #: The wall-clock window the machine's CPU was measured over.
+    window_seconds: float = float("nan")
 
     @property
     def per_second(self) -> float:
@@ -231,6 +246,15 @@ class Measurement:
     @property
     def client_cpu_us_per_cycle(self) -> float:
         return self.client_cpu_seconds / self.cycles * 1e6
+
+    @property
+    def machine_cpu_us_per_cycle(self) -> float:
+        return self.machine_cpu_seconds / self.cycles * 1e6
+
+    @property
+    def machine_busy(self) -> float:
+        """Share of all the machine's cores that were busy during the measurement."""
+        return self.machine_cpu_seconds / (self.window_seconds * (os.cpu_count() or 1))
 
     def percentile_ms(self, p: int) -> float:
         if len(self.latencies_us) < 2:
@@ -246,6 +270,54 @@ class WorkerResult:
     cpu_seconds: float = 0.0
     lost: int = 0
     error: str | None = None
+
+
+class MachineCpu:
+    """The whole machine's busy CPU time over any window, from ``/proc/stat`` sampled by a
+    thread: it shows whether a measurement saturated the cores, and what a cycle costs
+    the client, the server and the kernel together (on a quiet machine)."""
+
+    INTERVAL_S = 0.05
+
+    def __init__(self) -> None:
+        self._times: list[float] = []
+        self._busy: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def start(self) -> None:
+        if Path(PROC_STAT).exists():
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def busy_seconds(self, start: float, end: float) -> float:
+        """Busy CPU seconds between two ``time.monotonic()`` readings (interpolated)."""
+        while self._thread.is_alive() and self._times and self._times[-1] < end:
+            time.sleep(self.INTERVAL_S)  # the sample after ``end`` is due any moment
+        if not self._times or start < self._times[0] or end > self._times[-1]:
+            return float("nan")
+        return self._at(end) - self._at(start)
+
+    def _at(self, t: float) -> float:
+        i = min(max(bisect.bisect_left(self._times, t), 1), len(self._times) - 1)
+        (t0, t1), (b0, b1) = self._times[i - 1 : i + 1], self._busy[i - 1 : i + 1]
+        return b0 + (b1 - b0) * (t - t0) / (t1 - t0)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with open(PROC_STAT) as stat:
+                fields = [int(v) for v in stat.readline().split()[1:8]]
+            # user nice system idle iowait irq softirq: all but idle and iowait is busy.
+            busy = sum(fields) - fields[3] - fields[4]
+            self._busy.append(busy / self._tick)
+            self._times.append(time.monotonic())
+            self._stop.wait(self.INTERVAL_S)
+
+
+MACHINE_CPU = MachineCpu()
 
 
 def progress(message: str) -> None:
@@ -374,7 +446,10 @@ def measure_flowforge(url: str, variant: str, processes: int, tasks: int) -> Mea
     for i in range(processes):
         mine = ids[i * per_process : (i + 1) * per_process]
         args = (url, variant, mine[:WARMUP_CYCLES], mine[WARMUP_CYCLES:], barrier, results)
-        workers.append(ctx.Process(target=worker_main, args=args, name=f"bench-worker-{i}"))
+        # Daemonic: if the parent fails (a timeout below), no worker outlives it.
+        workers.append(
+            ctx.Process(target=worker_main, args=args, name=f"bench-worker-{i}", daemon=True)
+        )
     for w in workers:
         w.start()
     outcomes = [results.get(timeout=BARRIER_TIMEOUT_S * 2) for _ in workers]
@@ -391,7 +466,17 @@ def measure_flowforge(url: str, variant: str, processes: int, tasks: int) -> Mea
     seconds = max(o.ended for o in outcomes) - min(o.started for o in outcomes)
     latencies = [lat for o in outcomes for lat in o.latencies_us]
     cpu = sum(o.cpu_seconds for o in outcomes)
-    return Measurement(f"FlowForge {variant}", processes, len(latencies), seconds, latencies, cpu)
+    start, end = min(o.started for o in outcomes), max(o.ended for o in outcomes)
+    return Measurement(
+        f"FlowForge {variant}",
+        processes,
+        len(latencies),
+        seconds,
+        latencies,
+        cpu,
+        MACHINE_CPU.busy_seconds(start, end),
+        end - start,
+    )
 
 
 def measure_sqlite(tasks: int) -> Measurement:
@@ -409,8 +494,10 @@ def measure_sqlite(tasks: int) -> Measurement:
             if not cycle(ff, task_id, "bench"):
                 raise RuntimeError(f"SQLite cycle lost on {task_id}")
             latencies.append((time.perf_counter_ns() - t0) / 1000)
-        seconds, cpu = time.monotonic() - started, time.process_time() - cpu
-    return Measurement(SQLITE, 1, len(latencies), seconds, latencies, cpu)
+        ended, cpu = time.monotonic(), time.process_time() - cpu
+    seconds = ended - started
+    machine = MACHINE_CPU.busy_seconds(started, ended)
+    return Measurement(SQLITE, 1, len(latencies), seconds, latencies, cpu, machine, seconds)
 
 
 # --- pgbench: the ceiling ----------------------------------------------------------------
@@ -464,9 +551,9 @@ def measure_pgbench(
         f"--username={unquote(parts.username or 'postgres')}",
         unquote(parts.path.lstrip("/")),
     ]
-    cpu = _children_cpu_seconds()
+    cpu, started = _children_cpu_seconds(), time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    cpu = _children_cpu_seconds() - cpu
+    cpu, ended = _children_cpu_seconds() - cpu, time.monotonic()
     tps, processed = _TPS.search(done.stdout), _PROCESSED.search(done.stdout)
     if done.returncode != 0 or tps is None or processed is None:
         raise RuntimeError(
@@ -483,7 +570,9 @@ def measure_pgbench(
         for log in glob.glob(f"{log_prefix}.*")
         for line in Path(log).read_text().splitlines()
     ]
-    return Measurement(label, clients, cycles, cycles / float(tps.group(1)), latencies, cpu)
+    seconds = cycles / float(tps.group(1))
+    machine = MACHINE_CPU.busy_seconds(started, ended)
+    return Measurement(label, clients, cycles, seconds, latencies, cpu, machine, ended - started)
 
 
 def _children_cpu_seconds() -> float:
@@ -544,8 +633,8 @@ def markdown_table(rows: list[Measurement]) -> str:
     ceilings = {m.processes: m.per_second for m in rows if m.system == PGBENCH_SQL_ONLY}
     lines = [
         "| measurement | processes | cycles | cycles/s | p50 ms | p99 ms | of ceiling "
-        "| client CPU µs/cycle |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| client CPU µs/cycle | machine CPU µs/cycle | machine busy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     # PostgreSQL rows by process count; SQLite (a different database) last, no ratio.
     for m in sorted(rows, key=lambda m: (m.system == SQLITE, m.processes, _order(m.system))):
@@ -554,7 +643,8 @@ def markdown_table(rows: list[Measurement]) -> str:
         lines.append(
             f"| {m.system} | {m.processes} | {m.cycles} | {m.per_second:,.0f} "
             f"| {m.percentile_ms(50):.2f} | {m.percentile_ms(99):.2f} | {share} "
-            f"| {m.client_cpu_us_per_cycle:.0f} |"
+            f"| {m.client_cpu_us_per_cycle:.0f} | {m.machine_cpu_us_per_cycle:.0f} "
+            f"| {m.machine_busy:.0%} |"
         )
     return "\n".join(lines)
 
@@ -583,12 +673,30 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"server and admin database used to create {BENCH_DATABASE} (default %(default)s)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the bench database/tables")
-    parser.add_argument("--pgbench-seconds", type=int, default=8)
-    parser.add_argument("--pgbench-rows", type=int, default=PGBENCH_ROWS_PER_CLIENT)
     parser.add_argument(
-        "--pgbench-scripts", nargs="*", choices=list(PGBENCH_KEYS), default=list(PGBENCH_KEYS)
+        "--pgbench-seconds", type=int, default=8, help="pgbench -T per run (default 8)"
     )
-    parser.add_argument("--variants", nargs="*", choices=list(VARIANTS), default=DEFAULT_VARIANTS)
+    parser.add_argument(
+        "--pgbench-rows",
+        type=int,
+        default=PGBENCH_ROWS_PER_CLIENT,
+        help="rows each pgbench client owns; one cycle uses one (default %(default)s)",
+    )
+    parser.add_argument(
+        "--pgbench-scripts",
+        nargs="*",
+        choices=list(PGBENCH_KEYS),
+        default=list(PGBENCH_KEYS),
+        help="sql: the ceiling; events: + event INSERTs; lock: + the table lock (default all;"
+        " none: skip pgbench)",
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        choices=list(VARIANTS),
+        default=DEFAULT_VARIANTS,
+        help="FlowForge variants (default: shipped lock lean; none: skip)",
+    )
     parser.add_argument(
         "--sqlite-tasks", type=int, default=1000, help="timed SQLite cycles (0: skip)"
     )
@@ -602,6 +710,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     pgbench = find_pgbench() if args.pgbench_scripts else ""
     started = time.monotonic()
+    MACHINE_CPU.start()
     # Anything else running on the machine shows up here: a busy neighbour halves numbers.
     load_before = os.getloadavg()[0]
     rows: list[Measurement] = []
@@ -639,6 +748,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress("FlowForge on SQLite, 1 process")
         record(measure_sqlite(args.sqlite_tasks))
 
+    MACHINE_CPU.stop()
     load_after = os.getloadavg()[0]
     print(
         f"\nclaim+finish cycles, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "

@@ -25,6 +25,7 @@ import psycopg.errors
 from eventsourcing import persistence as es_persistence
 from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
+from psycopg import pq
 from psycopg.types.json import Json
 
 from flowforge import errors
@@ -70,7 +71,11 @@ class _PostgresTransaction:
     def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         encoded = {k: _encode_postgres(k, v) for k, v in (params or {}).items()}
         self._cursor.execute(self._queries[name], encoded)
-        return list(self._cursor.fetchall()) if self._cursor.description else []
+        # Not ``cursor.description``: psycopg builds a Column per column on each access,
+        # a measurable share of a claim (docs/performance.md).
+        result = self._cursor.pgresult
+        returned_rows = result is not None and result.status == pq.ExecStatus.TUPLES_OK
+        return list(self._cursor.fetchall()) if returned_rows else []
 
     def run_script(self, name: str) -> None:
         for statement in queries.statements(self._queries[name]):
