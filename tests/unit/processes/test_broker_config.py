@@ -1,0 +1,93 @@
+"""The broker's configuration and queue arguments: pure, no broker needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowforge import errors
+from flowforge.config import BrokerConfig
+from flowforge.processes import rabbitmq
+
+
+def test_the_dispatch_queue_arguments_make_a_quorum_queue_that_dead_letters_at_least_once() -> (
+    None
+):
+    config = BrokerConfig(dead_letter_exchange="dlx.x", routing_key="rk.x", delivery_limit=7)
+    assert rabbitmq.dispatch_queue_arguments(config) == {
+        "x-queue-type": "quorum",
+        "x-dead-letter-exchange": "dlx.x",
+        "x-dead-letter-routing-key": "rk.x",
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
+        "x-delivery-limit": 7,
+    }
+    assert dict(rabbitmq.DISPATCH_QUEUE_ARGUMENTS) == {"x-queue-type": "quorum"}
+
+
+def test_broker_config_defaults_name_the_flowforge_topology() -> None:
+    config = BrokerConfig()
+    assert (config.exchange, config.queue, config.routing_key) == (
+        "flowforge",
+        "flowforge.tasks",
+        "flowforge.tasks",
+    )
+    assert (config.dead_letter_exchange, config.dead_letter_queue) == (
+        "flowforge.dlx",
+        "flowforge.tasks.dead",
+    )
+    assert (config.delivery_limit, config.heartbeat_seconds) == (20, 30)
+    assert config.url == "amqp://guest:guest@127.0.0.1:5672/%2F"
+
+
+def test_broker_config_from_env_reads_each_variable_and_defaults_the_rest() -> None:
+    config = BrokerConfig.from_env(
+        {
+            "FLOWFORGE_BROKER_URL": "amqps://u:p@rabbit.example:5671/prod",
+            "FLOWFORGE_DISPATCH_EXCHANGE": "ex",
+            "FLOWFORGE_DISPATCH_QUEUE": "q",
+            "FLOWFORGE_DISPATCH_ROUTING_KEY": "rk",
+            "FLOWFORGE_DEAD_LETTER_EXCHANGE": "dlx",
+            "FLOWFORGE_DEAD_LETTER_QUEUE": "dlq",
+        }
+    )
+    assert (
+        config.url,
+        config.exchange,
+        config.queue,
+        config.routing_key,
+        config.dead_letter_exchange,
+        config.dead_letter_queue,
+    ) == ("amqps://u:p@rabbit.example:5671/prod", "ex", "q", "rk", "dlx", "dlq")
+    assert BrokerConfig.from_env({}) == BrokerConfig()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://secret-user:hunter2@rabbit.example/", "'rabbit.example'"),
+        ("rabbit.example:5672", "'(none)'"),
+        ("amqp://secret-user:hunter2@/", "'(none)'"),
+    ],
+)
+def test_broker_config_rejects_a_url_that_is_not_amqp_with_a_host(url: str, shown: str) -> None:
+    with pytest.raises(errors.ConfigurationError) as caught:
+        BrokerConfig.from_env({"FLOWFORGE_BROKER_URL": url})
+    message = str(caught.value)
+    assert "FLOWFORGE_BROKER_URL" in message
+    assert f"host {shown}" in message
+    assert "amqp://" in message
+    assert "hunter2" not in message
+
+
+def test_broker_config_rejects_an_invalid_port_naming_the_variable() -> None:
+    with pytest.raises(errors.ConfigurationError, match="FLOWFORGE_BROKER_URL"):
+        BrokerConfig(url="amqp://rabbit.example:99999/")
+
+
+def test_broker_config_rejects_an_empty_name_naming_its_variable() -> None:
+    with pytest.raises(errors.ConfigurationError, match="FLOWFORGE_DISPATCH_QUEUE"):
+        BrokerConfig.from_env({"FLOWFORGE_DISPATCH_QUEUE": ""})
+
+
+def test_broker_config_does_not_show_the_password_in_its_repr() -> None:
+    assert "hunter2" not in repr(BrokerConfig(url="amqp://u:hunter2@rabbit.example/"))
