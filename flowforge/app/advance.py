@@ -37,6 +37,7 @@ _FINISH_RUN = {
     WorkflowRunState.FAILED: WORKFLOW_RUN_MACHINE.get("fail"),
     WorkflowRunState.CANCELLED: WORKFLOW_RUN_MACHINE.get("cancel"),
 }
+_RETRY_READY = TASK_RUN_MACHINE.get("retry_ready")
 #: How a terminal run cancels a leftover task, by the task's state.
 _CANCEL_LEFTOVER = {
     _T.PENDING: TASK_RUN_MACHINE.get("cancel_pending"),
@@ -54,12 +55,13 @@ def advance(writer: Writer, run_id: UUID, rand: Callable[[], float]) -> AdvanceR
         )
         result.started = started is not None
         run = started or load_run(writer, run_id)
+    now = writer.now()
     if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
-        _cancel_leftovers(writer, run_id, result)
+        _cancel_leftovers(writer, _tasks(writer, run_id), now, result)
         return result
     definition = WorkflowDefinition.model_validate(run.definition)
-    _step_tasks(writer, _tasks(writer, run_id), definition, rand, result)
-    _finish_if_derived(writer, run, result)
+    _step_tasks(writer, _tasks(writer, run_id), definition, now, rand, result)
+    _finish_if_derived(writer, run, now, result)
     return result
 
 
@@ -79,11 +81,11 @@ def _step_tasks(
     writer: Writer,
     tasks: list[TaskRunRow],
     definition: WorkflowDefinition,
+    now: datetime,
     rand: Callable[[], float],
     result: AdvanceResult,
 ) -> None:
     succeeded = {t.task_key for t in tasks if t.task_state is _T.SUCCEEDED}
-    now = writer.now()
     for task in tasks:
         if task.task_state is _T.PENDING and succeeded.issuperset(task.depends_on):
             edge = TASK_RUN_MACHINE.get("dependencies_satisfied")
@@ -95,17 +97,21 @@ def _step_tasks(
             seconds = delay.total_seconds()
             if writer.take_task_edge(edge, task.id, actor=ACTOR_SCHEDULER, delay_seconds=seconds):
                 result.retried.append(task.task_key)
-        elif task.task_state is _T.RETRYING and _is_due(task.retry_due_at, now):
-            edge = TASK_RUN_MACHINE.get("retry_ready")
-            if writer.take_task_edge(edge, task.id, actor=ACTOR_SCHEDULER):
-                result.made_ready.append(task.task_key)
+        elif (
+            task.task_state is _T.RETRYING
+            and _is_due(task.retry_due_at, now)
+            and writer.take_task_edge(_RETRY_READY, task.id, actor=ACTOR_SCHEDULER)
+        ):
+            result.made_ready.append(task.task_key)
 
 
 def _is_due(due_at: datetime | None, now: datetime) -> bool:
     return due_at is None or due_at <= now
 
 
-def _finish_if_derived(writer: Writer, run: WorkflowRunRow, result: AdvanceResult) -> None:
+def _finish_if_derived(
+    writer: Writer, run: WorkflowRunRow, now: datetime, result: AdvanceResult
+) -> None:
     # Re-read: a step above may have lost to another writer, whose change we must see
     # (its row lock made us wait for its commit) before deriving the run's state.
     tasks = _tasks(writer, run.id)
@@ -116,7 +122,7 @@ def _finish_if_derived(writer: Writer, run: WorkflowRunRow, result: AdvanceResul
     if writer.take_run_edge(edge, run.id, actor=ACTOR_SCHEDULER):
         result.finished_as = derived.value
         # The run's terminal state is fixed first; cancelling what is left cannot change it.
-        _cancel_leftovers(writer, run.id, result)
+        _cancel_leftovers(writer, tasks, now, result)
 
 
 def _effective_state(task: TaskRunRow) -> TaskRunState:
@@ -126,16 +132,18 @@ def _effective_state(task: TaskRunRow) -> TaskRunState:
     return task.task_state
 
 
-def _cancel_leftovers(writer: Writer, run_id: UUID, result: AdvanceResult) -> None:
-    now = writer.now()
-    for task in _tasks(writer, run_id):
+def _cancel_leftovers(
+    writer: Writer, tasks: list[TaskRunRow], now: datetime, result: AdvanceResult
+) -> None:
+    """Cancel what can no longer run. A row read before another writer moved it only
+    makes its conditional write lose; nothing here needs a fresher read."""
+    for task in tasks:
         state = task.task_state
         # No edge leaves retrying but retry_ready: take it, then cancel the ready task.
-        retry_ready = TASK_RUN_MACHINE.get("retry_ready")
         if (
             state is _T.RETRYING
             and _is_due(task.retry_due_at, now)
-            and writer.take_task_edge(retry_ready, task.id, actor=ACTOR_SCHEDULER)
+            and writer.take_task_edge(_RETRY_READY, task.id, actor=ACTOR_SCHEDULER)
         ):
             state = _T.READY
         edge = _CANCEL_LEFTOVER.get(state)

@@ -13,6 +13,7 @@ import logging
 import random
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -377,6 +378,12 @@ class FlowForge:
     def dispatches_of(self, task_run_id: UUID) -> list[OutboxRow]:
         rows = self._query("select_outbox_of_task_run", {"task_run_id": task_run_id})
         return [OutboxRow.from_mapping(r) for r in rows]
+
+    def database_now(self) -> datetime:
+        """The database's clock: the one that decides leases and retry times."""
+        (row,) = self._query("db_now", {})
+        value: datetime = row["db_now"]
+        return value
 
     def _query(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         tx: Transaction

@@ -14,7 +14,9 @@ import logging
 import random
 import socket
 import uuid
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from flowforge import errors
@@ -36,6 +38,14 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL_S = 0.5
 #: How often the connection is serviced while a handler runs.
 PUMP_INTERVAL_S = 0.05
+#: How many runs' definitions and inputs a worker keeps in memory.
+RUN_CACHE_SIZE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class _RunFacts:
+    definition: WorkflowDefinition
+    inputs: Mapping[str, Any]
 
 
 def default_worker_id() -> str:
@@ -59,7 +69,8 @@ class Worker:
         self.registry = registry
         self.worker_id = worker_id or default_worker_id()
         self.stop = stop or Stop()
-        self._definitions: dict[uuid.UUID, WorkflowDefinition] = {}
+        #: The runs this worker has seen, most recent last (see ``_run``).
+        self._runs: OrderedDict[uuid.UUID, _RunFacts] = OrderedDict()
         #: Consecutive dispatches requeued because the database was unavailable.
         self._database_failures = 0
 
@@ -135,7 +146,7 @@ class Worker:
         task = self.app.get_task_run(message.task_run_id)
         if task.task_state is not TaskRunState.READY:
             return self._skipped(task, "not ready")
-        lease_seconds = self._definition(task).lease_seconds_for(task.task_key)
+        lease_seconds = self._run(task).definition.lease_seconds_for(task.task_key)
         claim = self.app.claim_task_run(task.id, self.worker_id, lease_seconds)
         if claim is None:
             return self._skipped(task, "claimed elsewhere")
@@ -181,28 +192,36 @@ class Worker:
         return call.outcome()
 
     def _context(self, task: TaskRunRow, claim: Claim) -> TaskContext:
-        run = self.app.get_workflow_run(task.workflow_run_id)
-        results = {t.task_key: t.result for t in self.app.task_runs(run.id)}
+        run_id = task.workflow_run_id
+        results = (
+            {t.task_key: t.result for t in self.app.task_runs(run_id)} if task.depends_on else {}
+        )
         return TaskContext(
             task_run_id=task.id,
-            workflow_run_id=run.id,
+            workflow_run_id=run_id,
             task_key=task.task_key,
             task_type=task.task_type,
-            inputs=run.inputs,
+            inputs=self._run(task).inputs,
             upstream={key: results.get(key) for key in task.depends_on},
             attempt=claim.attempt,
             fencing_token=claim.fencing_token,
             worker_id=self.worker_id,
         )
 
-    def _definition(self, task: TaskRunRow) -> WorkflowDefinition:
-        # A run's definition never changes: read it once per run.
-        cached = self._definitions.get(task.workflow_run_id)
-        if cached is None:
-            run = self.app.get_workflow_run(task.workflow_run_id)
-            cached = WorkflowDefinition.model_validate(run.definition)
-            self._definitions[task.workflow_run_id] = cached
-        return cached
+    def _run(self, task: TaskRunRow) -> _RunFacts:
+        # A run's definition and inputs never change: read them once per run, and keep
+        # only the most recent runs so a long-lived worker does not grow without bound.
+        run_id = task.workflow_run_id
+        facts = self._runs.get(run_id)
+        if facts is None:
+            run = self.app.get_workflow_run(run_id)
+            facts = _RunFacts(WorkflowDefinition.model_validate(run.definition), run.inputs)
+            self._runs[run_id] = facts
+            if len(self._runs) > RUN_CACHE_SIZE:
+                self._runs.popitem(last=False)
+        else:
+            self._runs.move_to_end(run_id)
+        return facts
 
     def _extra(self, **fields: Any) -> dict[str, Any]:
         return {"worker_id": self.worker_id, **fields}

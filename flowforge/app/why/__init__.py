@@ -11,7 +11,6 @@ from flowforge.app.why.facts import (
     RunView,
     Situation,
     TaskView,
-    database_now,
     situation_as_of,
     situation_now,
 )
@@ -22,7 +21,6 @@ __all__ = [
     "RunView",
     "Situation",
     "TaskView",
-    "database_now",
     "explain",
     "situation_as_of",
     "situation_now",

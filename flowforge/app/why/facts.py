@@ -20,7 +20,6 @@ from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.app.results import AuditEntry
 from flowforge.app.service import FlowForge
-from flowforge.projections.database import Transaction
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 #: The states a run ends in, from its machine.
@@ -144,7 +143,7 @@ def situation_now(app: FlowForge, task_run_id: UUID) -> Situation:
     run = app.get_workflow_run(row.workflow_run_id)
     entries = app.run_history(run.id)
     return Situation(
-        at=database_now(app),
+        at=app.database_now(),
         live=True,
         task=TaskView.of(row),
         run=RunView.of(run),
@@ -183,15 +182,6 @@ def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situatio
             _dispatch(d, at) for d in app.dispatches_of(task_run_id) if d.created_at <= at
         ],
     )
-
-
-def database_now(app: FlowForge) -> datetime:
-    """The database's clock: the one that decides leases and retry times."""
-    tx: Transaction
-    with app.database.read() as tx:
-        (row,) = tx.run("db_now")
-    value: datetime = row["db_now"]
-    return value
 
 
 def _dispatch(row: OutboxRow, at: datetime | None = None) -> Dispatch:
