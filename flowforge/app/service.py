@@ -24,7 +24,6 @@ from flowforge import errors
 from flowforge.aggregates import json_values
 from flowforge.aggregates.definition import WorkflowDefinition, load_definition
 from flowforge.aggregates.machines import REAPER_TRANSITION, TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
-from flowforge.aggregates.states import WorkflowRunState
 from flowforge.aggregates.task_run import (
     ACTOR_REAPER,
     ACTOR_SCHEDULER,
@@ -154,21 +153,19 @@ class FlowForge:
             return writer.take_run_edge(edge, run_id, actor=actor) is not None
 
     def cancel_workflow_run(self, run_id: UUID, *, actor: str = ACTOR_USER) -> bool:
-        """Cancel a pending or running run, then its tasks; False if it finished first.
+        """Cancel a pending or running run and its unfinished tasks; False if the run
+        had already finished (a second cancel included): a lost race, never an error.
 
-        ``RunAlreadyFinishedError`` for a run that is already terminal.
+        One conditional write covers both edges (``cancel_before_start``, ``cancel``),
+        so a scheduler starting the run at the same moment cannot make it lose; the
+        tasks are cancelled in the same transaction. ``UnknownRunError`` for no run.
         """
-        run = self.get_workflow_run(run_id)
-        if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
-            raise errors.RunAlreadyFinishedError(
-                f"workflow run {run_id} already {run.state}; a finished run never "
-                f"changes again, so there is nothing to cancel"
-            )
-        name = "cancel_before_start" if run.run_state is WorkflowRunState.PENDING else "cancel"
-        cancelled = self.transition_workflow_run(run_id, name, actor=actor)
-        if cancelled:
-            self.advance_workflow_run(run_id)
-        return cancelled
+        with self._writer() as writer:
+            if writer.cancel_run(run_id, actor=actor) is None:
+                advance.load_run(writer, run_id)  # UnknownRunError for a run that is not
+                return False
+            advance.advance(writer, run_id, random.random)
+        return True
 
     def advance_workflow_run(
         self, run_id: UUID, *, rand: Callable[[], float] = random.random

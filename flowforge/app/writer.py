@@ -24,7 +24,7 @@ from flowforge.aggregates.machines import (
     Transition,
 )
 from flowforge.aggregates.rules import initial_task_run_state
-from flowforge.aggregates.states import TaskRunState
+from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.projections import projector
 from flowforge.projections.database import Transaction
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
@@ -46,6 +46,21 @@ if set(TASK_STATEMENTS) != {t.name for t in TASK_RUN_MACHINE}:
     raise ValueError("every TaskRun edge needs exactly one conditional write")
 
 _RUNNING = TaskRunState.RUNNING
+_PENDING_RUN, _RUNNING_RUN, _CANCELLED_RUN = (
+    WorkflowRunState.PENDING,
+    WorkflowRunState.RUNNING,
+    WorkflowRunState.CANCELLED,
+)
+#: A user's cancel takes one of two edges, decided by the row's state when it is written.
+_CANCEL_RUN_FROM: Mapping[WorkflowRunState, Transition] = {
+    _PENDING_RUN: WORKFLOW_RUN_MACHINE.get("cancel_before_start"),
+    _RUNNING_RUN: WORKFLOW_RUN_MACHINE.get("cancel"),
+}
+if {(e.source, e.target) for e in _CANCEL_RUN_FROM.values()} != {
+    (_PENDING_RUN, _CANCELLED_RUN),
+    (_RUNNING_RUN, _CANCELLED_RUN),
+}:
+    raise ValueError("a user's cancel must cover exactly the edges into cancelled")
 
 
 class Writer:
@@ -152,6 +167,30 @@ class Writer:
         )
         if not rows:
             return None
+        event = workflow_run.event_from_row(
+            workflow_run.EVENT_FOR_TRANSITION[edge.name],
+            rows[0],
+            source=edge.source.value,
+            actor=actor,
+        )
+        self.append([event])
+        return WorkflowRunRow.from_mapping(rows[0])
+
+    def cancel_run(self, run_id: UUID, *, actor: str) -> WorkflowRunRow | None:
+        """Cancel a pending or running run in one conditional write; None if it is
+        already terminal (or unknown). The event names the edge the row really took."""
+        rows = self.tx.run(
+            "run_cancel",
+            {
+                "id": run_id,
+                "pending": _PENDING_RUN.value,
+                "running": _RUNNING_RUN.value,
+                "target": _CANCELLED_RUN.value,
+            },
+        )
+        if not rows:
+            return None
+        edge = _CANCEL_RUN_FROM[WorkflowRunState(rows[0]["source"])]
         event = workflow_run.event_from_row(
             workflow_run.EVENT_FOR_TRANSITION[edge.name],
             rows[0],

@@ -194,8 +194,8 @@ def cancel(args: argparse.Namespace) -> int:
         tasks = app.task_runs(target.id)
     if not cancelled:
         print(
-            f"error: run {target.id} finished as {after.state} before the cancel; a "
-            f"finished run never changes",
+            f"error: run {target.id} already {after.state}; a finished run never "
+            f"changes, so there is nothing to cancel",
             file=sys.stderr,
         )
         return EXIT_REFUSED

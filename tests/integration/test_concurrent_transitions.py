@@ -39,6 +39,13 @@ CLAIMERS = 16
 ROUNDS = 10
 #: Rounds of the heartbeat-against-finish race (the trap in ARCHITECTURE.md).
 HEARTBEAT_ROUNDS = 30
+#: Rounds of a user's cancel against the scheduler's start.
+CANCEL_ROUNDS = 25
+CHAIN = {
+    "name": "cancel_race",
+    "tasks": [{"key": "a", "type": "t"}, {"key": "b", "type": "t", "depends_on": ["a"]}],
+}
+SINGLE = {"name": "cancel_finish_race", "tasks": [{"key": "only", "type": "t"}]}
 ERROR = {"type": "TimeoutError", "message": "slow", "traceback": ""}
 
 
@@ -110,6 +117,10 @@ def wait_until_expired(app: FlowForge, *task_run_ids: UUID) -> None:
     while not set(task_run_ids) <= set(app.expired_leases()):
         assert time.monotonic() < deadline, f"leases of {task_run_ids} never expired"
         time.sleep(POLL_S)
+
+
+def run_transitions(app: FlowForge, run_id: UUID) -> list[str]:
+    return [e.transition for e in app.run_history(run_id) if e.aggregate == "WorkflowRun"]
 
 
 def transitions(app: FlowForge, task_run_id: UUID) -> list[str]:
@@ -288,6 +299,56 @@ class TestPromotionAgainstCancel:
             winner = "dependencies_satisfied" if promoted else "cancel_pending"
             assert transitions(pg_app, child) == ["create", winner]
             assert len(pg_app.dispatches_of(child)) == int(promoted)
+
+
+class TestCancelAgainstTheScheduler:
+    """A user's cancel is one conditional write over pending AND running: a scheduler
+    starting the run at the same moment cannot make it lose (spec: cancellation wins
+    over any concurrent outcome; a lost race never raises)."""
+
+    def test_a_cancel_racing_the_scheduler_starting_the_run_always_cancels_it(
+        self, app: FlowForge
+    ) -> None:
+        edges = set()
+        for _ in range(CANCEL_ROUNDS):
+            run_id = app.start_workflow_run(CHAIN)
+            cancelled, _ = race(
+                lambda r=run_id: app.cancel_workflow_run(r),
+                lambda r=run_id: app.advance_workflow_run(r),
+            )
+            assert cancelled is True, "the cancel lost to the scheduler's start"
+            assert app.get_workflow_run(run_id).state == "cancelled"
+            log = run_transitions(app, run_id)
+            # The edge recorded is the one the row really took, whichever won.
+            assert log in (["create", "cancel_before_start"], ["create", "start", "cancel"])
+            edges.add(log[-1])
+            assert {t.state for t in app.task_runs(run_id)} == {"cancelled"}
+            assert app.cancel_workflow_run(run_id) is False  # idempotent, never raises
+        assert edges  # each round recorded its edge (which one is the database's call)
+
+    def test_a_cancel_racing_a_finish_never_leaves_a_cancelled_answer_on_a_finished_run(
+        self, app: FlowForge
+    ) -> None:
+        for _ in range(ROUNDS):
+            run_id = app.start_workflow_run(SINGLE)
+            app.advance_workflow_run(run_id)
+            (task,) = app.task_runs(run_id)
+            won = claim(app, task.id, "worker-1")
+
+            def finish_and_advance(t: UUID = task.id, token: int = won.fencing_token) -> bool:
+                finished = app.finish_task_run(t, token, "succeed")
+                app.advance_workflow_run(run_id)
+                return finished
+
+            cancelled, finished = race(
+                lambda r=run_id: app.cancel_workflow_run(r), finish_and_advance
+            )
+            run = app.get_workflow_run(run_id)
+            # The cancel wins unless the run had already ended before it was written.
+            assert run.state == ("cancelled" if cancelled else "succeeded")
+            assert finished or cancelled
+            if not cancelled:
+                assert run_transitions(app, run_id) == ["create", "start", "succeed"]
 
 
 class TestFencing:

@@ -216,6 +216,20 @@ SET state = %(target)s,
 WHERE id = %(id)s AND state = %(source)s
 RETURNING *;
 
+-- A user's cancel: ONE conditional write over both edges that leave a live run
+-- (cancel_before_start from pending, cancel from running), so it cannot lose to a
+-- concurrent start: whichever commits first, the cancel's predicate still matches. The
+-- edge taken is the row's actual source, read from the row this statement updated (a
+-- run has started_at exactly when it left pending: only the start edge sets it), not
+-- from an earlier read that a concurrent start could have made stale.
+-- name: run_cancel
+UPDATE workflow_runs
+SET state = %(target)s,
+    finished_at = now(),
+    version = version + 1, updated_at = greatest(now(), updated_at)
+WHERE id = %(id)s AND state IN (%(pending)s, %(running)s)
+RETURNING *, CASE WHEN started_at IS NULL THEN %(pending)s ELSE %(running)s END AS source;
+
 -- Queries the processes read. They read the projected tables, never the event log.
 
 -- name: select_task_run

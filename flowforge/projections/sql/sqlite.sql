@@ -213,6 +213,19 @@ SET state = :target,
 WHERE id = :id AND state = :source
 RETURNING *;
 
+-- A user's cancel: ONE conditional write over both edges that leave a live run
+-- (cancel_before_start from pending, cancel from running), so it cannot lose to a
+-- concurrent start. The edge taken is the row's actual source, read from the row this
+-- statement updated (a run has started_at exactly when it left pending: only the start
+-- edge sets it).
+-- name: run_cancel
+UPDATE workflow_runs
+SET state = :target,
+    finished_at = {now},
+    version = version + 1, updated_at = {now}
+WHERE id = :id AND state IN (:pending, :running)
+RETURNING *, CASE WHEN started_at IS NULL THEN :pending ELSE :running END AS source;
+
 -- Queries the processes read. They read the projected tables, never the event log.
 
 -- name: select_task_run
