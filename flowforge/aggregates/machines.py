@@ -74,6 +74,24 @@ class StateMachine:
     def is_terminal(self, state: StrEnum) -> bool:
         return state in self.terminal
 
+    def replay_problem(self, name: str, source: str, target: str) -> str | None:
+        """Why a recorded change named ``name`` from ``source`` to ``target`` is not
+        this table's edge of that name (None if it is).
+
+        Replay checks the whole edge, not only its source: a forged or corrupted event
+        that names a real edge but lands in another state must not rebuild a row the
+        table could never have produced.
+        """
+        edge = self._by_name.get(name)
+        if edge is None:
+            return f"{name!r} is not a {self.name} transition"
+        if (edge.source.value, edge.target.value) != (source, target):
+            return (
+                f"it records {source!r} -> {target!r}, but {name!r} is "
+                f"{edge.source.value!r} -> {edge.target.value!r}"
+            )
+        return None
+
 
 def _validate(machine: StateMachine) -> None:
     states = set(machine.states)

@@ -155,12 +155,14 @@ class TaskRun(Aggregate):
     # --- reconstitution ------------------------------------------------------------
 
     def apply_transitioned(self, event: TaskRun.Transitioned) -> None:
-        """Set the row state an event carries, after checking it follows from ours."""
+        """Set the row state an event carries, after checking it follows from ours:
+        its edge is the table's (source and target), and its source is our state."""
         if event.source != self.state:
             raise errors.CorruptEventLogError(
-                f"TaskRun {self.id} v{event.originator_version}: {event.TRANSITION!r} "
-                f"from {event.source!r}, but the task run is {self.state.value!r}"
+                f"{describe(event)}: {event.TRANSITION!r} from {event.source!r}, but "
+                f"the task run is {self.state.value!r}"
             )
+        check_replayable(event)
         for field in MUTABLE_FIELDS:
             setattr(self, field, getattr(event, field))
         self.state = TaskRunState(event.state)
@@ -356,6 +358,29 @@ EVENT_FOR_TRANSITION: Mapping[str, type[TaskRun.Transitioned]] = {
 }
 if set(EVENT_FOR_TRANSITION) != {t.name for t in TASK_RUN_MACHINE}:
     raise ValueError("TaskRun: every edge needs exactly one event class")
+
+
+#: The one recorded change that is not an edge of the table: a heartbeat.
+_NOT_AN_EDGE = {TaskRun.LeaseRenewed.TRANSITION: (TaskRunState.RUNNING, TaskRunState.RUNNING)}
+
+
+def check_replayable(event: TaskRun.Transitioned) -> None:
+    """``CorruptEventLogError`` naming the event unless it records a change the table
+    allows: the edge its class names, with that edge's source AND target."""
+    heartbeat = _NOT_AN_EDGE.get(event.TRANSITION)
+    if heartbeat is None:
+        problem = TASK_RUN_MACHINE.replay_problem(event.TRANSITION, event.source, event.state)
+    elif (event.source, event.state) != heartbeat:
+        problem = f"a heartbeat records {event.source!r} -> {event.state!r}, not running"
+    else:
+        problem = None
+    if problem is not None:
+        raise errors.CorruptEventLogError(f"{describe(event)}: {problem}")
+
+
+def describe(event: TaskRun.Event) -> str:
+    """How an error names an event: class, originator id and version."""
+    return f"{type(event).__qualname__} of {event.originator_id} v{event.originator_version}"
 
 
 def event_from_row(

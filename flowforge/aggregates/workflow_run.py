@@ -83,10 +83,10 @@ class WorkflowRun(Aggregate):
     def apply_transitioned(self, event: WorkflowRun.Transitioned) -> None:
         if event.source != self.state:
             raise errors.CorruptEventLogError(
-                f"WorkflowRun {self.id} v{event.originator_version}: "
-                f"{event.TRANSITION!r} from {event.source!r}, but the run is "
-                f"{self.state.value!r}"
+                f"{describe(event)}: {event.TRANSITION!r} from {event.source!r}, but "
+                f"the run is {self.state.value!r}"
             )
+        check_replayable(event)
         self.started_at = event.started_at
         self.finished_at = event.finished_at
         self.state = WorkflowRunState(event.state)
@@ -140,6 +140,19 @@ EVENT_FOR_TRANSITION: Mapping[str, type[WorkflowRun.Transitioned]] = {
 }
 if set(EVENT_FOR_TRANSITION) != {t.name for t in WORKFLOW_RUN_MACHINE}:
     raise ValueError("WorkflowRun: every edge needs exactly one event class")
+
+
+def check_replayable(event: WorkflowRun.Transitioned) -> None:
+    """``CorruptEventLogError`` naming the event unless its class's edge has exactly
+    the event's source and target."""
+    problem = WORKFLOW_RUN_MACHINE.replay_problem(event.TRANSITION, event.source, event.state)
+    if problem is not None:
+        raise errors.CorruptEventLogError(f"{describe(event)}: {problem}")
+
+
+def describe(event: WorkflowRun.Event) -> str:
+    """How an error names an event: class, originator id and version."""
+    return f"{type(event).__qualname__} of {event.originator_id} v{event.originator_version}"
 
 
 def event_from_row(

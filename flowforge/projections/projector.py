@@ -35,9 +35,11 @@ def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
         params = _created_params(event, workflow_run.STATIC_FIELDS, initial)
         return bool(tx.run("insert_workflow_run", params))
     if isinstance(event, TaskRun.Transitioned):
+        task_run.check_replayable(event)
         _update(tx, "apply_task_run_event", event, task_run.MUTABLE_FIELDS)
         return True
     if isinstance(event, WorkflowRun.Transitioned):
+        workflow_run.check_replayable(event)
         _update(tx, "apply_workflow_run_event", event, workflow_run.MUTABLE_FIELDS)
         return True
     raise errors.CorruptEventLogError(f"no projection for event {type(event).__qualname__}")
@@ -60,11 +62,16 @@ def _update(tx: Transaction, statement: str, event: Any, fields: tuple[str, ...]
         id=event.originator_id,
         version=event.originator_version,
         updated_at=event.timestamp,
+        source=event.source,
     )
+    # The statement matches only the row at the previous version AND in the event's
+    # source state: an event that skips a version or starts from another state than
+    # the row's is corruption, not something to apply.
     if not tx.run(statement, params):
         raise errors.CorruptEventLogError(
-            f"{type(event).__qualname__} v{event.originator_version} of "
-            f"{event.originator_id} does not follow the row's version"
+            f"{type(event).__qualname__} of {event.originator_id} "
+            f"v{event.originator_version} does not follow the row: the row is not at "
+            f"v{event.originator_version - 1} in state {event.source!r}"
         )
 
 

@@ -16,6 +16,7 @@ database does not give back as they went in.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sqlite3
 import threading
@@ -29,6 +30,8 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from flowforge import errors
+from flowforge.aggregates import task_run
 from flowforge.app.service import FlowForge
 
 TABLES = ("workflow_runs", "task_runs", "dispatch_outbox")
@@ -707,3 +710,70 @@ def test_a_float_result_comes_back_as_the_same_float_on_every_backend(
     (stored,) = app.get_task_run(task.id).result.values()
     assert type(stored) is float
     assert stored == value
+
+
+# --- replay trusts nothing but the machine table ---------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_a_rebuild_refuses_a_forged_claim_landing_in_succeeded_and_names_the_event(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    app: FlowForge = request.getfixturevalue(f"{'pg' if backend == 'postgres' else 'sqlite'}_app")
+    url: str = request.getfixturevalue(f"{backend}_url")
+    (task,) = app.task_runs(app.start_workflow_run(SINGLE))
+    assert app.claim_task_run(task.id, "w1", LONG)
+    claim = list(app.events.events.get(task.id))[-1]
+    forged = dataclasses.replace(claim, state="succeeded")  # ready -> succeeded
+    replace_stored_event(backend, url, app.events.mapper.to_stored_event(forged))
+    rows_before = postgres_rows(url) if backend == "postgres" else sqlite_rows(url)
+
+    with pytest.raises(errors.CorruptEventLogError) as caught:
+        app.rebuild_projections()
+    message = str(caught.value)
+    assert "TaskRun.Claimed" in message
+    assert f"{task.id} v2" in message
+    assert "'claim' is 'ready' -> 'running'" in message
+    # The rebuild is one transaction: refusing it leaves the projected rows as they were.
+    assert rows_before == (postgres_rows(url) if backend == "postgres" else sqlite_rows(url))
+    # The aggregate's own replay refuses the same event.
+    with pytest.raises(errors.CorruptEventLogError, match=r"TaskRun\.Claimed"):
+        app.task_run_aggregate(task.id)
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_a_rebuild_refuses_an_event_whose_source_is_not_the_rows_state(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    app: FlowForge = request.getfixturevalue(f"{'pg' if backend == 'postgres' else 'sqlite'}_app")
+    url: str = request.getfixturevalue(f"{backend}_url")
+    (task,) = app.task_runs(app.start_workflow_run(SINGLE))  # created ready
+    assert app.claim_task_run(task.id, "w1", LONG)
+    claim = list(app.events.events.get(task.id))[-1]
+    # A real edge (pending -> ready) at the right version, but the row is ready, not
+    # pending: only the row's state, not the version, shows the event does not follow.
+    fields = {f.name: getattr(claim, f.name) for f in dataclasses.fields(claim)}
+    fields.update(source="pending", state="ready")
+    forged = task_run.TaskRun.DependenciesSatisfied(**fields)
+    replace_stored_event(backend, url, app.events.mapper.to_stored_event(forged))
+    with pytest.raises(errors.CorruptEventLogError) as caught:
+        app.rebuild_projections()
+    assert f"TaskRun.DependenciesSatisfied of {task.id} v2" in str(caught.value)
+    assert "'pending'" in str(caught.value)
+
+
+def replace_stored_event(backend: str, url: str, stored: Any) -> None:
+    """Overwrite one event of the log, as a tool other than FlowForge could."""
+    table, mark = ("flowforge_events", "%s") if backend == "postgres" else ("stored_events", "?")
+    sql = (
+        f"UPDATE {table} SET topic = {mark}, state = {mark} "
+        f"WHERE originator_id = {mark} AND originator_version = {mark}"
+    )
+    params = (stored.topic, stored.state, stored.originator_id, stored.originator_version)
+    if backend == "postgres":
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert conn.execute(sql, params).rowcount == 1
+    else:
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+            # The SQLite recorder stores the id as its hex string (no dashes).
+            assert conn.execute(sql, (*params[:2], params[2].hex, params[3])).rowcount == 1

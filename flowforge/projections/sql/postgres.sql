@@ -119,14 +119,14 @@ SET state = %(state)s, fencing_token = %(fencing_token)s, attempt = %(attempt)s,
     started_at = %(started_at)s, finished_at = %(finished_at)s,
     retry_due_at = %(retry_due_at)s, result = %(result)s, error = %(error)s,
     version = %(version)s, updated_at = %(updated_at)s
-WHERE id = %(id)s AND version = %(version)s - 1
+WHERE id = %(id)s AND version = %(version)s - 1 AND state = %(source)s
 RETURNING id;
 
 -- name: apply_workflow_run_event
 UPDATE workflow_runs
 SET state = %(state)s, started_at = %(started_at)s, finished_at = %(finished_at)s,
     version = %(version)s, updated_at = %(updated_at)s
-WHERE id = %(id)s AND version = %(version)s - 1
+WHERE id = %(id)s AND version = %(version)s - 1 AND state = %(source)s
 RETURNING id;
 
 -- name: delete_task_runs

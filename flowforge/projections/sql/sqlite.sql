@@ -120,14 +120,14 @@ SET state = :state, fencing_token = :fencing_token, attempt = :attempt,
     started_at = :started_at, finished_at = :finished_at,
     retry_due_at = :retry_due_at, result = :result, error = :error,
     version = :version, updated_at = :updated_at
-WHERE id = :id AND version = :version - 1
+WHERE id = :id AND version = :version - 1 AND state = :source
 RETURNING id;
 
 -- name: apply_workflow_run_event
 UPDATE workflow_runs
 SET state = :state, started_at = :started_at, finished_at = :finished_at,
     version = :version, updated_at = :updated_at
-WHERE id = :id AND version = :version - 1
+WHERE id = :id AND version = :version - 1 AND state = :source
 RETURNING id;
 
 -- name: delete_task_runs

@@ -548,6 +548,57 @@ def test_replaying_an_event_whose_source_is_not_the_current_state_is_corrupt() -
     assert "'ready'" in str(caught.value)
 
 
+def test_replaying_a_forged_claim_that_lands_in_succeeded_is_corrupt_and_names_the_event() -> None:
+    # The source is right (ready) and the class is a real edge; only the target is
+    # forged. Checking the source alone would replay it into a succeeded task.
+    creation = created()
+    task = new_task()
+    assert task.claim(WORKER, LEASE, at=T0)
+    claim = only_event(task)
+    forged = dataclasses.replace(claim, state="succeeded")
+    with pytest.raises(errors.CorruptEventLogError) as caught:
+        replay(creation, [forged])
+    message = str(caught.value)
+    assert "TaskRun.Claimed" in message
+    assert str(TASK_ID) in message
+    assert "v2" in message
+    assert "'ready' -> 'succeeded'" in message
+    assert "'claim' is 'ready' -> 'running'" in message
+
+
+def test_replaying_a_heartbeat_that_changes_the_state_is_corrupt() -> None:
+    creation = created()
+    task = new_task()
+    assert task.claim(WORKER, LEASE, at=T0)
+    claim = only_event(task)
+    assert task.renew_lease(1, LEASE, at=T0 + TICK, actor=WORKER)
+    forged = dataclasses.replace(only_event(task), state="succeeded")
+    with pytest.raises(errors.CorruptEventLogError, match=r"TaskRun.LeaseRenewed .* v3"):
+        replay(creation, [claim, forged])
+
+
+def test_replay_checks_every_edge_of_the_table_against_its_own_source_and_target() -> None:
+    # Every event class, replayed with each wrong target, is refused; its own passes.
+    for edge in TASK_RUN_MACHINE:
+        event_class = task_run.EVENT_FOR_TRANSITION[edge.name]
+        for target in T:
+            fields = dict.fromkeys(task_run.MUTABLE_FIELDS)
+            fields.update(state=target.value, fencing_token=0, attempt=1)
+            event = event_class(
+                originator_id=TASK_ID,
+                originator_version=2,
+                timestamp=T0,
+                source=edge.source.value,
+                actor=WORKER,
+                **fields,
+            )
+            if target == edge.target:
+                task_run.check_replayable(event)
+            else:
+                with pytest.raises(errors.CorruptEventLogError, match=edge.name):
+                    task_run.check_replayable(event)
+
+
 def test_replaying_an_event_that_skips_an_edge_is_corrupt() -> None:
     # A log with "succeed" but no "claim": the event claims running, the run is ready.
     creation = created()

@@ -209,6 +209,20 @@ def test_replaying_an_event_whose_source_is_not_the_current_state_is_corrupt() -
     assert "'pending'" in str(caught.value)
 
 
+def test_replaying_a_forged_start_that_lands_in_succeeded_is_corrupt_and_names_the_event() -> None:
+    creation = created()
+    run = new_run()
+    assert run.transition("start", at=T0, actor="scheduler")
+    (started,) = run.collect_events()
+    forged = dataclasses.replace(started, state="succeeded")
+    with pytest.raises(errors.CorruptEventLogError) as caught:
+        replay(creation, [forged])
+    message = str(caught.value)
+    assert "WorkflowRun.Started" in message
+    assert "v2" in message
+    assert "'start' is 'pending' -> 'running'" in message
+
+
 # --- any sequence of commands -------------------------------------------------------------
 
 
