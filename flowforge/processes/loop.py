@@ -9,8 +9,11 @@ never sits out a delay.
 from __future__ import annotations
 
 import logging
+import random
 import signal
 import threading
+import time
+from collections.abc import Callable
 from types import FrameType
 
 log = logging.getLogger(__name__)
@@ -18,6 +21,9 @@ log = logging.getLogger(__name__)
 #: Reconnect backoff: exponential from the base, capped, with full jitter.
 RECONNECT_BACKOFF_BASE_S = 0.5
 RECONNECT_BACKOFF_CAP_S = 30.0
+#: A connection that stayed up this long was healthy: the next outage starts the
+#: backoff from the base again, instead of where the last outage left it.
+RECONNECT_BACKOFF_RESET_AFTER_S = 60.0
 
 
 class Stop:
@@ -52,7 +58,13 @@ class Stop:
         signal.signal(signal.SIGINT, handle)
 
 
-def backoff_delay(attempt: int, rand: float) -> float:
+def backoff_delay(
+    attempt: int,
+    rand: float,
+    *,
+    base: float = RECONNECT_BACKOFF_BASE_S,
+    cap: float = RECONNECT_BACKOFF_CAP_S,
+) -> float:
     """Seconds to wait before retry ``attempt`` (0 for the first retry).
 
     Exponential with FULL jitter: uniform in ``[0, min(cap, base * 2**attempt))``, given
@@ -60,12 +72,57 @@ def backoff_delay(attempt: int, rand: float) -> float:
     Full jitter spreads a fleet of workers that lost the broker at the same moment
     across the whole window, so they do not reconnect in lock-step when it returns;
     the cost is that one attempt may retry almost at once, which is harmless because
-    the next window is twice as wide. Never more than ``RECONNECT_BACKOFF_CAP_S``.
+    the next window is twice as wide. Never more than ``cap``.
     """
     if attempt < 0:
         raise ValueError(f"attempt must be >= 0, got {attempt}")
     if not 0.0 <= rand <= 1.0:
         raise ValueError(f"rand must be in [0, 1], got {rand}")
     # min() on the exponent first: 2**10_000 is a valid int but an overflowing float.
-    ceiling = min(RECONNECT_BACKOFF_CAP_S, RECONNECT_BACKOFF_BASE_S * 2.0 ** min(attempt, 64))
+    ceiling = min(cap, base * 2.0 ** min(attempt, 64))
     return float(ceiling * rand)
+
+
+class Backoff:
+    """The reconnect waits of one loop: growing while the server stays away, reset by a
+    healthy period.
+
+    :meth:`next_delay` is the wait before the next attempt (``backoff_delay`` of the
+    failures so far). :meth:`connected` marks that a connection works; once it has
+    worked for ``reset_after`` seconds, the next outage is a new one and starts from
+    the base. Without that, a long-lived process that survived a few outages would
+    wait the cap after every later blip, however healthy it was in between.
+    """
+
+    def __init__(
+        self,
+        *,
+        base: float = RECONNECT_BACKOFF_BASE_S,
+        cap: float = RECONNECT_BACKOFF_CAP_S,
+        reset_after: float = RECONNECT_BACKOFF_RESET_AFTER_S,
+        rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._base, self._cap, self._reset_after = base, cap, reset_after
+        self._rand, self._clock = rand, clock
+        self.failures = 0
+        self._healthy_since: float | None = None
+
+    def connected(self) -> None:
+        """A connection works (the first call after an outage starts the healthy period)."""
+        if self._healthy_since is None:
+            self._healthy_since = self._clock()
+
+    def reset(self) -> None:
+        """Start again from the base at the next failure."""
+        self.failures = 0
+        self._healthy_since = None
+
+    def next_delay(self) -> float:
+        """Record a failure; seconds to wait before the next attempt."""
+        since = self._healthy_since
+        if since is not None and self._clock() - since >= self._reset_after:
+            self.failures = 0
+        self._healthy_since = None
+        self.failures += 1
+        return backoff_delay(self.failures - 1, self._rand(), base=self._base, cap=self._cap)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 
 from flowforge import errors
 from flowforge.app.service import FlowForge
-from flowforge.processes.loop import Stop, backoff_delay
+from flowforge.processes.loop import Backoff, Stop
 from flowforge.processes.transport import DispatchPublisher
 
 log = logging.getLogger(__name__)
@@ -33,6 +32,7 @@ class Publisher:
         batch_size: int = DEFAULT_BATCH_SIZE,
         interval: float = DEFAULT_INTERVAL_S,
         stop: Stop | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -42,6 +42,7 @@ class Publisher:
         self.batch_size = batch_size
         self.interval = interval
         self.stop = stop or Stop()
+        self.backoff = backoff or Backoff()
 
     def sweep(self) -> int:
         """Publish one batch; how many rows were delivered."""
@@ -63,17 +64,23 @@ class Publisher:
     def run(self) -> None:
         self.stop.install_signal_handlers()
         log.info("publisher started", extra={"batch_size": self.batch_size})
-        failures = 0
         while not self.stop.is_set():
             try:
                 published = self.sweep()
-                failures = 0
+                # A sweep that went through is proof of health: a later outage is new.
+                self.backoff.reset()
+            except errors.QueueTypeMismatchError:
+                self.close()
+                raise
             except (errors.BrokerError, errors.PersistenceError) as exc:
-                failures += 1
-                delay = backoff_delay(failures - 1, random.random())
+                delay = self.backoff.next_delay()
                 log.warning(
                     "publish failed; rows stay pending",
-                    extra={"error": str(exc), "attempt": failures, "retry_in_s": delay},
+                    extra={
+                        "error": str(exc),
+                        "attempt": self.backoff.failures,
+                        "retry_in_s": delay,
+                    },
                 )
                 self.stop.wait(delay)
                 continue

@@ -11,7 +11,6 @@ and the claim makes that redelivery harmless (it matches no ready row and is ack
 from __future__ import annotations
 
 import logging
-import random
 import socket
 import uuid
 from collections import OrderedDict
@@ -27,7 +26,7 @@ from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
 from flowforge.processes.handler_call import HandlerCall, error_details
 from flowforge.processes.heartbeat import Heartbeat
-from flowforge.processes.loop import Stop, backoff_delay
+from flowforge.processes.loop import Backoff, Stop
 from flowforge.processes.registry import TaskContext, TaskRegistry, default_registry
 from flowforge.processes.transport import Delivery, DispatchConsumer
 from flowforge.projections.tables import TaskRunRow
@@ -63,12 +62,14 @@ class Worker:
         registry: TaskRegistry = default_registry,
         worker_id: str | None = None,
         stop: Stop | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.app = app
         self._connect = connect
         self.registry = registry
         self.worker_id = worker_id or default_worker_id()
         self.stop = stop or Stop()
+        self.backoff = backoff or Backoff()
         #: The runs this worker has seen, most recent last (see ``_run``).
         self._runs: OrderedDict[uuid.UUID, _RunFacts] = OrderedDict()
         #: Consecutive dispatches requeued because the database was unavailable.
@@ -84,19 +85,18 @@ class Worker:
         """
         self.stop.install_signal_handlers()
         log.info("worker started", extra=self._extra(task_types=list(self.registry)))
-        failures = 0
         while not self.stop.is_set():
             try:
                 self._consume()
-                failures = 0
             except errors.QueueTypeMismatchError:
                 raise
             except errors.BrokerUnavailableError as exc:
-                failures += 1
-                delay = backoff_delay(failures - 1, random.random())
+                delay = self.backoff.next_delay()
                 log.warning(
                     "broker connection lost; reconnecting",
-                    extra=self._extra(error=str(exc), attempt=failures, retry_in_s=delay),
+                    extra=self._extra(
+                        error=str(exc), attempt=self.backoff.failures, retry_in_s=delay
+                    ),
                 )
                 self.stop.wait(delay)
         log.info("worker stopped", extra=self._extra(reason=self.stop.reason))
@@ -106,6 +106,7 @@ class Worker:
         try:
             while not self.stop.is_set():
                 delivery = consumer.get(POLL_INTERVAL_S)
+                self.backoff.connected()  # a get that returned: the connection works
                 if delivery is not None:
                     self.handle(delivery, consumer)
         finally:

@@ -55,3 +55,57 @@ def test_a_stop_interrupts_a_long_wait_at_once() -> None:
     assert not thread.is_alive()
     assert result == [True]
     assert stop.reason == "test"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_backoff_grows_with_each_failure_of_one_outage() -> None:
+    backoff = loop.Backoff(rand=lambda: 1.0, clock=FakeClock())
+    base = loop.RECONNECT_BACKOFF_BASE_S
+    assert [backoff.next_delay() for _ in range(4)] == [base, 2 * base, 4 * base, 8 * base]
+    assert backoff.failures == 4
+
+
+def test_backoff_starts_from_the_base_after_a_connection_stayed_healthy_long_enough() -> None:
+    clock = FakeClock()
+    backoff = loop.Backoff(rand=lambda: 1.0, clock=clock)
+    for _ in range(8):
+        backoff.next_delay()
+    assert backoff.next_delay() == loop.RECONNECT_BACKOFF_CAP_S
+    backoff.connected()
+    clock.now += loop.RECONNECT_BACKOFF_RESET_AFTER_S
+    backoff.connected()  # later calls do not move the start of the healthy period
+    assert backoff.next_delay() == loop.RECONNECT_BACKOFF_BASE_S
+    assert backoff.failures == 1
+
+
+def test_backoff_keeps_growing_when_the_connection_dropped_before_the_healthy_period() -> None:
+    clock = FakeClock()
+    backoff = loop.Backoff(rand=lambda: 1.0, clock=clock)
+    for _ in range(3):
+        backoff.next_delay()
+    backoff.connected()
+    clock.now += loop.RECONNECT_BACKOFF_RESET_AFTER_S - 0.001
+    assert backoff.next_delay() == 8 * loop.RECONNECT_BACKOFF_BASE_S
+    # A failure ends the healthy period: time spent failing never counts as healthy.
+    clock.now += 2 * loop.RECONNECT_BACKOFF_RESET_AFTER_S
+    assert backoff.next_delay() == 16 * loop.RECONNECT_BACKOFF_BASE_S
+
+
+def test_backoff_reset_starts_the_next_outage_from_the_base() -> None:
+    backoff = loop.Backoff(rand=lambda: 1.0, clock=FakeClock())
+    for _ in range(5):
+        backoff.next_delay()
+    backoff.reset()
+    assert backoff.next_delay() == loop.RECONNECT_BACKOFF_BASE_S
+
+
+def test_backoff_takes_its_base_and_cap_and_applies_full_jitter() -> None:
+    backoff = loop.Backoff(base=2.0, cap=5.0, rand=lambda: 0.5, clock=FakeClock())
+    assert [backoff.next_delay() for _ in range(3)] == [1.0, 2.0, 2.5]
