@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from flowforge import config
+from flowforge import config, errors
 from flowforge.cli import common
 from flowforge.cli.parser import UsageError
 from flowforge.processes import rabbitmq
@@ -87,7 +87,12 @@ def run_threads(targets: list[tuple[str, Callable[[], None]]], stop: Stop) -> No
             target()
         except BaseException as exc:
             # One failed thread stops the process: a half-running worker hides the fault.
-            log.exception("worker thread failed", extra={"worker_thread": name})
+            # A FlowForge error is reported once, as a one-line error, by the CLI; only
+            # anything else (a bug) is logged with its traceback.
+            if isinstance(exc, errors.FlowForgeError):
+                log.error("worker thread stopped", extra={"worker_thread": name})
+            else:
+                log.exception("worker thread failed", extra={"worker_thread": name})
             failures.append(exc)
             stop.set(f"{name} failed")
 

@@ -438,6 +438,27 @@ def production(tmp_path: Path) -> Iterator[Cli]:
 
 @pytest.mark.postgres
 @pytest.mark.rabbitmq
+@pytest.mark.parametrize("command", [["publisher"], ["worker", "--tasks", "examples.tasks"]])
+def test_worker_and_publisher_stop_on_a_classic_queue_with_the_migration_steps(
+    production: Cli, command: list[str]
+) -> None:
+    cli = production
+    assert cli("submit", EXAMPLE).returncode == 0  # a pending dispatch for the publisher
+    connection = pika.BlockingConnection(pika.URLParameters(servers.RABBITMQ_URL))
+    try:  # the dispatch queue as an old release declared it: classic
+        connection.channel().queue_declare(cli.env["FLOWFORGE_DISPATCH_QUEUE"], durable=True)
+    finally:
+        connection.close()
+    done = cli(*command, timeout=60)  # retrying forever would time out here
+    assert done.returncode == exits.EXIT_REFUSED
+    assert "Traceback" not in done.stderr
+    assert "error: The queue" in done.stderr
+    for step in ("1. Stop the worker and the publisher", "3. Delete the queue", "4. Start"):
+        assert step in done.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.rabbitmq
 def test_separate_processes_on_postgres_and_rabbitmq_run_the_example(
     production: Cli, tmp_path: Path
 ) -> None:

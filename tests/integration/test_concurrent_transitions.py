@@ -335,9 +335,11 @@ class TestCancelAgainstTheScheduler:
             (task,) = app.task_runs(run_id)
             won = claim(app, task.id, "worker-1")
 
-            def finish_and_advance(t: UUID = task.id, token: int = won.fencing_token) -> bool:
+            def finish_and_advance(
+                r: UUID = run_id, t: UUID = task.id, token: int = won.fencing_token
+            ) -> bool:
                 finished = app.finish_task_run(t, token, "succeed")
-                app.advance_workflow_run(run_id)
+                app.advance_workflow_run(r)
                 return finished
 
             cancelled, finished = race(
