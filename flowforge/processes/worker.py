@@ -3,15 +3,23 @@
 The order is the guarantee. The claim (READY to RUNNING, new fencing token) decides
 whether this worker runs the task at all; the outcome is written with that token, so a
 worker whose lease was reaped writes nothing; and the message is acked only after the
-outcome is durable. A failed outcome write requeues the message, never acks it. The
-worker is at-least-once: a crash between the commit and the ack redelivers the message,
-and the claim makes that redelivery harmless (it matches no ready row and is acked).
+outcome is durable. A failed outcome write is retried while the message stays
+unsettled (``flowforge.processes.outcome``); if it cannot be written in time, the
+message is requeued, never acked, and the outcome kept for its redelivery. The worker
+is at-least-once: a crash between the commit and the ack redelivers the message, and
+the claim makes that redelivery harmless (it matches no ready row and is acked).
+
+A broker connection lost while a handler runs does not abandon the task: the heartbeat
+goes on, the handler's outcome is written when it returns, and only then does the
+worker notice the loss (the settle fails) and reconnect. It takes no new message while
+a handler of its still runs; the redelivered message finds the task done and is acked.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -27,6 +35,7 @@ from flowforge.app.service import FlowForge
 from flowforge.processes.handler_call import HandlerCall, error_details
 from flowforge.processes.heartbeat import Heartbeat
 from flowforge.processes.loop import Backoff, Stop
+from flowforge.processes.outcome import OUTCOME_WRITE_PATIENCE_S, Outcome, OutcomeWriter
 from flowforge.processes.registry import TaskContext, TaskRegistry, default_registry
 from flowforge.processes.transport import Delivery, DispatchConsumer
 from flowforge.projections.tables import TaskRunRow
@@ -63,6 +72,7 @@ class Worker:
         worker_id: str | None = None,
         stop: Stop | None = None,
         backoff: Backoff | None = None,
+        outcome_patience: float = OUTCOME_WRITE_PATIENCE_S,
     ) -> None:
         self.app = app
         self._connect = connect
@@ -70,6 +80,7 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.stop = stop or Stop()
         self.backoff = backoff or Backoff()
+        self.outcomes = OutcomeWriter(app, self.worker_id, self.stop, patience=outcome_patience)
         #: The runs this worker has seen, most recent last (see ``_run``).
         self._runs: OrderedDict[uuid.UUID, _RunFacts] = OrderedDict()
         #: Consecutive dispatches requeued because the database was unavailable.
@@ -132,7 +143,8 @@ class Worker:
             delivery.dead_letter()
             return "dead_lettered"
         except errors.PersistenceError as exc:
-            # Never ack what is not durable: the broker redelivers, the claim decides.
+            # Never ack what is not durable: the broker redelivers, the claim decides
+            # (or this worker's kept outcome, if the handler already ran).
             log.warning(
                 "database unavailable; dispatch requeued",
                 extra=self._extra(task_run_id=str(message.task_run_id), error=str(exc)),
@@ -144,6 +156,11 @@ class Worker:
         return outcome
 
     def _claim_and_run(self, message: DispatchMessage, consumer: DispatchConsumer) -> str:
+        kept = self.outcomes.kept(message.task_run_id)
+        if kept is not None:
+            # The handler already ran here; only its outcome's write failed. Write it
+            # now instead of running the handler a second time.
+            return self._write(kept, consumer)
         task = self.app.get_task_run(message.task_run_id)
         if task.task_state is not TaskRunState.READY:
             return self._skipped(task, "not ready")
@@ -152,21 +169,48 @@ class Worker:
         if claim is None:
             return self._skipped(task, "claimed elsewhere")
         result, error = self._execute(task, claim, lease_seconds, consumer)
-        outcome = "fail" if error is not None else "succeed"
-        written = self.app.finish_task_run(
-            task.id, claim.fencing_token, outcome, result, error, actor=self.worker_id
+        outcome = Outcome(
+            task_run_id=task.id,
+            task_key=task.task_key,
+            attempt=claim.attempt,
+            fencing_token=claim.fencing_token,
+            edge="fail" if error is not None else "succeed",
+            result=result,
+            error=error,
         )
+        return self._write(outcome, consumer)
+
+    def _write(self, outcome: Outcome, consumer: DispatchConsumer) -> str:
+        written = self.outcomes.write(outcome, lambda seconds: self._service(consumer, seconds))
         log.info(
             "task finished" if written else "stale finish discarded (lease lost)",
             extra=self._extra(
-                task_run_id=str(task.id),
-                task_key=task.task_key,
-                attempt=claim.attempt,
-                fencing_token=claim.fencing_token,
-                outcome=outcome if written else "stale",
+                task_run_id=str(outcome.task_run_id),
+                task_key=outcome.task_key,
+                attempt=outcome.attempt,
+                fencing_token=outcome.fencing_token,
+                outcome=outcome.edge if written else "stale",
             ),
         )
-        return outcome if written else "stale"
+        return outcome.edge if written else "stale"
+
+    def _service(self, consumer: DispatchConsumer, seconds: float) -> None:
+        """Service the connection for ``seconds``, or until a stop is requested."""
+        deadline = time.monotonic() + seconds
+        while not self.stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            self._pump(consumer, min(PUMP_INTERVAL_S, left))
+
+    def _pump(self, consumer: DispatchConsumer, seconds: float) -> None:
+        try:
+            consumer.pump(seconds)
+        except errors.BrokerUnavailableError as exc:
+            # The held message will be redelivered. The handler goes on (and its
+            # heartbeat), its outcome is still written, and the failed settle then
+            # reconnects; the redelivery finds the task done. Later pumps just wait.
+            log.warning(
+                "broker connection lost while a task runs; finishing the task first",
+                extra=self._extra(error=str(exc)),
+            )
 
     def _skipped(self, task: TaskRunRow, why: str) -> str:
         log.info(
@@ -189,7 +233,7 @@ class Worker:
         with heartbeat:
             call.start()
             while not call.join(PUMP_INTERVAL_S):
-                consumer.pump(0)
+                self._pump(consumer, 0)
         return call.outcome()
 
     def _context(self, task: TaskRunRow, claim: Claim) -> TaskContext:

@@ -1,0 +1,134 @@
+"""A handler's completed outcome, written durably even across a database outage.
+
+Running the handler is the expensive, possibly non-idempotent part; writing its outcome
+is one conditional UPDATE. So a write that fails because the database is unavailable
+must not cost a second execution. The :class:`OutcomeWriter` keeps the outcome and
+retries the write (bounded by ``patience``, with capped jittered backoff, and at once
+abandoned on a stop), while the worker keeps the dispatch unsettled. If it gives up, it
+keeps the outcome in memory and the worker requeues the dispatch: when the redelivery
+reaches this worker, the kept outcome is written without running the handler again.
+
+What is not claimed: a redelivery that reaches ANOTHER worker (or a worker that stopped
+or restarted meanwhile) finds the task still running and acks it without running it;
+the task then waits for its lease to expire, the reaper makes it ready, and the handler
+runs again (at-least-once, as for a crashed worker). docs/worker.md has the table.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from flowforge import errors
+from flowforge.app.service import FlowForge
+from flowforge.processes.loop import Backoff, Stop
+
+log = logging.getLogger(__name__)
+
+#: How long a completed outcome's write is retried while the database is unavailable,
+#: before the worker requeues the dispatch (keeping the outcome for its redelivery).
+OUTCOME_WRITE_PATIENCE_S = 120.0
+#: The waits between write attempts: exponential from the base, capped, full jitter.
+#: Short, because a database that is back should see the outcome at once.
+OUTCOME_RETRY_BASE_S = 0.1
+OUTCOME_RETRY_CAP_S = 5.0
+#: How many unwritten outcomes a worker keeps for their redeliveries (oldest dropped).
+KEPT_OUTCOMES = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a finished handler produced, for one claim (its fencing token)."""
+
+    task_run_id: UUID
+    task_key: str
+    attempt: int
+    fencing_token: int
+    #: The finish edge: ``succeed`` or ``fail``.
+    edge: str
+    result: Any
+    error: dict[str, str] | None
+
+
+class OutcomeWriter:
+    """Writes outcomes with retries; keeps the ones it could not write yet."""
+
+    def __init__(
+        self,
+        app: FlowForge,
+        worker_id: str,
+        stop: Stop,
+        *,
+        patience: float = OUTCOME_WRITE_PATIENCE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._app = app
+        self._worker_id = worker_id
+        self._stop = stop
+        self._patience = patience
+        self._clock = clock
+        self._kept: OrderedDict[UUID, Outcome] = OrderedDict()
+
+    def kept(self, task_run_id: UUID) -> Outcome | None:
+        """The outcome of ``task_run_id`` this worker could not write yet, if any."""
+        return self._kept.get(task_run_id)
+
+    def write(self, outcome: Outcome, wait: Callable[[float], None]) -> bool:
+        """Write ``outcome``; True if it was recorded, False if its claim is stale.
+
+        While the database is unavailable, retries after ``wait(delay)`` (the caller
+        services its broker connection meanwhile, and returns early on a stop). Once
+        ``patience`` has passed, or a stop was requested, keeps the outcome for the
+        redelivery and re-raises the ``PersistenceError``: the caller must requeue.
+        """
+        deadline = self._clock() + self._patience
+        backoff = Backoff(base=OUTCOME_RETRY_BASE_S, cap=OUTCOME_RETRY_CAP_S)
+        while True:
+            try:
+                written = self._app.finish_task_run(
+                    outcome.task_run_id,
+                    outcome.fencing_token,
+                    outcome.edge,
+                    outcome.result,
+                    outcome.error,
+                    actor=self._worker_id,
+                )
+            except errors.PersistenceError as exc:
+                if self._stop.is_set() or self._clock() >= deadline:
+                    self._keep(outcome)
+                    raise
+                delay = backoff.next_delay()
+                log.warning(
+                    "outcome write failed; retrying",
+                    extra=self._extra(outcome, error=str(exc), retry_in_s=delay),
+                )
+                wait(delay)
+                continue
+            # Written, or refused as stale: either way there is nothing left to write.
+            self._kept.pop(outcome.task_run_id, None)
+            return written
+
+    def _keep(self, outcome: Outcome) -> None:
+        self._kept[outcome.task_run_id] = outcome
+        self._kept.move_to_end(outcome.task_run_id)
+        while len(self._kept) > KEPT_OUTCOMES:
+            self._kept.popitem(last=False)
+        log.warning(
+            "outcome not written; kept for the redelivery",
+            extra=self._extra(outcome, kept=len(self._kept)),
+        )
+
+    def _extra(self, outcome: Outcome, **fields: Any) -> dict[str, Any]:
+        return {
+            "worker_id": self._worker_id,
+            "task_run_id": str(outcome.task_run_id),
+            "task_key": outcome.task_key,
+            "attempt": outcome.attempt,
+            "fencing_token": outcome.fencing_token,
+            **fields,
+        }
