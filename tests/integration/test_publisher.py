@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -170,3 +170,54 @@ def test_two_publishers_in_parallel_publish_each_row_exactly_once(
     counts = Counter(m.dispatch_id for m in drain_queue(broker))
     assert len(counts) == 200
     assert set(counts.values()) == {1}
+
+
+class MeetingPublisher:
+    """A DispatchPublisher that, inside ``publish`` (while its transaction holds its
+    rows), waits until the other publisher is inside ``publish`` too."""
+
+    def __init__(self, barrier: threading.Barrier) -> None:
+        self._barrier = barrier
+        self.sent: list[DispatchMessage] = []
+
+    def publish(self, messages: Sequence[DispatchMessage]) -> None:
+        self.sent.extend(messages)
+        self._barrier.wait()
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def test_two_publishers_hold_disjoint_rows_at_the_same_time_instead_of_queueing(
+    pg_app: FlowForge, postgres_url: str
+) -> None:
+    # SKIP LOCKED, not a plain FOR UPDATE: the second publisher takes other rows while
+    # the first still holds its own. With FOR UPDATE it would wait for the first to
+    # commit, and the first waits for it at the barrier: the barrier times out.
+    for _ in range(2):
+        pg_app.start_workflow_run(WIDE)  # 20 pending rows
+    barrier = threading.Barrier(2, timeout=15)
+    publishers = [MeetingPublisher(barrier), MeetingPublisher(barrier)]
+    published: list[int] = []
+    failures: list[BaseException] = []
+
+    def sweep(publisher: MeetingPublisher) -> None:
+        app = FlowForge(postgres_url)
+        try:
+            published.append(app.publish_pending_dispatches(publisher, limit=10))
+        except BaseException as exc:  # re-raised in the main thread
+            failures.append(exc)
+        finally:
+            app.close()
+
+    threads = [threading.Thread(target=sweep, args=(p,)) for p in publishers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures, failures
+    assert published == [10, 10]
+    first, second = ({m.dispatch_id for m in p.sent} for p in publishers)
+    assert len(first) == len(second) == 10
+    assert first.isdisjoint(second)
+    assert pg_app.pending_dispatch_count() == 0

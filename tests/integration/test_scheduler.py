@@ -7,6 +7,7 @@ each test controls exactly which task succeeds or fails when.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from uuid import UUID
 
@@ -25,6 +26,7 @@ DIAMOND = {
         {"key": "d", "type": "work", "depends_on": ["b", "c"]},
     ],
 }
+SINGLE = {"name": "single", "tasks": [{"key": "only", "type": "work"}]}
 FAN = {
     "name": "fan",
     "retry": {"max_attempts": 3, "backoff_seconds": 0.05, "jitter": 0.0},
@@ -170,6 +172,28 @@ def test_schedule_once_reaps_promotes_and_finishes_across_runs(app: FlowForge) -
     assert summary.promoted == 6
     assert summary.runs_finished == 0
     assert app.schedule_once().promoted == 0
+
+
+def test_schedule_once_reaps_an_expired_lease_and_the_reclaimed_task_then_finishes_the_run(
+    app: FlowForge,
+) -> None:
+    run_id = app.start_workflow_run(SINGLE)
+    app.advance_workflow_run(run_id)
+    lost = app.claim_task_run(task_id(app, run_id, "only"), "crashed-worker", 0.05)
+    assert lost is not None
+    deadline = time.monotonic() + 10  # the database's clock decides, not ours
+    while not app.expired_leases() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    summary = app.schedule_once()
+    assert summary.reaped == 1
+    task = app.get_task_run(lost.task_run_id)
+    assert (task.state, task.fencing_token, task.lease_owner) == ("ready", 2, None)
+    assert not app.finish_task_run(lost.task_run_id, lost.fencing_token, "succeed")
+    work(app, run_id, "only")
+    assert app.schedule_once().runs_finished == 1
+    assert app.get_workflow_run(run_id).state == "succeeded"
+    log = [e.transition for e in app.history(lost.task_run_id)]
+    assert log == ["create", "claim", "reap_lease", "claim", "succeed"]
 
 
 def test_advancing_an_unknown_run_is_a_clear_error(app: FlowForge) -> None:

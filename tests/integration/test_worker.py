@@ -17,7 +17,7 @@ import pytest
 from flowforge.app.dispatch import message_for
 from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext, TaskRegistry
-from flowforge.processes.transport import InMemoryDispatchChannel
+from flowforge.processes.transport import Delivery, InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
 
 ONE = {"name": "one", "retry": {"max_attempts": 1}, "tasks": [{"key": "only", "type": "work"}]}
@@ -227,3 +227,59 @@ def test_a_stopped_worker_finishes_its_in_flight_message_then_exits(
     assert only_task(app, run_id).result == "finished"
     assert channel.unsettled_count == 0
     assert channel.ready_count == 0
+
+
+class SettleSpy:
+    """A Delivery that, when settled, reads the task's row through the service: what a
+    crash right after the settle would leave behind."""
+
+    def __init__(self, delivery: Delivery, app: FlowForge, task_run_id: UUID) -> None:
+        self._delivery = delivery
+        self._app = app
+        self._task_run_id = task_run_id
+        self.seen: list[tuple[str, str, int]] = []
+        self.body = delivery.body
+        self.redelivered = delivery.redelivered
+
+    def _record(self, outcome: str) -> None:
+        row = self._app.get_task_run(self._task_run_id)
+        self.seen.append((outcome, row.state, len(self._app.history(self._task_run_id))))
+
+    def ack(self) -> None:
+        self._record("ack")
+        self._delivery.ack()
+
+    def requeue(self) -> None:
+        self._record("requeue")
+        self._delivery.requeue()
+
+    def dead_letter(self) -> None:
+        self._record("dead_letter")
+        self._delivery.dead_letter()
+
+
+@pytest.mark.parametrize(("behaviour", "state"), [(None, "succeeded"), ("raise", "failed")])
+def test_the_ack_comes_only_after_the_outcome_is_committed(
+    app: FlowForge,
+    channel: InMemoryDispatchChannel,
+    worker: Worker,
+    recorder: Recorder,
+    behaviour: str | None,
+    state: str,
+) -> None:
+    if behaviour == "raise":
+        recorder.behaviour["only"] = lambda ctx: 1 / 0
+    run_id = app.start_workflow_run(ONE)
+    app.publish_pending_dispatches(channel.publisher())
+    consumer = channel.consumer()
+    delivery = consumer.get(1.0)
+    assert delivery is not None
+    spy = SettleSpy(delivery, app, only_task(app, run_id).id)
+    try:
+        worker.handle(spy, consumer)
+    finally:
+        consumer.close()
+    # Acked once, and by then the claim AND the outcome were committed (create, claim,
+    # outcome): an ack any earlier could lose a task whose worker then crashed.
+    assert spy.seen == [("ack", state, 3)]
+    assert channel.ready_count == channel.unsettled_count == 0
