@@ -165,16 +165,7 @@ class Writer:
                 "terminal": WORKFLOW_RUN_MACHINE.is_terminal(edge.target),
             },
         )
-        if not rows:
-            return None
-        event = workflow_run.event_from_row(
-            workflow_run.EVENT_FOR_TRANSITION[edge.name],
-            rows[0],
-            source=edge.source.value,
-            actor=actor,
-        )
-        self.append([event])
-        return WorkflowRunRow.from_mapping(rows[0])
+        return self._record_run(rows[0], edge, actor) if rows else None
 
     def cancel_run(self, run_id: UUID, *, actor: str) -> WorkflowRunRow | None:
         """Cancel a pending or running run in one conditional write; None if it is
@@ -191,14 +182,17 @@ class Writer:
         if not rows:
             return None
         edge = _CANCEL_RUN_FROM[WorkflowRunState(rows[0]["source"])]
+        return self._record_run(rows[0], edge, actor)
+
+    def _record_run(self, row: Mapping[str, Any], edge: Transition, actor: str) -> WorkflowRunRow:
         event = workflow_run.event_from_row(
             workflow_run.EVENT_FOR_TRANSITION[edge.name],
-            rows[0],
+            row,
             source=edge.source.value,
             actor=actor,
         )
         self.append([event])
-        return WorkflowRunRow.from_mapping(rows[0])
+        return WorkflowRunRow.from_mapping(row)
 
     def create_run(
         self,

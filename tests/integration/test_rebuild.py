@@ -719,8 +719,7 @@ def test_a_float_result_comes_back_as_the_same_float_on_every_backend(
 def test_a_rebuild_refuses_a_forged_claim_landing_in_succeeded_and_names_the_event(
     backend: str, request: pytest.FixtureRequest
 ) -> None:
-    app: FlowForge = request.getfixturevalue(f"{'pg' if backend == 'postgres' else 'sqlite'}_app")
-    url: str = request.getfixturevalue(f"{backend}_url")
+    app, url = on_backend(backend, request)
     (task,) = app.task_runs(app.start_workflow_run(SINGLE))
     assert app.claim_task_run(task.id, "w1", LONG)
     claim = list(app.events.events.get(task.id))[-1]
@@ -745,8 +744,7 @@ def test_a_rebuild_refuses_a_forged_claim_landing_in_succeeded_and_names_the_eve
 def test_a_rebuild_refuses_an_event_whose_source_is_not_the_rows_state(
     backend: str, request: pytest.FixtureRequest
 ) -> None:
-    app: FlowForge = request.getfixturevalue(f"{'pg' if backend == 'postgres' else 'sqlite'}_app")
-    url: str = request.getfixturevalue(f"{backend}_url")
+    app, url = on_backend(backend, request)
     (task,) = app.task_runs(app.start_workflow_run(SINGLE))  # created ready
     assert app.claim_task_run(task.id, "w1", LONG)
     claim = list(app.events.events.get(task.id))[-1]
@@ -760,6 +758,12 @@ def test_a_rebuild_refuses_an_event_whose_source_is_not_the_rows_state(
         app.rebuild_projections()
     assert f"TaskRun.DependenciesSatisfied of {task.id} v2" in str(caught.value)
     assert "'pending'" in str(caught.value)
+
+
+def on_backend(backend: str, request: pytest.FixtureRequest) -> tuple[FlowForge, str]:
+    """The service on ``backend`` and its database URL."""
+    app: FlowForge = request.getfixturevalue(f"{'pg' if backend == 'postgres' else 'sqlite'}_app")
+    return app, request.getfixturevalue(f"{backend}_url")
 
 
 def replace_stored_event(backend: str, url: str, stored: Any) -> None:

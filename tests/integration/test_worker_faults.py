@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import threading
-import time
 import urllib.parse
 import uuid
 from collections import Counter
@@ -30,21 +29,12 @@ from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
 from tests import servers, topology
+from tests.e2e.cluster import wait_until
 
 T = TypeVar("T")
 #: The bound on every wait for something that happens within a second or two.
 WAIT_S = 60.0
 ONE = {"name": "one", "retry": {"max_attempts": 3}, "tasks": [{"key": "only", "type": "held"}]}
-
-
-def wait_until(probe: Callable[[], T | None], message: str, timeout: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(message)
 
 
 class Held:
@@ -159,32 +149,44 @@ def start_worker(
     return WorkerThread(worker)
 
 
+def one_published(app: FlowForge, channel: InMemoryDispatchChannel, **extra: Any) -> UUID:
+    """A one-task run whose dispatch is on ``channel``; the task's id."""
+    (task,) = app.task_runs(app.start_workflow_run({**ONE, **extra}))
+    app.publish_pending_dispatches(channel.publisher())
+    return task.id
+
+
+def wait_written_and_acked(
+    app: FlowForge, task_id: UUID, channel: InMemoryDispatchChannel
+) -> None:
+    wait_until(
+        quietly(lambda: app.get_task_run(task_id).state == "succeeded"),
+        WAIT_S,
+        "the outcome was never written",
+    )
+    wait_until(lambda: channel.unsettled_count == 0, WAIT_S, "the dispatch was never acked")
+
+
 @pytest.mark.postgres
 def test_an_outcome_write_that_fails_while_the_database_is_down_is_retried_and_runs_once(
     pg_app: FlowForge, outage: Outage, held: Held, caplog: pytest.LogCaptureFixture
 ) -> None:
     channel = InMemoryDispatchChannel()
-    run_id = pg_app.start_workflow_run(ONE)
-    (task,) = pg_app.task_runs(run_id)
-    pg_app.publish_pending_dispatches(channel.publisher())
+    task_id = one_published(pg_app, channel)
     worker = start_worker(pg_app, channel, held)
     try:
         assert held.started.wait(WAIT_S)
         outage.begin()
         held.release.set()  # the handler returns; the database refuses its outcome
-        wait_until(lambda: logged(caplog, "outcome write failed; retrying"), "no retry")
+        wait_until(lambda: logged(caplog, "outcome write failed; retrying"), WAIT_S, "no retry")
         assert channel.unsettled_count == 1  # held, not requeued, while retrying
         outage.end()
-        wait_until(
-            quietly(lambda: pg_app.get_task_run(task.id).state == "succeeded"),
-            "the kept outcome was never written",
-        )
-        wait_until(lambda: channel.unsettled_count == 0, "the dispatch was never acked")
+        wait_written_and_acked(pg_app, task_id, channel)
     finally:
         held.release.set()
         worker.stop()
     assert held.calls == {"only": 1}
-    assert transitions(pg_app, task.id) == ["create", "claim", "succeed"]
+    assert transitions(pg_app, task_id) == ["create", "claim", "succeed"]
     assert channel.ready_count == 0
     assert not logged(caplog, "database unavailable; dispatch requeued")
 
@@ -194,29 +196,25 @@ def test_an_outcome_not_written_in_time_is_requeued_and_written_by_its_redeliver
     pg_app: FlowForge, outage: Outage, held: Held, caplog: pytest.LogCaptureFixture
 ) -> None:
     channel = InMemoryDispatchChannel()
-    run_id = pg_app.start_workflow_run(ONE)
-    (task,) = pg_app.task_runs(run_id)
-    pg_app.publish_pending_dispatches(channel.publisher())
+    task_id = one_published(pg_app, channel)
     # Patience shorter than the outage: the worker must give up and requeue.
     worker = start_worker(pg_app, channel, held, outcome_patience=0.2)
     try:
         assert held.started.wait(WAIT_S)
         outage.begin()
         held.release.set()
-        wait_until(lambda: logged(caplog, "outcome not written; kept for the redelivery"), "")
-        # Requeued, never acked: the message comes back and the worker takes it again.
-        wait_until(lambda: logged(caplog, "database unavailable; dispatch requeued"), "")
-        outage.end()
         wait_until(
-            quietly(lambda: pg_app.get_task_run(task.id).state == "succeeded"),
-            "the redelivery never wrote the kept outcome",
+            lambda: logged(caplog, "outcome not written; kept for the redelivery"), WAIT_S, ""
         )
-        wait_until(lambda: channel.unsettled_count == 0, "the redelivery was never acked")
+        # Requeued, never acked: the message comes back and the worker takes it again.
+        wait_until(lambda: logged(caplog, "database unavailable; dispatch requeued"), WAIT_S, "")
+        outage.end()
+        wait_written_and_acked(pg_app, task_id, channel)
     finally:
         held.release.set()
         worker.stop()
     assert held.calls == {"only": 1}  # the redelivery wrote the outcome; it did not re-run
-    assert transitions(pg_app, task.id) == ["create", "claim", "succeed"]
+    assert transitions(pg_app, task_id) == ["create", "claim", "succeed"]
     assert channel.ready_count == 0
 
 
@@ -229,16 +227,13 @@ def test_a_worker_stopped_during_an_outage_requeues_and_the_reaper_reruns_the_ta
     # stays running until its lease expires, then the reaper makes it ready again and
     # another worker runs the handler a second time, with a newer token.
     channel = InMemoryDispatchChannel()
-    definition = {**ONE, "lease_seconds": 1}
-    run_id = pg_app.start_workflow_run(definition)
-    (task,) = pg_app.task_runs(run_id)
-    pg_app.publish_pending_dispatches(channel.publisher())
+    task_id = one_published(pg_app, channel, lease_seconds=1)
     first = start_worker(pg_app, channel, held)
     try:
         assert held.started.wait(WAIT_S)
         outage.begin()
         held.release.set()
-        wait_until(lambda: logged(caplog, "outcome write failed; retrying"), "no retry")
+        wait_until(lambda: logged(caplog, "outcome write failed; retrying"), WAIT_S, "no retry")
         first.stop()  # returns at once: the retry's wait wakes on the stop
     finally:
         held.release.set()
@@ -246,18 +241,15 @@ def test_a_worker_stopped_during_an_outage_requeues_and_the_reaper_reruns_the_ta
     assert channel.ready_count == 1  # requeued, not acked
     second = start_worker(pg_app, channel, held)
     try:
-        wait_until(lambda: channel.ready_count == 0 and channel.unsettled_count == 0, "")
-        wait_until(quietly(lambda: pg_app.schedule_once().reaped), "never reaped")
+        wait_until(lambda: channel.ready_count == 0 and channel.unsettled_count == 0, WAIT_S, "")
+        wait_until(quietly(lambda: pg_app.schedule_once().reaped), WAIT_S, "never reaped")
         pg_app.publish_pending_dispatches(channel.publisher())
-        wait_until(
-            quietly(lambda: pg_app.get_task_run(task.id).state == "succeeded"),
-            "the reaped task never ran again",
-        )
+        wait_written_and_acked(pg_app, task_id, channel)
     finally:
         second.stop()
     assert held.calls == {"only": 2}
-    assert transitions(pg_app, task.id) == ["create", "claim", "reap_lease", "claim", "succeed"]
-    assert pg_app.get_task_run(task.id).result == {"token": 3}
+    assert transitions(pg_app, task_id) == ["create", "claim", "reap_lease", "claim", "succeed"]
+    assert pg_app.get_task_run(task_id).result == {"token": 3}
 
 
 # --- the broker connection dies while a handler runs ------------------------------------
@@ -327,19 +319,25 @@ def test_a_broker_connection_lost_mid_handler_keeps_the_heartbeat_and_writes_the
             lambda: logged(
                 caplog, "broker connection lost while a task runs; finishing the task first"
             ),
+            WAIT_S,
             "the worker never noticed the lost connection",
         )
         renewed = len(pg_app.history(first.id))
         # The heartbeat goes on: two more renewals (every lease/3 = 0.5 s) after the loss.
-        wait_until(lambda: len(pg_app.history(first.id)) >= renewed + 2, "heartbeat stopped")
+        wait_until(
+            lambda: len(pg_app.history(first.id)) >= renewed + 2, WAIT_S, "heartbeat stopped"
+        )
         # ... and the worker took no new message while its handler still runs.
         assert held.order == [f"start {first.task_key}"]
         held.release.set()
         wait_until(
-            lambda: {t.state for t in pg_app.task_runs(run_id)} == {"succeeded"}, "not done"
+            lambda: {t.state for t in pg_app.task_runs(run_id)} == {"succeeded"},
+            WAIT_S,
+            "not done",
         )
         wait_until(
             lambda: logged(caplog, "duplicate or stale dispatch acked without running"),
+            WAIT_S,
             "the redelivered dispatch was never acked as done",
         )
     finally:
