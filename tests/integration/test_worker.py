@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections import Counter
 from typing import Any
 from uuid import UUID
@@ -283,3 +284,75 @@ def test_the_ack_comes_only_after_the_outcome_is_committed(
     # outcome): an ack any earlier could lose a task whose worker then crashed.
     assert spy.seen == [("ack", state, 3)]
     assert channel.ready_count == channel.unsettled_count == 0
+
+
+def test_the_handler_context_names_its_task_run_run_and_type(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    run_id = app.start_workflow_run(ONE)
+    deliver_one(app, channel, worker)
+    (ctx,) = recorder.contexts
+    task = only_task(app, run_id)
+    assert (ctx.task_run_id, ctx.workflow_run_id) == (task.id, run_id)
+    assert (ctx.task_key, ctx.task_type) == ("only", "work")
+
+
+def test_a_dispatch_for_a_task_run_that_does_not_exist_is_dead_lettered(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    app.start_workflow_run(ONE)
+    (row,) = [r for t in app.ready_task_runs() for r in app.dispatches_of(t.id)]
+    orphan = message_for(row).model_copy(update={"task_run_id": uuid.uuid4()})
+    channel.publisher().publish([orphan])
+    consumer = channel.consumer()
+    delivery = consumer.get(1.0)
+    assert delivery is not None
+    try:
+        assert worker.handle(delivery, consumer) == "dead_lettered"
+    finally:
+        consumer.close()
+    assert channel.dead_letters == [orphan.encode()]
+    assert recorder.calls == {}
+
+
+class PumpCounter:
+    """The channel's consumer, telling when the worker has serviced it a few times."""
+
+    def __init__(self, channel: InMemoryDispatchChannel, enough: int) -> None:
+        self._consumer = channel.consumer()
+        self._enough = enough
+        self.pumps = 0
+        self.serviced = threading.Event()
+
+    def get(self, timeout: float) -> Delivery | None:
+        return self._consumer.get(timeout)
+
+    def pump(self, seconds: float) -> None:
+        self.pumps += 1
+        if self.pumps >= self._enough:
+            self.serviced.set()
+        self._consumer.pump(seconds)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def test_the_worker_services_its_connection_while_a_long_handler_runs(
+    app: FlowForge, channel: InMemoryDispatchChannel, recorder: Recorder
+) -> None:
+    # An unserviced broker connection is closed by the broker (missed heartbeats) and
+    # its message redelivered while the handler still runs.
+    consumer = PumpCounter(channel, enough=3)
+    recorder.behaviour["only"] = lambda ctx: "done" if consumer.serviced.wait(10) else "starved"
+    worker = Worker(app, lambda: consumer, registry=recorder.registry, worker_id="w-test")
+    run_id = app.start_workflow_run(ONE)
+    app.publish_pending_dispatches(channel.publisher())
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        assert consumer.serviced.wait(10), "the worker never serviced its connection"
+    finally:
+        worker.stop.set("test")  # the in-flight message is finished first
+        thread.join(10)
+    assert not thread.is_alive()
+    assert only_task(app, run_id).result == "done"

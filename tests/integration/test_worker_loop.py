@@ -8,19 +8,21 @@ mismatch use a real RabbitMQ (an unreachable port, a real classic queue).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pika
 import pytest
 
 from flowforge import errors
+from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig
 from flowforge.processes.loop import RECONNECT_BACKOFF_RESET_AFTER_S, Backoff
 from flowforge.processes.publisher import Publisher
 from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher
-from flowforge.processes.transport import Delivery
+from flowforge.processes.transport import Delivery, InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
 from tests import topology
 
@@ -186,6 +188,7 @@ def test_the_worker_stops_on_a_queue_type_mismatch_after_one_attempt(
     worker = Worker(sqlite_app, connect, backoff=huge_backoff(), worker_id="w")
     thread, failures = run_in_thread(worker.run)
     thread.join(JOIN_S)
+    worker.stop.set("test")  # a loop that retried must not outlive the test
     assert not thread.is_alive(), "the worker retried a queue-type mismatch"
     assert [type(f) for f in failures] == [errors.QueueTypeMismatchError]
     assert "Delete the queue" in str(failures[0])
@@ -205,8 +208,60 @@ def test_the_publisher_stops_on_a_queue_type_mismatch_and_leaves_its_rows_pendin
     publisher = Publisher(sqlite_app, connect, backoff=huge_backoff())
     thread, failures = run_in_thread(publisher.run)
     thread.join(JOIN_S)
+    publisher.stop.set("test")  # a loop that retried must not outlive the test
     assert not thread.is_alive(), "the publisher retried a queue-type mismatch"
     assert [type(f) for f in failures] == [errors.QueueTypeMismatchError]
     assert "Delete the queue" in str(failures[0])
     assert len(connects) == 1
     assert sqlite_app.pending_dispatch_count() == 1
+
+
+# --- the publisher's loop ---------------------------------------------------------------
+
+
+class FlakyPublisher:
+    """The in-process channel's publisher, refusing its first ``failures`` batches as
+    an unreachable broker would."""
+
+    def __init__(self, channel: InMemoryDispatchChannel, failures: int) -> None:
+        self._publisher = channel.publisher()
+        self._failures = failures
+
+    def publish(self, messages: Sequence[DispatchMessage]) -> None:
+        if self._failures > 0:
+            self._failures -= 1
+            raise errors.BrokerUnavailableError("scripted outage")
+        self._publisher.publish(messages)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def test_the_publisher_rides_out_an_outage_and_drains_a_backlog_without_waiting_between_batches(
+    sqlite_app: FlowForge,
+) -> None:
+    for _ in range(3):
+        sqlite_app.start_workflow_run(ONE)
+    channel = InMemoryDispatchChannel()
+    flaky = FlakyPublisher(channel, failures=2)
+    # An hour between sweeps: only a full batch may be followed at once by the next.
+    publisher = Publisher(
+        sqlite_app,
+        lambda: flaky,
+        batch_size=1,
+        interval=HUGE_S,
+        backoff=Backoff(base=0.001, cap=0.001),
+    )
+    thread, failures = run_in_thread(publisher.run)
+    try:
+        deadline = time.monotonic() + JOIN_S
+        while channel.ready_count < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert channel.ready_count == 3, "the backlog did not drain batch after batch"
+    finally:
+        publisher.stop.set("test")
+        thread.join(JOIN_S)
+    assert not thread.is_alive()
+    assert failures == []
+    assert sqlite_app.pending_dispatch_count() == 0
+    assert publisher.backoff.failures == 0  # a sweep that went through reset it
