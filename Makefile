@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench
+.PHONY: demo test lint bench mutate
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,3 +27,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.claim_finish
+
+## Mutation testing of the guarantee modules ([tool.mutmut] in pyproject.toml). On demand,
+## not in CI: CPU heavy (~15-20 min on 2 cores), so it runs niced. Survivors: docs/testing.md.
+mutate: $(STAMP)
+	nice -n 10 $(BIN)/mutmut run --max-children 2
+	$(BIN)/mutmut results
