@@ -356,3 +356,19 @@ def test_the_worker_services_its_connection_while_a_long_handler_runs(
         thread.join(10)
     assert not thread.is_alive()
     assert only_task(app, run_id).result == "done"
+
+
+def test_a_finish_after_the_attempt_was_ended_elsewhere_is_stale_and_acked(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    def cancelled_meanwhile(ctx: TaskContext) -> str:
+        # The attempt ends behind the worker's back (as a cancel or a reap would end it).
+        assert app.finish_task_run(ctx.task_run_id, ctx.fencing_token, "cancel_running")
+        return "too late"
+
+    recorder.behaviour["only"] = cancelled_meanwhile
+    run_id = app.start_workflow_run(ONE)
+    assert deliver_one(app, channel, worker) == "stale"
+    task = only_task(app, run_id)
+    assert (task.state, task.result) == ("cancelled", None)
+    assert channel.ready_count == channel.unsettled_count == 0
