@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -372,3 +373,23 @@ def test_a_finish_after_the_attempt_was_ended_elsewhere_is_stale_and_acked(
     task = only_task(app, run_id)
     assert (task.state, task.result) == ("cancelled", None)
     assert channel.ready_count == channel.unsettled_count == 0
+
+
+def test_the_worker_heartbeats_its_claim_while_a_handler_outlasts_a_third_of_the_lease(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    def slow(ctx: TaskContext) -> str:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if any(e.transition == "renew_lease" for e in app.history(ctx.task_run_id)):
+                return "renewed"
+            time.sleep(0.05)
+        return "never renewed"
+
+    recorder.behaviour["only"] = slow
+    run_id = app.start_workflow_run({**ONE, "lease_seconds": 0.6})
+    assert deliver_one(app, channel, worker) == "succeed"
+    task = only_task(app, run_id)
+    assert task.result == "renewed"
+    renewal = next(e for e in app.history(task.id) if e.transition == "renew_lease")
+    assert (renewal.actor, renewal.fencing_token) == ("w-test", 1)
