@@ -96,8 +96,13 @@ def test_a_dispatch_is_claimed_run_finished_and_then_acked(
     ctx = recorder.contexts[0]
     assert ctx.inputs == {"greeting": "hi"}
     assert (ctx.attempt, ctx.fencing_token, ctx.worker_id) == (1, 1, "w-test")
-    transitions = [e.transition for e in app.history(task.id)]
-    assert transitions == ["create", "claim", "succeed"]
+    history = app.history(task.id)
+    assert [e.transition for e in history] == ["create", "claim", "succeed"]
+    # The worker claims and finishes as itself: the audit log names it.
+    assert [(e.actor, e.lease_owner) for e in history[1:]] == [
+        ("w-test", "w-test"),
+        ("w-test", None),
+    ]
 
 
 def test_a_duplicate_dispatch_is_acked_without_running_the_handler_again(
