@@ -19,6 +19,7 @@ first mutable field, carried by every event, shown to users as ``state``.
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -139,28 +140,33 @@ def declare(aggregate: str, fixed: type[Fields], changes: type[Fields]) -> Decla
 
 def _declared(fields: type[Fields], *, mutable: bool) -> list[DeclaredField]:
     hints = typing.get_type_hints(fields, include_extras=True)
-    declared = []
+    declared: list[DeclaredField] = []
+    markers: list[Any]
     for name in inspect.get_annotations(fields):
-        base, *markers = typing.get_args(hints[name]) or (hints[name],)
+        hint, markers = hints[name], []
+        if typing.get_origin(hint) is typing.Annotated:
+            hint, *markers = typing.get_args(hint)
         show = next((m for m in markers if isinstance(m, Show)), None)
         initial = next((m.value for m in markers if isinstance(m, Initial)), None)
         label = None if show is None else show.label or name
         brief = show is not None and show.brief
-        declared.append(DeclaredField(name, _kind(base), mutable, label, brief, initial))
+        declared.append(DeclaredField(name, _kind(hint), mutable, label, brief, initial))
     return declared
 
 
-def _kind(annotation: Any) -> Kind:
-    types = [t for t in typing.get_args(annotation) or (annotation,) if t is not type(None)]
-    if types == [datetime]:
-        return Kind.TIMESTAMP
-    if types == [UUID]:
-        return Kind.UUID
-    if types == [int]:
-        return Kind.INTEGER
-    if types == [str]:
-        return Kind.TEXT
-    return Kind.JSON
+def _kind(hint: Any) -> Kind:
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    alternatives = typing.get_args(hint) if optional else (hint,)
+    kinds = {_KINDS.get(t, Kind.JSON) for t in alternatives if t is not type(None)}
+    return kinds.pop() if len(kinds) == 1 else Kind.JSON
+
+
+_KINDS: Mapping[Any, Kind] = {
+    datetime: Kind.TIMESTAMP,
+    UUID: Kind.UUID,
+    int: Kind.INTEGER,
+    str: Kind.TEXT,
+}
 
 
 def _shown(value: Any) -> Any:
