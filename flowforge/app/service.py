@@ -22,7 +22,7 @@ from eventsourcing.persistence import Transcoder
 
 from flowforge import errors
 from flowforge.aggregates import json_values
-from flowforge.aggregates.definition import WorkflowDefinition, load_definition
+from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import REAPER_TRANSITION, TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.states import WorkflowRunState
 from flowforge.aggregates.task_run import (
@@ -35,6 +35,7 @@ from flowforge.aggregates.task_run import (
 )
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.app import advance, audit, dispatch
+from flowforge.app.definition_files import load_definition
 from flowforge.app.infrastructure import (
     make_database,
     parse_database_url,

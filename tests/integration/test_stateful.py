@@ -35,11 +35,11 @@ from hypothesis.stateful import (
 
 from flowforge import errors
 from flowforge.aggregates import task_run, workflow_run
-from flowforge.aggregates.definition import load_definition
 from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.states import TaskRunState
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
+from flowforge.app.definition_files import load_definition
 from flowforge.app.service import FlowForge
 from tests.conftest import empty_postgres
 
