@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -173,3 +174,22 @@ def test_a_view_has_every_field_its_declarations_declare_and_its_own() -> None:
 def test_an_aggregate_without_an_event_for_every_edge_is_refused_at_import() -> None:
     with pytest.raises(ValueError, match="every edge needs exactly one event class"):
         base.events_by_transition(WorkflowRun, TaskRun.Transitioned)
+
+
+@pytest.mark.parametrize(
+    ("aggregate", "test_module"),
+    [(TaskRun, "test_task_run.py"), (WorkflowRun, "test_workflow_run.py")],
+)
+def test_every_command_method_of_an_aggregate_has_a_unit_test(
+    aggregate: type[Any], test_module: str
+) -> None:
+    commands = [
+        name
+        for name, value in vars(aggregate).items()
+        if callable(value) and not name.startswith("_") and not isinstance(value, type)
+    ]
+    source = (Path(__file__).parent / test_module).read_text()
+
+    assert commands
+    for name in commands:
+        assert f".{name}(" in source, f"{aggregate.__name__}.{name} has no unit test"
