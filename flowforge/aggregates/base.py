@@ -53,7 +53,8 @@ class Show:
 
 @dataclass(frozen=True, slots=True)
 class Initial:
-    """A changing field's value when the aggregate is created (default: None)."""
+    """A changing field's value when the aggregate is created, and any field's value
+    in events stored before it was declared (default: None)."""
 
     value: Any
 
@@ -112,6 +113,12 @@ class Declaration:
     @property
     def brief(self) -> Mapping[str, str]:
         return {f.name: f.label for f in self.fields if f.label is not None and f.brief}
+
+    def carried(self, event: object) -> dict[str, Any]:
+        """The mutable fields an event carries. An event stored before a field was
+        declared lacks it: the field then had its initial value."""
+        stored = vars(event)
+        return {f.name: stored.get(f.name, f.initial) for f in self.fields if f.mutable}
 
     def initial(self) -> dict[str, Any]:
         """The mutable fields' values at creation (``state`` comes from the machine)."""
@@ -268,8 +275,10 @@ class MachineAggregate(Aggregate):
         super().__init_subclass__(**kwargs)
 
     def _create_from(self, created: Mapping[str, Any]) -> None:
-        """Fixed fields from the Created event, the rest from the declaration."""
-        self.__dict__.update({name: created[name] for name in self.DECLARATION.static})
+        """Fixed fields from the Created event (initial if it predates one), the rest
+        from the declaration."""
+        fixed = [f for f in self.DECLARATION.fields if not f.mutable]
+        self.__dict__.update({f.name: created.get(f.name, f.initial) for f in fixed})
         self.__dict__.update(self.DECLARATION.initial())
         self.state = self.MACHINE.states(created.get("state", self.MACHINE.initial))
 
@@ -281,8 +290,7 @@ class MachineAggregate(Aggregate):
                 f"{event.TRANSITION!r} from {event.source!r}, but it is "
                 f"{self.state.value!r}"
             )
-        for name in self.DECLARATION.mutable:
-            setattr(self, name, getattr(event, name))
+        self.__dict__.update(self.DECLARATION.carried(event))
         self.state = self.MACHINE.states(event.state)
 
     def snapshot(self) -> dict[str, Any]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from eventsourcing.utils import get_topic
@@ -17,6 +17,7 @@ from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.projections.tables import COLUMN_KINDS, TaskRunRow, WorkflowRunRow
 
+T0 = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)
 LIBRARY_FIELDS = {"originator_id", "originator_version", "timestamp", "originator_topic"}
 AGGREGATES = [(TaskRun, task_run.DECLARATION), (WorkflowRun, workflow_run.DECLARATION)]
 
@@ -193,3 +194,30 @@ def test_every_command_method_of_an_aggregate_has_a_unit_test(
     assert commands
     for name in commands:
         assert f".{name}(" in source, f"{aggregate.__name__}.{name} has no unit test"
+
+
+def test_an_event_stored_before_a_field_was_declared_replays_it_as_its_initial_value() -> None:
+    task = TaskRun._create(
+        TaskRun.Created,
+        id=uuid4(),
+        timestamp=T0,
+        workflow_run_id=uuid4(),
+        task_key="a",
+        task_type="a",
+        depends_on=[],
+        max_attempts=3,
+        state="ready",
+        actor="test",
+    )
+    assert task.claim("w1", timedelta(seconds=30), at=T0)
+    created, claimed = task.collect_events()
+    for old in (created, claimed):  # as if fencing_token and max_attempts were new
+        vars(old).pop("fencing_token", None)
+        vars(old).pop("max_attempts", None)
+
+    replayed = claimed.mutate(created.mutate(None))
+
+    assert isinstance(replayed, TaskRun)
+    assert replayed.fencing_token == 0
+    assert replayed.max_attempts is None
+    assert replayed.lease_owner == "w1"
