@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import pytest
 from eventsourcing.utils import get_topic
@@ -16,8 +16,8 @@ from flowforge.aggregates.base import Fields, Initial, Kind, Show
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.projections.tables import COLUMN_KINDS, TaskRunRow, WorkflowRunRow
+from tests.unit.aggregates.test_task_run import T0, created
 
-T0 = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)
 LIBRARY_FIELDS = {"originator_id", "originator_version", "timestamp", "originator_topic"}
 AGGREGATES = [(TaskRun, task_run.DECLARATION), (WorkflowRun, workflow_run.DECLARATION)]
 
@@ -197,25 +197,16 @@ def test_every_command_method_of_an_aggregate_has_a_unit_test(
 
 
 def test_an_event_stored_before_a_field_was_declared_replays_it_as_its_initial_value() -> None:
-    task = TaskRun._create(
-        TaskRun.Created,
-        id=uuid4(),
-        timestamp=T0,
-        workflow_run_id=uuid4(),
-        task_key="a",
-        task_type="a",
-        depends_on=[],
-        max_attempts=3,
-        state="ready",
-        actor="test",
-    )
+    creation = created()
+    task = creation.mutate(None)
+    assert isinstance(task, TaskRun)
     assert task.claim("w1", timedelta(seconds=30), at=T0)
-    created, claimed = task.collect_events()
-    for old in (created, claimed):  # as if fencing_token and max_attempts were new
+    (claimed,) = task.collect_events()
+    for old in (creation, claimed):  # as if fencing_token and max_attempts were new
         vars(old).pop("fencing_token", None)
         vars(old).pop("max_attempts", None)
 
-    replayed = claimed.mutate(created.mutate(None))
+    replayed = claimed.mutate(creation.mutate(None))
 
     assert isinstance(replayed, TaskRun)
     assert replayed.fencing_token == 0

@@ -78,20 +78,21 @@ def test_a_bad_json_definition_names_the_file_and_each_field(tmp_path: Path) -> 
     assert len(lines) == 2
 
 
-def test_invalid_toml_is_reported_with_the_file_and_line(tmp_path: Path) -> None:
-    path = tmp_path / "broken.toml"
-    path.write_text('name = "etl"\n[[tasks]\n')
+@pytest.mark.parametrize(
+    ("name", "text", "language", "line_number"),
+    [
+        ("broken.toml", 'name = "etl"\n[[tasks]\n', "TOML", 2),
+        ("broken.json", '{\n  "name": "etl",\n  "tasks": [,]\n}', "JSON", 3),
+    ],
+)
+def test_an_unparsable_file_is_reported_with_the_file_and_line(
+    tmp_path: Path, name: str, text: str, language: str, line_number: int
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
     (line,) = problems(path)
-    assert line.startswith(f"{path}: invalid TOML: ")
-    assert "line 2" in line
-
-
-def test_invalid_json_is_reported_with_the_file_and_line(tmp_path: Path) -> None:
-    path = tmp_path / "broken.json"
-    path.write_text('{\n  "name": "etl",\n  "tasks": [,]\n}')
-    (line,) = problems(path)
-    assert line.startswith(f"{path}: invalid JSON: ")
-    assert "line 3" in line
+    assert line.startswith(f"{path}: invalid {language}: ")
+    assert f"line {line_number}" in line
 
 
 def test_a_json_file_whose_top_level_is_not_an_object_is_rejected(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from flowforge.aggregates import task_run, workflow_run
 from flowforge.app import why
 from flowforge.cli import inspect
 from flowforge.projections.tables import TaskRunRow
+from tests.unit.aggregates.test_task_run import new_task
 
 # --- why's cases that a short run does not reach (pure: no database) -------------------
 
@@ -136,18 +137,7 @@ def test_why_says_a_due_retry_waits_for_a_scheduler() -> None:
 
 
 def a_task_run_row() -> TaskRunRow:
-    task = task_run.TaskRun._create(
-        task_run.TaskRun.Created,
-        id=uuid.uuid4(),
-        timestamp=AT,
-        workflow_run_id=RUN_ID,
-        task_key="extract",
-        task_type="extract",
-        depends_on=[],
-        max_attempts=3,
-        state="ready",
-        actor="test",
-    )
+    task = new_task()
     return TaskRunRow.from_mapping({**task.snapshot(), "created_at": AT, "updated_at": AT})
 
 
