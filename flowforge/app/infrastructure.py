@@ -34,8 +34,19 @@ class DatabaseLocation:
     env: dict[str, str]
     display: str
 
-    def eventsourcing_env(self) -> dict[str, str]:
-        return dict(self.env)
+    def eventsourcing_env(self, *, create_tables: bool) -> dict[str, str]:
+        """The library's settings; it creates its event table only when migrating."""
+        return {**self.env, "CREATE_TABLE": "y" if create_tables else "n"}
+
+    def require_existing_file(self) -> None:
+        """Refuse to open a SQLite database that does not exist: opening would create
+        an empty file, and only a migrating command should create one."""
+        if self.dialect == "sqlite" and not Path(self.display).exists():
+            raise errors.DatabaseMissingError(
+                f"there is no SQLite database at {self.display}; create it with "
+                f"`flowforge db init --database-url {self.url}` (or run a workflow with "
+                f"`flowforge run`, which creates it)"
+            )
 
 
 def parse_database_url(url: str) -> DatabaseLocation:
@@ -83,7 +94,6 @@ def _postgres(
         # The publisher holds its sweep's transaction open while the broker confirms
         # (up to 30 s); the library's default would kill that connection after 5 s.
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "120",
-        "CREATE_TABLE": "y",
     }
     return DatabaseLocation(url, "postgres", env, f"{host}:{port or 5432}/{dbname}")
 
@@ -103,7 +113,6 @@ def _sqlite(url: str, netloc: str, path: str) -> DatabaseLocation:
         "PERSISTENCE_MODULE": "eventsourcing.sqlite",
         "SQLITE_DBNAME": str(file),
         "SQLITE_LOCK_TIMEOUT": "30",
-        "CREATE_TABLE": "y",
     }
     return DatabaseLocation(url, "sqlite", env, str(file))
 
