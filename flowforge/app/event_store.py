@@ -58,7 +58,9 @@ def open_persistence(database_url: str, *, migrate: bool | None = None) -> Persi
     """The event store and the store on ``database_url``, migrated or checked."""
     location = parse_database_url(database_url)
     migrating = migrates_by_default(location) if migrate is None else migrate
-    if not migrating:
+    if migrating:
+        location.require_directory()
+    else:
         location.require_existing_file()
     lock: AbstractContextManager[None] = (
         schema_creation_lock(location) if migrating else nullcontext()

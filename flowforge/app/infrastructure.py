@@ -38,6 +38,15 @@ class DatabaseLocation:
         """The library's settings; it creates its event table only when migrating."""
         return {**self.env, "CREATE_TABLE": "y" if create_tables else "n"}
 
+    def require_directory(self) -> None:
+        """Refuse to create a SQLite database in a directory that does not exist."""
+        directory = Path(self.display).parent
+        if self.dialect == "sqlite" and not directory.exists():
+            raise errors.ConfigurationError(
+                f"database URL {self.url!r}: the directory {directory} does not exist; "
+                f"create it"
+            )
+
     def require_existing_file(self) -> None:
         """Refuse to open a SQLite database that does not exist: opening would create
         an empty file, and only a migrating command should create one."""
@@ -105,10 +114,6 @@ def _sqlite(url: str, netloc: str, path: str) -> DatabaseLocation:
             f" or sqlite:////absolute/path.db"
         )
     file = Path(unquote(path[1:]))
-    if not file.parent.exists():
-        raise errors.ConfigurationError(
-            f"database URL {url!r}: the directory {file.parent} does not exist; create it"
-        )
     env = {
         "PERSISTENCE_MODULE": "eventsourcing.sqlite",
         "SQLITE_DBNAME": str(file),

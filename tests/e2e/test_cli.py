@@ -37,6 +37,7 @@ TASK_KEYS = {"extract", "clean", "enrich", "score", "load"}
 COMMANDS = (
     ["db"],
     ["db", "init"],
+    ["db", "migrate"],
     ["db", "rebuild"],
     ["submit"],
     ["run"],
