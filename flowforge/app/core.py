@@ -30,6 +30,12 @@ class ServiceCore:
         """The database backend (its ``dialect`` and ``location``)."""
         return self.store.database
 
+    @database.setter
+    def database(self, database: Database) -> None:
+        # The contract tests swap in a database that fails on any use, to prove that an
+        # illegal command raises before any SQL.
+        self.store.database = database
+
     @contextmanager
     def _writer(self) -> Iterator[Writer]:
         """One write transaction: the one rule's steps, committed together or not at all."""
