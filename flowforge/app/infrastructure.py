@@ -43,8 +43,7 @@ class DatabaseLocation:
         directory = Path(self.display).parent
         if self.dialect == "sqlite" and not directory.exists():
             raise errors.ConfigurationError(
-                f"database URL {self.url!r}: the directory {directory} does not exist; "
-                f"create it"
+                f"database URL {self.url!r}: the directory {directory} does not exist; create it"
             )
 
     def require_existing_file(self) -> None:

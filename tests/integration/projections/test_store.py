@@ -11,7 +11,6 @@ return ``None``, one transaction commits all or nothing), not the one rule's.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
@@ -114,9 +113,16 @@ class StoreContract:
         assert (task.fencing_token, task.attempt, task.depends_on) == (0, 1, [])
 
     def test_a_write_transaction_that_raises_writes_nothing(self, store: Store) -> None:
-        with pytest.raises(RuntimeError, match="abandon"), store.write() as writes:
-            run_id = create_run(writes)
-            raise RuntimeError("abandon")
+        created: list[UUID] = []
+
+        def abandoned() -> None:
+            with store.write() as writes:
+                created.append(create_run(writes))
+                raise RuntimeError("abandon")
+
+        with pytest.raises(RuntimeError, match="abandon"):
+            abandoned()
+        (run_id,) = created
         with store.read() as reads:
             assert reads.workflow_run(run_id) is None
             assert reads.recent_runs(10) == []
@@ -339,16 +345,16 @@ def _claimed_event(row: TaskRunRow) -> task_run.TaskRun.Transitioned:
 
 
 def _mapper_events(store: Store) -> Any:
-    return store._mapper.to_domain_event  # noqa: SLF001 - the store's own mapper
+    return store._mapper.to_domain_event
 
 
 class TestPostgresStore(StoreContract):
     @pytest.fixture
-    def store(self, pg_app: FlowForge) -> Iterator[Store]:
-        yield pg_app.store
+    def store(self, pg_app: FlowForge) -> Store:
+        return pg_app.store
 
 
 class TestSqliteStore(StoreContract):
     @pytest.fixture
-    def store(self, sqlite_app: FlowForge) -> Iterator[Store]:
-        yield sqlite_app.store
+    def store(self, sqlite_app: FlowForge) -> Store:
+        return sqlite_app.store
