@@ -1,10 +1,13 @@
-"""SQL as data: ``sql/common.sql`` rendered for one dialect, loaded once per dialect.
+"""SQL as data: the ``sql/`` files rendered for one dialect, loaded once per dialect.
 
 ``common.sql`` holds every statement both databases run, written once, with macros in
 braces; ``sql/<dialect>.sql`` holds only what differs: the text each macro stands for
 (``-- macro: <name>`` blocks, each commented with why it differs) and the few statements
 one database needs and the other does not (``-- name: <name>``). A name defined twice is
 an error at load time, so a statement cannot quietly exist in two versions.
+
+The schema is a file too: ``schema.sql`` (the current schema, the statement ``schema``)
+and ``migrations/NNN_<what>.sql`` (the statements ``migration_NNN``), with the same macros.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 DIALECTS = ("postgres", "sqlite")
 
 _BLOCK = re.compile(r"^-- (name|macro): (\w+)\s*$", re.MULTILINE)
+_MIGRATION_FILE = re.compile(r"^(\d{3})_\w+\.sql$")
 #: ``:name`` but not ``::type`` (no casts in our SQL; kept safe anyway).
 _PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 
@@ -75,6 +79,33 @@ def _read(file: str) -> str:
     return resources.files("flowforge.projections").joinpath(f"sql/{file}").read_text()
 
 
+def _migration_files() -> list[str]:
+    folder = resources.files("flowforge.projections").joinpath("sql/migrations")
+    return sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".sql"))
+
+
+@cache
+def migration_names() -> tuple[str, ...]:
+    """``migration_001``, ``migration_002``, ... in order; numbered 1 to N without gaps."""
+    names = []
+    for number, file in enumerate(_migration_files(), start=1):
+        match = _MIGRATION_FILE.match(file)
+        if match is None or int(match.group(1)) != number:
+            raise ValueError(
+                f"sql/migrations/{file}: expected {number:03d}_<what>.sql (numbered from "
+                f"001, no gaps)"
+            )
+        names.append(f"migration_{number:03d}")
+    return tuple(names)
+
+
+def _schema_blocks() -> list[tuple[str, str, str]]:
+    blocks = [("name", "schema", _strip_comments(_read("schema.sql")))]
+    for name, file in zip(migration_names(), _migration_files(), strict=True):
+        blocks.append(("name", name, _strip_comments(_read(f"migrations/{file}"))))
+    return blocks
+
+
 @cache
 def load(dialect: str) -> Mapping[str, str]:
     """The statements of ``dialect`` ("postgres" or "sqlite") by name, fully rendered."""
@@ -82,7 +113,8 @@ def load(dialect: str) -> Mapping[str, str]:
         raise ValueError(f"unknown SQL dialect {dialect!r}; expected one of {DIALECTS}")
     macros: dict[str, object] = dict(code_macros())
     raw: dict[str, str] = {}
-    for kind, name, body in _blocks(_read(f"{dialect}.sql")) + _blocks(_read("common.sql")):
+    dialect_blocks = _blocks(_read(f"{dialect}.sql"))
+    for kind, name, body in dialect_blocks + _blocks(_read("common.sql")) + _schema_blocks():
         if kind == "macro":
             # A macro may use the ones defined before it ({touched_at} is {now} on SQLite).
             text = body.format_map(macros)

@@ -1,40 +1,78 @@
-"""The projected tables' schema: numbered migrations, applied once each, in order, and
-only when asked.
+"""The projected tables' schema: a file plus numbered migrations, applied only when asked.
 
-A schema change is a new ``migration_NNN`` block in ``sql/common.sql`` (with dialect
-macros where the types differ) and a new entry in :data:`MIGRATIONS`; a table is never
-dropped to change it. :func:`migrate` (``flowforge db init`` / ``db migrate``, the
-embedded default, the demo) applies what is missing; it is idempotent and safe to call
-from several processes at once (PostgreSQL serialises them on an advisory lock; SQLite
-on its write lock). :func:`check` (every other start) only reads the version: it refuses
-a database that is behind (naming the command that migrates it) or ahead of this code.
+``sql/schema.sql`` is the current schema; ``sql/migrations/NNN_<what>.sql`` are the steps
+from each older version (procrastinate's layout). A fresh database gets ``schema.sql`` in
+one step, with every migration recorded as applied; an older one gets the migrations it
+lacks, in order. A schema change edits ``schema.sql`` and adds the next migration; a
+table is never dropped to change it, and ``tests/integration/projections/
+test_migrations.py`` proves that a migrated database equals a fresh one.
+
+:func:`migrate` (``flowforge db init`` / ``db migrate``, the embedded default, the demo)
+is idempotent and safe from several processes at once (PostgreSQL serialises them on an
+advisory lock; SQLite on its write lock). :func:`check` (every other start) only reads
+the version: it refuses a database that is behind (naming the command that migrates it)
+or ahead of this code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from flowforge import errors
+from flowforge.projections import queries
 from flowforge.projections.database import Database, Transaction
 
-#: The migrations in order; the schema version is the length of this tuple.
-MIGRATIONS: tuple[str, ...] = ("migration_001",)
+#: The migrations in order (``sql/migrations/``); the schema version is their count.
+MIGRATIONS: tuple[str, ...] = queries.migration_names()
 SCHEMA_VERSION = len(MIGRATIONS)
 #: What a user runs to create or migrate the schema.
 MIGRATE_COMMAND = "flowforge db migrate"
 
 
-def migrate(database: Database, *, target: int = SCHEMA_VERSION) -> int:
-    """Apply every migration the database lacks, up to ``target``; the resulting
-    version. ``target`` below the latest is for the migration tests only."""
+def migrate(database: Database) -> int:
+    """Bring the database to this code's schema version; the version.
+
+    A fresh database gets ``schema.sql``; an older one the migrations it lacks.
+    """
+    with _schema_transaction(database) as (tx, current):
+        if current == 0:
+            tx.run_script("schema")
+        else:
+            _apply_migrations(tx, current, SCHEMA_VERSION)
+        _record(tx, current, SCHEMA_VERSION)
+    return SCHEMA_VERSION
+
+
+def migrate_to(database: Database, version: int) -> int:
+    """Build ``version`` from the migrations alone, as an older FlowForge left its
+    database (for the migration tests; production migrates to the latest)."""
+    with _schema_transaction(database) as (tx, current):
+        _apply_migrations(tx, current, version)
+        _record(tx, current, version)
+    return max(current, version)
+
+
+@contextmanager
+def _schema_transaction(database: Database) -> Iterator[tuple[Transaction, int]]:
+    """The schema table, its lock, and the current version, in one transaction."""
     tx: Transaction
     with database.transaction() as tx:
         tx.run_script("create_schema_table")
         tx.run("lock_schema")
         current = schema_version(tx)
         _refuse_newer(database, current)
-        for number, migration in enumerate(MIGRATIONS[current:target], start=current + 1):
-            tx.run_script(migration)
-            tx.run("record_schema_version", {"version": number})
-    return max(current, target)
+        yield tx, current
+
+
+def _apply_migrations(tx: Transaction, current: int, target: int) -> None:
+    for migration in MIGRATIONS[current:target]:
+        tx.run_script(migration)
+
+
+def _record(tx: Transaction, current: int, target: int) -> None:
+    for number in range(current + 1, target + 1):
+        tx.run("record_schema_version", {"version": number})
 
 
 #: The name the schema had before migrations were explicit.

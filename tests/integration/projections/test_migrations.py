@@ -50,7 +50,7 @@ def open_at_version(url: str, version: int) -> None:
     events = EventStore(env=location.eventsourcing_env(create_tables=True))
     try:
         database = make_database(events.recorder.datastore, location)  # type: ignore[attr-defined]
-        assert schema.migrate(database, target=version) == version
+        assert schema.migrate_to(database, version) == version
     finally:
         events.close()
 

@@ -65,18 +65,41 @@ def test_an_unknown_dialect_is_refused_by_name() -> None:
 
 
 def test_a_statement_defined_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    texts = {
-        "common.sql": "-- name: once\nSELECT 1;\n",
-        "sqlite.sql": "-- macro: now\nx\n-- name: once\nSELECT 2;\n",
-    }
-    monkeypatch.setattr(queries, "_read", texts.__getitem__)
+    real = queries._read
+
+    def with_a_second_db_now(file: str) -> str:
+        extra = "\n-- name: db_now\nSELECT 2;\n" if file == "sqlite.sql" else ""
+        return real(file) + extra
+
+    monkeypatch.setattr(queries, "_read", with_a_second_db_now)
     queries.load.cache_clear()
     try:
-        with pytest.raises(ValueError, match="'once' is defined twice"):
+        with pytest.raises(ValueError, match="'db_now' is defined twice"):
             queries.load("sqlite")
     finally:
         monkeypatch.undo()
         queries.load.cache_clear()
+
+
+def test_migration_files_are_numbered_from_one_without_gaps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert queries.migration_names()[0] == "migration_001"
+    monkeypatch.setattr(queries, "_migration_files", lambda: ["001_initial.sql", "003_x.sql"])
+    queries.migration_names.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"003_x.sql: expected 002_<what>.sql"):
+            queries.migration_names()
+    finally:
+        monkeypatch.undo()
+        queries.migration_names.cache_clear()
+
+
+def test_the_schema_file_and_the_first_migration_render_for_both_dialects() -> None:
+    for dialect in DIALECTS:
+        statements = queries.load(dialect)
+        assert "CREATE TABLE task_runs" in statements["schema"]
+        assert "CREATE TABLE task_runs" in statements["migration_001"]
 
 
 def test_the_seconds_macro_names_its_parameter() -> None:
