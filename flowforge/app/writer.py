@@ -87,9 +87,9 @@ class Writer:
         """An edge that needs neither a lease nor a worker (``transition_task_run``)."""
         if edge.name in MOVE_EDGES:
             return self.move_task(edge, task_run_id, actor=actor)
-        if edge is _SCHEDULE_RETRY:
+        if edge.name == _SCHEDULE_RETRY.name:
             return self.schedule_retry(task_run_id, delay_seconds, actor=actor)
-        if edge is _RETRY_READY:
+        if edge.name == _RETRY_READY.name:
             return self.retry_ready(task_run_id, actor=actor)
         raise ValueError(f"take_task_edge does not take {edge.name!r}")
 

@@ -75,10 +75,6 @@ def _record(tx: Transaction, current: int, target: int) -> None:
         tx.run("record_schema_version", {"version": number})
 
 
-#: The name the schema had before migrations were explicit.
-ensure_schema = migrate
-
-
 def check(database: Database) -> int:
     """The database's schema version, if it is this code's; refuse any other."""
     tx: Transaction

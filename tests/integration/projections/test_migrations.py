@@ -10,6 +10,7 @@ fails here.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
@@ -111,18 +112,60 @@ def test_a_migrated_postgres_database_equals_a_fresh_one(
 # --- SQLite ------------------------------------------------------------------------------
 
 
+#: A named constraint in a CREATE TABLE: SQLite keeps CHECKs only in the statement text.
+NAMED_CONSTRAINT = re.compile(r"CONSTRAINT (\w+) (CHECK|UNIQUE) \(", re.IGNORECASE)
+
+
+def named_constraints(table: str, sql: str) -> list[tuple[str, str, str]]:
+    """``(table, name, definition)`` of each named constraint, whitespace normalised."""
+    found = []
+    for match in NAMED_CONSTRAINT.finditer(sql):
+        depth, end = 1, match.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(sql[end], 0)
+            end += 1
+        found.append((table, match.group(1), " ".join(sql[match.start(2) : end].split())))
+    return found
+
+
 def sqlite_catalog(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """The catalog by name, not by position or formatting: ``ALTER TABLE ... ADD COLUMN``
+    appends to the stored CREATE TABLE text, so a migrated table's text differs from a
+    fresh one's even when the tables are the same."""
     with closing(sqlite3.connect(path)) as conn:
-        objects = conn.execute(
-            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
-        ).fetchall()
-        tables = [name for kind, name, _, _ in objects if kind == "table"]
-        columns = [
-            (table, *column)
+        tables = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        columns = sorted(
+            (table, name, kind, notnull, default, pk)
             for table in tables
-            for column in conn.execute(f'PRAGMA table_info("{table}")').fetchall()
-        ]
-    return {"objects": objects, "columns": columns}
+            for _, name, kind, notnull, default, pk in conn.execute(
+                f'PRAGMA table_info("{table}")'
+            )
+        )
+        foreign_keys = sorted(
+            (table, *key[2:5])
+            for table in tables
+            for key in conn.execute(f'PRAGMA foreign_key_list("{table}")')
+        )
+        indexes = sorted(
+            (table, name, " ".join((sql or "").split()))
+            for name, table, sql in conn.execute(
+                "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index'"
+            )
+        )
+        constraints = sorted(
+            named
+            for table, sql in conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+            )
+            for named in named_constraints(table, sql)
+        )
+    return {
+        "tables": sorted((t,) for t in tables),
+        "columns": columns,
+        "foreign_keys": foreign_keys,
+        "indexes": indexes,
+        "constraints": constraints,
+    }
 
 
 @pytest.mark.parametrize("version", VERSIONS)
