@@ -46,14 +46,18 @@ class Supervisor:
         try:
             target()
         except BaseException as exc:
-            log.exception("process thread failed", extra={"process": name})
+            # Stop first, then log: a failure to log must not leave the others running.
             with self._lock:
                 self.errors.append(exc)
             self.stop.set(f"{name} failed")
+            # Not "process": LogRecord reserves it (the OS process id).
+            log.exception("process thread failed", extra={"process_name": name})
             return
         if not self.stop.is_set():
-            log.error("process thread returned without a stop request", extra={"process": name})
             self.stop.set(f"{name} exited")
+            log.error(
+                "process thread returned without a stop request", extra={"process_name": name}
+            )
 
     @property
     def alive(self) -> bool:
