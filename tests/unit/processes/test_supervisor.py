@@ -34,15 +34,17 @@ def test_a_failed_thread_stops_the_others_and_its_error_is_logged_and_re_raised(
         raise crash
 
     supervisor = Supervisor(stop)
-    with caplog.at_level(logging.ERROR, logger="flowforge.processes.supervisor"):
-        with pytest.raises(RuntimeError) as caught:
-            supervisor.run(
-                [
-                    ("scheduler", crashing),
-                    ("worker-1", lambda: loop_until_stopped(stop, started)),
-                    ("worker-2", lambda: loop_until_stopped(stop, started)),
-                ]
-            )
+    with (
+        caplog.at_level(logging.ERROR, logger="flowforge.processes.supervisor"),
+        pytest.raises(RuntimeError) as caught,
+    ):
+        supervisor.run(
+            [
+                ("scheduler", crashing),
+                ("worker-1", lambda: loop_until_stopped(stop, started)),
+                ("worker-2", lambda: loop_until_stopped(stop, started)),
+            ]
+        )
     assert caught.value is crash
     assert stop.reason == "scheduler failed"
     assert not supervisor.alive
