@@ -77,9 +77,10 @@ def transport_for(settings: Settings) -> Transport:
     return Transport.rabbitmq(settings.broker)
 
 
-def open_app(settings: Settings) -> FlowForge:
-    """The application service on the configured database."""
-    return FlowForge(settings.database_url)
+def open_app(settings: Settings, *, migrate: bool | None = None) -> FlowForge:
+    """The application service on the configured database (``migrate``: as
+    ``FlowForge``'s; the CLI opens its own through ``cli.common.open_app``)."""
+    return FlowForge(settings.database_url, migrate=migrate)
 
 
 # --- the processes -----------------------------------------------------------------------

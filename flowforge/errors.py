@@ -188,3 +188,15 @@ class MalformedDispatchError(BrokerError):
 
 class ConfigurationError(FlowForgeError):
     """FlowForge's configuration is invalid; fix the named setting."""
+
+
+# --- the schema (store) -----------------------------------------------------------------
+
+
+class SchemaMigrationRequiredError(SchemaVersionError):
+    """The database's schema is older than this FlowForge, or absent: run
+    `flowforge db migrate` (or `flowforge db init`) first."""
+
+
+class DatabaseMissingError(SchemaMigrationRequiredError):
+    """The SQLite database file does not exist: create it with `flowforge db init`."""
