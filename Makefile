@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench mutate
+.PHONY: demo test lint bench bench-e2e mutate
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.claim_finish
+
+## End to end with real processes: throughput, ready->claimed latency, a 20-task chain.
+bench-e2e: $(STAMP)
+	$(BIN)/python -m bench.end_to_end
 
 ## Mutation testing of the guarantee modules ([tool.mutmut] in pyproject.toml). On demand,
 ## not in CI: CPU heavy (~15-20 min on 2 cores), so it runs niced. Survivors: docs/testing.md.

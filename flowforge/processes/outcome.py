@@ -99,6 +99,9 @@ class OutcomeWriter:
                     actor=self._worker_id,
                 )
             except errors.PersistenceError as exc:
+                # A permanent error (or a bug) is not retried: it would fail every time.
+                if isinstance(exc, errors.PermanentPersistenceError):
+                    raise
                 if self._stop.is_set() or self._clock() >= deadline:
                     self._keep(outcome)
                     raise

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -96,13 +95,8 @@ def test_a_dispatch_is_claimed_run_finished_and_then_acked(
     ctx = recorder.contexts[0]
     assert ctx.inputs == {"greeting": "hi"}
     assert (ctx.attempt, ctx.fencing_token, ctx.worker_id) == (1, 1, "w-test")
-    history = app.history(task.id)
-    assert [e.transition for e in history] == ["create", "claim", "succeed"]
-    # The worker claims and finishes as itself: the audit log names it.
-    assert [(e.actor, e.lease_owner) for e in history[1:]] == [
-        ("w-test", "w-test"),
-        ("w-test", None),
-    ]
+    transitions = [e.transition for e in app.history(task.id)]
+    assert transitions == ["create", "claim", "succeed"]
 
 
 def test_a_duplicate_dispatch_is_acked_without_running_the_handler_again(
@@ -362,39 +356,3 @@ def test_the_worker_services_its_connection_while_a_long_handler_runs(
         thread.join(10)
     assert not thread.is_alive()
     assert only_task(app, run_id).result == "done"
-
-
-def test_a_finish_after_the_attempt_was_ended_elsewhere_is_stale_and_acked(
-    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
-) -> None:
-    def cancelled_meanwhile(ctx: TaskContext) -> str:
-        # The attempt ends behind the worker's back (as a cancel or a reap would end it).
-        assert app.finish_task_run(ctx.task_run_id, ctx.fencing_token, "cancel_running")
-        return "too late"
-
-    recorder.behaviour["only"] = cancelled_meanwhile
-    run_id = app.start_workflow_run(ONE)
-    assert deliver_one(app, channel, worker) == "stale"
-    task = only_task(app, run_id)
-    assert (task.state, task.result) == ("cancelled", None)
-    assert channel.ready_count == channel.unsettled_count == 0
-
-
-def test_the_worker_heartbeats_its_claim_while_a_handler_outlasts_a_third_of_the_lease(
-    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
-) -> None:
-    def slow(ctx: TaskContext) -> str:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if any(e.transition == "renew_lease" for e in app.history(ctx.task_run_id)):
-                return "renewed"
-            time.sleep(0.05)
-        return "never renewed"
-
-    recorder.behaviour["only"] = slow
-    run_id = app.start_workflow_run({**ONE, "lease_seconds": 0.6})
-    assert deliver_one(app, channel, worker) == "succeed"
-    task = only_task(app, run_id)
-    assert task.result == "renewed"
-    renewal = next(e for e in app.history(task.id) if e.transition == "renew_lease")
-    assert (renewal.actor, renewal.fencing_token) == ("w-test", 1)
