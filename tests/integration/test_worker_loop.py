@@ -226,12 +226,15 @@ class FlakyPublisher:
     def __init__(self, channel: InMemoryDispatchChannel, failures: int) -> None:
         self._publisher = channel.publisher()
         self._failures = failures
+        #: The size of each batch that went through.
+        self.batches: list[int] = []
 
     def publish(self, messages: Sequence[DispatchMessage]) -> None:
         if self._failures > 0:
             self._failures -= 1
             raise errors.BrokerUnavailableError("scripted outage")
         self._publisher.publish(messages)
+        self.batches.append(len(messages))
 
     def close(self) -> None:
         """Nothing to release."""
@@ -265,3 +268,28 @@ def test_the_publisher_rides_out_an_outage_and_drains_a_backlog_without_waiting_
     assert failures == []
     assert sqlite_app.pending_dispatch_count() == 0
     assert publisher.backoff.failures == 0  # a sweep that went through reset it
+    assert flaky.batches == [1, 1, 1]  # batch_size rows per sweep, no more
+
+
+def test_a_publisher_built_without_a_backoff_rides_out_an_outage_with_the_default_one(
+    sqlite_app: FlowForge,
+) -> None:
+    sqlite_app.start_workflow_run(ONE)
+    channel = InMemoryDispatchChannel()
+    flaky = FlakyPublisher(channel, failures=1)
+    publisher = Publisher(sqlite_app, lambda: flaky)
+    thread, failures = run_in_thread(publisher.run)
+    try:
+        deadline = time.monotonic() + JOIN_S
+        while channel.ready_count < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert channel.ready_count == 1
+    finally:
+        publisher.stop.set("test")
+        thread.join(JOIN_S)
+    assert failures == []
+
+
+def test_a_publisher_refuses_a_batch_size_below_one_naming_it(sqlite_app: FlowForge) -> None:
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        Publisher(sqlite_app, InMemoryDispatchChannel().publisher, batch_size=0)
