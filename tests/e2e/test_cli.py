@@ -479,6 +479,7 @@ def test_worker_and_publisher_stop_on_a_classic_queue_with_the_migration_steps(
     production: Cli, command: list[str]
 ) -> None:
     cli = production
+    assert cli("db", "init").returncode == 0
     assert cli("submit", EXAMPLE).returncode == 0  # a pending dispatch for the publisher
     connection = pika.BlockingConnection(pika.URLParameters(servers.RABBITMQ_URL))
     try:  # the dispatch queue as an old release declared it: classic
