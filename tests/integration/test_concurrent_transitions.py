@@ -296,8 +296,8 @@ class TestCancelAgainstTheScheduler:
         for _ in range(CANCEL_ROUNDS):
             run_id = app.start_workflow_run(CHAIN)
             cancelled, _ = race(
-                lambda r=run_id: app.cancel_workflow_run(r),
-                lambda r=run_id: app.advance_workflow_run(r),
+                partial(app.cancel_workflow_run, run_id),
+                partial(app.advance_workflow_run, run_id),
             )
             assert cancelled is True, "the cancel lost to the scheduler's start"
             assert app.get_workflow_run(run_id).state == "cancelled"
@@ -326,7 +326,7 @@ class TestCancelAgainstTheScheduler:
                 return finished
 
             cancelled, finished = race(
-                lambda r=run_id: app.cancel_workflow_run(r), finish_and_advance
+                partial(app.cancel_workflow_run, run_id), finish_and_advance
             )
             run = app.get_workflow_run(run_id)
             # The cancel wins unless the run had already ended before it was written.

@@ -723,7 +723,7 @@ def test_a_rebuild_refuses_a_forged_claim_landing_in_succeeded_and_names_the_eve
     app, url = on_backend(backend, request)
     (task,) = app.task_runs(app.start_workflow_run(SINGLE))
     assert app.claim_task_run(task.id, "w1", LONG)
-    claim = list(app.events.events.get(task.id))[-1]
+    claim: Any = list(app.events.events.get(task.id))[-1]  # fields mypy cannot see
     forged = dataclasses.replace(claim, state="succeeded")  # ready -> succeeded
     replace_stored_event(backend, url, app.events.mapper.to_stored_event(forged))
     rows_before = postgres_rows(url) if backend == "postgres" else sqlite_rows(url)
@@ -748,7 +748,7 @@ def test_a_rebuild_refuses_an_event_whose_source_is_not_the_rows_state(
     app, url = on_backend(backend, request)
     (task,) = app.task_runs(app.start_workflow_run(SINGLE))  # created ready
     assert app.claim_task_run(task.id, "w1", LONG)
-    claim = list(app.events.events.get(task.id))[-1]
+    claim: Any = list(app.events.events.get(task.id))[-1]  # fields mypy cannot see
     # A real edge (pending -> ready) at the right version, but the row is ready, not
     # pending: only the row's state, not the version, shows the event does not follow.
     fields = {f.name: getattr(claim, f.name) for f in dataclasses.fields(claim)}
@@ -779,6 +779,6 @@ def replace_stored_event(backend: str, url: str, stored: Any) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             assert conn.execute(sql, params).rowcount == 1
     else:
-        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as lite, lite:
             # The SQLite recorder stores the id as its hex string (no dashes).
-            assert conn.execute(sql, (*params[:2], params[2].hex, params[3])).rowcount == 1
+            assert lite.execute(sql, (*params[:2], params[2].hex, params[3])).rowcount == 1

@@ -9,7 +9,6 @@ thread of the test process; the handlers count their calls outside the engine.
 from __future__ import annotations
 
 import logging
-import subprocess
 import threading
 import urllib.parse
 import uuid
@@ -29,7 +28,7 @@ from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
 from tests import servers, topology
-from tests.e2e.cluster import wait_until
+from tests.helpers import rabbitmqctl, wait_until
 
 T = TypeVar("T")
 #: The bound on every wait for something that happens within a second or two.
@@ -253,13 +252,6 @@ def test_a_worker_stopped_during_an_outage_requeues_and_the_reaper_reruns_the_ta
 
 
 # --- the broker connection dies while a handler runs ------------------------------------
-
-
-def rabbitmqctl(*args: str) -> str:
-    done = subprocess.run(
-        ["rabbitmqctl", "-q", *args], check=True, capture_output=True, text=True, timeout=120
-    )
-    return done.stdout
 
 
 @pytest.fixture

@@ -582,16 +582,18 @@ def test_replay_checks_every_edge_of_the_table_against_its_own_source_and_target
     for edge in TASK_RUN_MACHINE:
         event_class = task_run.EVENT_FOR_TRANSITION[edge.name]
         for target in T:
-            fields = dict.fromkeys(task_run.MUTABLE_FIELDS)
-            fields.update(state=target.value, fencing_token=0, attempt=1)
-            event = event_class(
+            fields: dict[str, Any] = dict.fromkeys(task_run.MUTABLE_FIELDS)
+            fields.update(
+                state=target.value,
+                fencing_token=0,
+                attempt=1,
                 originator_id=TASK_ID,
                 originator_version=2,
                 timestamp=T0,
                 source=edge.source.value,
                 actor=WORKER,
-                **fields,
             )
+            event = event_class(**fields)
             if target == edge.target:
                 task_run.check_replayable(event)
             else:
