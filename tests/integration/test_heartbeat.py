@@ -84,9 +84,10 @@ def test_the_heartbeat_renews_every_third_of_the_lease_so_the_lease_never_lapses
     assert [e.transition for e in log[:2]] == ["claim", "renew_lease"]
     times = [e.at for e in log]
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
-    # On average lease/3 apart (a renewal's own transaction adds a little): a heartbeat
-    # at lease/2 or lease/4 is outside, one that never renews never gets here.
-    assert 0.85 * LEASE_S / 3 <= statistics.mean(gaps) <= 1.2 * LEASE_S / 3, gaps
+    # lease/3 apart (a renewal's own transaction, and a busy machine, add a little; the
+    # median ignores one slow beat): a heartbeat at lease/2 (1.5x) or lease/4 (0.75x) is
+    # outside, one that never renews never gets here.
+    assert 0.85 * LEASE_S / 3 <= statistics.median(gaps) <= 1.35 * LEASE_S / 3, gaps
     for before, after in itertools.pairwise(log):
         assert before.lease_expires_at is not None
         assert after.at < before.lease_expires_at, "the lease lapsed between two renewals"
