@@ -76,9 +76,10 @@ def _postgres(
         "POSTGRES_PASSWORD": unquote(password or ""),
         "POSTGRES_POOL_SIZE": str(POSTGRES_POOL_SIZE),
         "POSTGRES_MAX_OVERFLOW": str(POSTGRES_MAX_OVERFLOW),
-        # A connection killed under us (restart, pg_terminate_backend) is replaced on
-        # the next checkout instead of failing the next command.
-        "POSTGRES_PRE_PING": "y",
+        # No ping on checkout: a connection killed under us (restart,
+        # pg_terminate_backend) is found at BEGIN and replaced there, and the BEGIN retried
+        # (flowforge.projections.database.PostgresDatabase._begin).
+        "POSTGRES_PRE_PING": "n",
         "POSTGRES_CONNECT_TIMEOUT": "5",
         # The publisher holds its sweep's transaction open while the broker confirms
         # (up to 30 s); the library's default would kill that connection after 5 s.
