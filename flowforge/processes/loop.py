@@ -9,15 +9,26 @@ never sits out a delay.
 from __future__ import annotations
 
 import logging
+import math
+import random
 import signal
 import threading
+import time
+from collections.abc import Callable
 from types import FrameType
 
 log = logging.getLogger(__name__)
 
-#: Reconnect backoff: exponential from the base, capped, with full jitter.
-RECONNECT_BACKOFF_BASE_S = 0.5
-RECONNECT_BACKOFF_CAP_S = 30.0
+#: Reconnect backoff: exponential from the base, capped, with full jitter. The cap is
+#: what bounds how late a returning broker is noticed, so it is low: a probe of a broker
+#: that is down is one refused TCP connect, and even a fleet of a hundred processes
+#: probing about twice a second each is nothing to a broker node. (It was 30 s: dispatch
+#: then resumed up to 30 s after the broker came back.)
+RECONNECT_BACKOFF_BASE_S = 0.25
+RECONNECT_BACKOFF_CAP_S = 1.0
+#: A failure this long after the previous one starts a new outage: the backoff starts
+#: again from the base instead of at the cap.
+HEALTHY_RESET_S = 10.0
 
 
 class Stop:
@@ -69,3 +80,40 @@ def backoff_delay(attempt: int, rand: float) -> float:
     # min() on the exponent first: 2**10_000 is a valid int but an overflowing float.
     ceiling = min(RECONNECT_BACKOFF_CAP_S, RECONNECT_BACKOFF_BASE_S * 2.0 ** min(attempt, 64))
     return float(ceiling * rand)
+
+
+class Backoff:
+    """The waits of one process between reconnect attempts, across outages.
+
+    Each failure returns the next wait (``backoff_delay``); a failure that comes
+    ``HEALTHY_RESET_S`` after the previous one (the connection worked in between) starts
+    from the base again. A broker that flaps (accepts, then fails at once) therefore
+    stays at the cap instead of being retried from the base every time.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self._clock = clock
+        self._rand = rand
+        self._last_failure = -math.inf
+        #: Failures in the current outage (1 after the first).
+        self.attempt = 0
+
+    def failed(self) -> float:
+        """Record a failure; the seconds to wait before the next attempt."""
+        now = self._clock()
+        if now - self._last_failure >= HEALTHY_RESET_S:
+            self.attempt = 0
+        self._last_failure = now
+        self.attempt += 1
+        return backoff_delay(self.attempt - 1, self._rand())
+
+    @property
+    def worth_a_warning(self) -> bool:
+        """Whether to log this failure as a warning: the first of an outage, then the
+        2nd, 4th, 8th...: a long outage is reported without a line per probe."""
+        return self.attempt & (self.attempt - 1) == 0

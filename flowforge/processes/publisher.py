@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 
 from flowforge import errors
 from flowforge.app.service import FlowForge
-from flowforge.processes.loop import Stop, backoff_delay
+from flowforge.processes.loop import Backoff, Stop
 from flowforge.processes.transport import DispatchPublisher
 
 log = logging.getLogger(__name__)
@@ -22,7 +21,8 @@ class Publisher:
 
     A full batch is followed at once by the next, so a backlog drains at the broker's
     pace; an empty sweep waits ``interval``. A broker outage leaves every row pending
-    and backs off (capped, jittered) until the broker returns.
+    and backs off (jittered, capped at ``RECONNECT_BACKOFF_CAP_S``, 1 s) until the
+    broker returns, so dispatch resumes within about a second of its return.
     """
 
     def __init__(
@@ -63,17 +63,16 @@ class Publisher:
     def run(self) -> None:
         self.stop.install_signal_handlers()
         log.info("publisher started", extra={"batch_size": self.batch_size})
-        failures = 0
+        backoff = Backoff()
         while not self.stop.is_set():
             try:
                 published = self.sweep()
-                failures = 0
             except (errors.BrokerError, errors.PersistenceError) as exc:
-                failures += 1
-                delay = backoff_delay(failures - 1, random.random())
-                log.warning(
+                delay = backoff.failed()
+                log.log(
+                    logging.WARNING if backoff.worth_a_warning else logging.INFO,
                     "publish failed; rows stay pending",
-                    extra={"error": str(exc), "attempt": failures, "retry_in_s": delay},
+                    extra={"error": str(exc), "attempt": backoff.attempt, "retry_in_s": delay},
                 )
                 self.stop.wait(delay)
                 continue
