@@ -25,6 +25,7 @@ from flowforge.processes.runner import ProcessGroup, Transport
 from tests import servers, topology
 from tests.e2e.cluster import admin
 from tests.e2e.pgbouncer import pgbouncer
+from tests.integration.test_concurrent_transitions import race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.rabbitmq]
 
@@ -94,26 +95,7 @@ class ServerConnections:
 
 def _open_apps(url: str) -> list[FlowForge]:
     """Every group's FlowForge, created at once: the schema creation races too."""
-    barrier = threading.Barrier(GROUPS)
-    apps: list[FlowForge] = []
-    failures: list[BaseException] = []
-
-    def open_app() -> None:
-        barrier.wait()
-        try:
-            apps.append(FlowForge(url))
-        except BaseException as exc:  # reported below
-            failures.append(exc)
-
-    threads = [threading.Thread(target=open_app) for _ in range(GROUPS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        for app in apps:
-            app.close()
-        raise failures[0]
+    apps: list[FlowForge] = race(*[lambda: FlowForge(url)] * GROUPS)
     return apps
 
 

@@ -7,7 +7,6 @@ exactly as an operator, a failover or a chaos test would. See docs/architecture.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,13 +14,13 @@ from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
-import psycopg
 import pytest
 
 from flowforge import errors
 from flowforge.app.service import FlowForge
 from flowforge.projections.database import Database
-from tests import servers
+from tests.e2e.cluster import admin
+from tests.integration.test_concurrent_transitions import race
 
 pytestmark = pytest.mark.postgres
 
@@ -42,19 +41,8 @@ def _dbname(url: str) -> str:
     return urlsplit(url).path.lstrip("/")
 
 
-@contextmanager
-def _admin() -> Iterator[psycopg.Connection[Any]]:
-    """A connection to another database: the kill never hits the test's own connection."""
-    url = (
-        f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:"
-        f"{servers.POSTGRES_PORT}/{servers.POSTGRES_ADMIN_DB}"
-    )
-    with psycopg.connect(url, autocommit=True) as conn:
-        yield conn
-
-
 def _backends(dbname: str, state: str | None = None) -> int:
-    with _admin() as conn:
+    with admin() as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
             " AND backend_type = 'client backend' AND (%s::text IS NULL OR state = %s)",
@@ -65,7 +53,7 @@ def _backends(dbname: str, state: str | None = None) -> int:
 
 def _kill_backends(dbname: str, state: str | None = None) -> int:
     """Terminate the database's backends (in ``state`` if given); wait until they are gone."""
-    with _admin() as conn:
+    with admin() as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
             " WHERE datname = %s AND backend_type = 'client backend'"
@@ -84,22 +72,29 @@ def _wait_for_full_pool(dbname: str) -> None:
         time.sleep(0.05)
 
 
-def _claimed_task(app: FlowForge) -> tuple[UUID, int]:
+def _ready_task(app: FlowForge) -> UUID:
     run_id = app.start_workflow_run(ONE_TASK)
     app.advance_workflow_run(run_id)
     (task,) = app.task_runs(run_id)
-    claim = app.claim_task_run(task.id, "worker-1", 5)
+    return task.id
+
+
+@pytest.fixture
+def claimed_then_killed(pg_app: FlowForge, postgres_url: str) -> tuple[UUID, int]:
+    """A claimed task's id and token, after every connection of the pool was killed."""
+    task_id = _ready_task(pg_app)
+    claim = pg_app.claim_task_run(task_id, "worker-1", 5)
     assert claim is not None
-    return task.id, claim.fencing_token
-
-
-def test_after_every_connection_is_killed_the_next_heartbeat_succeeds_at_once(
-    pg_app: FlowForge, postgres_url: str
-) -> None:
-    task_id, token = _claimed_task(pg_app)
     dbname = _dbname(postgres_url)
     _wait_for_full_pool(dbname)
     assert _kill_backends(dbname) >= POOL_CONNECTIONS
+    return task_id, claim.fencing_token
+
+
+def test_after_every_connection_is_killed_the_next_heartbeat_succeeds_at_once(
+    pg_app: FlowForge, claimed_then_killed: tuple[UUID, int]
+) -> None:
+    task_id, token = claimed_then_killed
 
     started = time.monotonic()
     renewed = pg_app.renew_lease(task_id, token, 5)
@@ -110,32 +105,15 @@ def test_after_every_connection_is_killed_the_next_heartbeat_succeeds_at_once(
 
 
 def test_after_every_connection_is_killed_concurrent_commands_all_succeed(
-    pg_app: FlowForge, postgres_url: str
+    pg_app: FlowForge, claimed_then_killed: tuple[UUID, int]
 ) -> None:
     # Eight threads (more than the pool keeps) meet the dead connections at once: each
-    # must get a fresh connection, none an error.
-    task_id, token = _claimed_task(pg_app)
-    dbname = _dbname(postgres_url)
-    _wait_for_full_pool(dbname)
-    _kill_backends(dbname)
-    threads, barrier = 8, threading.Barrier(8)
-    failures: list[BaseException] = []
-    renewed: list[bool] = []
+    # must get a fresh connection, none an error (race raises any).
+    task_id, token = claimed_then_killed
+    threads = 8
 
-    def heartbeat() -> None:
-        barrier.wait()
-        try:
-            renewed.append(pg_app.renew_lease(task_id, token, 5))
-        except BaseException as exc:  # collected and reported below
-            failures.append(exc)
+    renewed = race(*[lambda: pg_app.renew_lease(task_id, token, 5)] * threads)
 
-    workers = [threading.Thread(target=heartbeat) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-
-    assert failures == []
     assert renewed == [True] * threads
 
 
@@ -165,17 +143,15 @@ class _KillBeforeCommit:
 def test_a_connection_lost_at_commit_surfaces_and_the_command_is_not_retried(
     pg_app: FlowForge, postgres_url: str
 ) -> None:
-    run_id = pg_app.start_workflow_run(ONE_TASK)
-    pg_app.advance_workflow_run(run_id)
-    (task,) = pg_app.task_runs(run_id)
+    task_id = _ready_task(pg_app)
     real, killing = pg_app.database, _KillBeforeCommit(pg_app.database, _dbname(postgres_url))
     pg_app.database = killing  # type: ignore[assignment]
     try:
         with pytest.raises(errors.DatabaseUnavailableError):
-            pg_app.claim_task_run(task.id, "worker-1", 5)
+            pg_app.claim_task_run(task_id, "worker-1", 5)
     finally:
         pg_app.database = real
 
     assert killing.bodies_run == 1
-    assert pg_app.get_task_run(task.id).state == "ready"  # the lost COMMIT applied nothing
-    assert pg_app.claim_task_run(task.id, "worker-1", 5) is not None
+    assert pg_app.get_task_run(task_id).state == "ready"  # the lost COMMIT applied nothing
+    assert pg_app.claim_task_run(task_id, "worker-1", 5) is not None
