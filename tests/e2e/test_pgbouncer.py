@@ -94,8 +94,9 @@ class ServerConnections:
 
 
 def _open_apps(url: str) -> list[FlowForge]:
-    """Every group's FlowForge, created at once: the schema creation races too."""
-    apps: list[FlowForge] = race(*[lambda: FlowForge(url)] * GROUPS)
+    """Every group's FlowForge, created at once, each migrating: the schema lock races
+    through PgBouncer too (as processes started with `flowforge run` would)."""
+    apps: list[FlowForge] = race(*[lambda: FlowForge(url, migrate=True)] * GROUPS)
     return apps
 
 
