@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 
 from flowforge.app.service import FlowForge
-from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher
+from flowforge.bootstrap import ProcessGroup, Transport
 from flowforge.processes.registry import TaskContext, TaskRegistry
-from flowforge.processes.runner import ProcessGroup, Transport
 from tests import servers, topology
 from tests.e2e.cluster import admin
 from tests.e2e.pgbouncer import pgbouncer
@@ -34,18 +33,12 @@ GROUPS, WORKERS_PER_GROUP = 4, 5
 WIDTH = 40
 #: Each "first" task feeds a "second"; a "last" task joins them all: 81 tasks, three
 #: scheduler promotions, every statement of the hot path many times per connection.
-DIAMOND = {
-    "name": "diamond",
-    "lease_seconds": 30,
-    "tasks": [
-        *({"key": f"first{i}", "type": "work"} for i in range(WIDTH)),
-        *(
-            {"key": f"second{i}", "type": "work", "depends_on": [f"first{i}"]}
-            for i in range(WIDTH)
-        ),
-        {"key": "last", "type": "work", "depends_on": [f"second{i}" for i in range(WIDTH)]},
-    ],
-}
+TASKS: list[dict[str, Any]] = [
+    *({"key": f"first{i}", "type": "work"} for i in range(WIDTH)),
+    *({"key": f"second{i}", "type": "work", "depends_on": [f"first{i}"]} for i in range(WIDTH)),
+    {"key": "last", "type": "work", "depends_on": [f"second{i}" for i in range(WIDTH)]},
+]
+DIAMOND = {"name": "diamond", "lease_seconds": 30, "tasks": TASKS}
 RUNS = 2
 #: A bound that only ends a broken test: the runs take seconds.
 RUN_TIMEOUT_S = 240.0
@@ -120,9 +113,7 @@ def test_twenty_workers_through_pgbouncer_on_four_server_connections_finish_each
         ServerConnections(database) as server,
         ExitStack() as stack,
     ):
-        transport = Transport(
-            lambda: RabbitDispatchPublisher(broker), lambda: RabbitDispatchConsumer(broker)
-        )
+        transport = Transport.rabbitmq(broker)
         apps = _open_apps(url)
         for app in apps:
             stack.callback(app.close)
@@ -143,7 +134,7 @@ def test_twenty_workers_through_pgbouncer_on_four_server_connections_finish_each
             if entry.transition == "succeed"
         )
 
-    tasks = RUNS * len(DIAMOND["tasks"])
+    tasks = RUNS * len(TASKS)
     assert len(succeeded) == tasks
     assert set(succeeded.values()) == {1}, "a task finished twice"
     assert len(handled) == tasks

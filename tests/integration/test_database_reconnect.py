@@ -20,6 +20,7 @@ from flowforge import errors
 from flowforge.app.service import FlowForge
 from flowforge.projections.database import Database
 from tests.e2e.cluster import admin
+from tests.helpers import claim, wait_until
 from tests.integration.test_concurrent_transitions import race
 
 pytestmark = pytest.mark.postgres
@@ -66,10 +67,7 @@ def _kill_backends(dbname: str, state: str | None = None) -> int:
 
 def _wait_for_full_pool(dbname: str) -> None:
     """The pool opens its connections in the background: wait until all are open."""
-    deadline = time.monotonic() + DEADLINE_S
-    while _backends(dbname) < POOL_CONNECTIONS:
-        assert time.monotonic() < deadline, "the pool never opened its connections"
-        time.sleep(0.05)
+    wait_until(lambda: _backends(dbname) >= POOL_CONNECTIONS, DEADLINE_S, "a full pool")
 
 
 def _ready_task(app: FlowForge) -> UUID:
@@ -83,12 +81,11 @@ def _ready_task(app: FlowForge) -> UUID:
 def claimed_then_killed(pg_app: FlowForge, postgres_url: str) -> tuple[UUID, int]:
     """A claimed task's id and token, after every connection of the pool was killed."""
     task_id = _ready_task(pg_app)
-    claim = pg_app.claim_task_run(task_id, "worker-1", 5)
-    assert claim is not None
+    won = claim(pg_app, task_id, "worker-1")
     dbname = _dbname(postgres_url)
     _wait_for_full_pool(dbname)
     assert _kill_backends(dbname) >= POOL_CONNECTIONS
-    return task_id, claim.fencing_token
+    return task_id, won.fencing_token
 
 
 def test_after_every_connection_is_killed_the_next_heartbeat_succeeds_at_once(
@@ -145,7 +142,7 @@ def test_a_connection_lost_at_commit_surfaces_and_the_command_is_not_retried(
 ) -> None:
     task_id = _ready_task(pg_app)
     real, killing = pg_app.database, _KillBeforeCommit(pg_app.database, _dbname(postgres_url))
-    pg_app.database = killing  # type: ignore[assignment]
+    pg_app.database = killing
     try:
         with pytest.raises(errors.DatabaseUnavailableError):
             pg_app.claim_task_run(task_id, "worker-1", 5)

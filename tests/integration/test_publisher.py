@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,7 @@ from flowforge.processes.publisher import Publisher
 from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher
 from flowforge.processes.transport import DispatchPublisher
 from tests import topology
-from tests.e2e.cluster import rabbitmqctl
+from tests.helpers import rabbitmqctl, wait_until
 
 WIDE = {
     "name": "wide",
@@ -190,13 +190,6 @@ OUTAGE_FAILURES = 6
 RESUMED_WITHIN_S = 5.0
 
 
-def wait_until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 class RecordingStop(loop.Stop):
     """A stop request that remembers every wait the publisher asked for."""
 
@@ -226,20 +219,21 @@ def test_rows_committed_during_a_broker_outage_are_dispatched_within_seconds_of_
     thread.start()
     try:
         pg_app.start_workflow_run(WIDE)
-        wait_until(lambda: pg_app.pending_dispatch_count() == 0, "the first run's dispatches")
+        wait_until(lambda: pg_app.pending_dispatch_count() == 0, DEADLINE_S, "first dispatches")
         try:
             rabbitmqctl("stop_app")
             before_outage = connects
             pg_app.start_workflow_run(WIDE)  # committed while the broker is away
             wait_until(
                 lambda: connects - before_outage >= OUTAGE_FAILURES,
+                DEADLINE_S,
                 f"{OUTAGE_FAILURES} failed reconnects",
             )
         finally:
             rabbitmqctl("start_app")
             rabbitmqctl("await_startup")
         back = time.monotonic()
-        wait_until(lambda: pg_app.pending_dispatch_count() == 0, "the outage's dispatches")
+        wait_until(lambda: pg_app.pending_dispatch_count() == 0, DEADLINE_S, "the outage's rows")
         resumed_after = time.monotonic() - back
     finally:
         stop.set("test over")
