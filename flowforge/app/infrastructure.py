@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import psycopg
-from eventsourcing.postgres import PostgresDatastore
+from eventsourcing.postgres import PostgresDatastore, PostgresFactory
 from eventsourcing.sqlite import SQLiteDatastore
+from eventsourcing.utils import Environment, EnvType, get_topic
 
 from flowforge import errors
 from flowforge.projections.database import (
@@ -23,6 +26,27 @@ from flowforge.projections.database import (
 #: Connections each process keeps open, and how many more it may open under load.
 POSTGRES_POOL_SIZE = 4
 POSTGRES_MAX_OVERFLOW = 16
+
+
+class FlowForgePostgresFactory(PostgresFactory):
+    """The library's PostgreSQL infrastructure, with FlowForge's connection settings.
+
+    Server-side prepared statements are off (``prepare_threshold=None``; the library
+    asks for them on its reads with ``prepare=True``, which this also turns off). A
+    prepared statement lives in one server session, and behind PgBouncer in transaction
+    pooling mode (1.18, Debian 12's, does not track them) the next transaction runs in
+    another session: "prepared statement _pg3_0 does not exist" or "... already exists".
+    FlowForge's statements are short single-row ones, so the parse and plan they save is
+    small next to a round trip, and one setting that works with and without a pooler is
+    worth more than that (docs/architecture.md, "Through PgBouncer").
+    """
+
+    def __init__(self, env: Environment | EnvType | None) -> None:
+        super().__init__(env)
+        # Before the pool opens its first connection: the library opens it lazily.
+        kwargs = self.datastore.pool.kwargs
+        assert isinstance(kwargs, dict), "the library passes its pool a dict of kwargs"
+        kwargs["prepare_threshold"] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +111,7 @@ def _postgres(
             f"postgresql://postgres@127.0.0.1:5432/flowforge"
         )
     env = {
-        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "PERSISTENCE_MODULE": get_topic(FlowForgePostgresFactory),
         "POSTGRES_DBNAME": dbname,
         "POSTGRES_HOST": host,
         "POSTGRES_PORT": str(port or 5432),
@@ -95,9 +119,10 @@ def _postgres(
         "POSTGRES_PASSWORD": unquote(password or ""),
         "POSTGRES_POOL_SIZE": str(POSTGRES_POOL_SIZE),
         "POSTGRES_MAX_OVERFLOW": str(POSTGRES_MAX_OVERFLOW),
-        # A connection killed under us (restart, pg_terminate_backend) is replaced on
-        # the next checkout instead of failing the next command.
-        "POSTGRES_PRE_PING": "y",
+        # No ping on checkout: a connection killed under us (restart,
+        # pg_terminate_backend) is found at BEGIN and replaced there, and the BEGIN retried
+        # (flowforge.projections.database.PostgresDatabase._begin).
+        "POSTGRES_PRE_PING": "n",
         "POSTGRES_CONNECT_TIMEOUT": "5",
         # The publisher holds its sweep's transaction open while the broker confirms
         # (up to 30 s); the library's default would kill that connection after 5 s.
@@ -130,6 +155,8 @@ def _redact(url: str) -> str:
 
 #: The advisory lock that serialises schema creation across processes (any constant).
 SCHEMA_LOCK_KEY = 7354219861
+#: How long a process waits between tries for the schema lock that another one holds.
+SCHEMA_LOCK_POLL_S = 0.05
 
 
 @contextmanager
@@ -139,28 +166,43 @@ def schema_creation_lock(location: DatabaseLocation) -> Iterator[None]:
     The library's table creation (``CREATE TABLE IF NOT EXISTS``, ``CREATE TYPE``, ...)
     is not safe against itself: processes starting at once can fail with "tuple
     concurrently updated". On SQLite the database's write lock already serialises it.
+
+    The lock is a transaction's (``pg_advisory_xact_lock``), held by keeping that
+    transaction open, and it is tried, not waited for. Both are for PgBouncer in
+    transaction pooling mode: a session's lock and its unlock would run in different
+    server sessions (the lock would outlive the process), and a process blocked waiting
+    for the lock would hold one of the pooler's few server connections while the holder
+    needs another to create the tables: with as many processes starting as there are
+    server connections, none would progress.
     """
     if location.dialect != "postgres":
         yield
         return
-    env = location.env
-    with (
-        translate_errors(location.display),
-        psycopg.connect(
-            host=env["POSTGRES_HOST"],
-            port=env["POSTGRES_PORT"],
-            dbname=env["POSTGRES_DBNAME"],
-            user=env["POSTGRES_USER"],
-            password=env["POSTGRES_PASSWORD"],
-            connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
-            autocommit=True,
-        ) as conn,
-    ):
-        conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK_KEY,))
-        try:
-            yield
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK_KEY,))
+    with translate_errors(location.display), _connect(location.env) as conn:
+        while True:
+            with conn.transaction(force_rollback=True):
+                if _try_schema_lock(conn):
+                    yield
+                    return
+            time.sleep(SCHEMA_LOCK_POLL_S)
+
+
+def _connect(env: dict[str, str]) -> psycopg.Connection[Any]:
+    return psycopg.connect(
+        host=env["POSTGRES_HOST"],
+        port=env["POSTGRES_PORT"],
+        dbname=env["POSTGRES_DBNAME"],
+        user=env["POSTGRES_USER"],
+        password=env["POSTGRES_PASSWORD"],
+        connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
+        autocommit=True,
+        prepare_threshold=None,  # see FlowForgePostgresFactory
+    )
+
+
+def _try_schema_lock(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,)).fetchone()
+    return bool(row and row[0])
 
 
 def make_database(datastore: object, location: DatabaseLocation) -> Database:

@@ -18,9 +18,13 @@ from types import FrameType
 
 log = logging.getLogger(__name__)
 
-#: Reconnect backoff: exponential from the base, capped, with full jitter.
-RECONNECT_BACKOFF_BASE_S = 0.5
-RECONNECT_BACKOFF_CAP_S = 30.0
+#: Reconnect backoff: exponential from the base, capped, with full jitter. The cap is
+#: what bounds how late a returning broker is noticed, so it is low: a probe of a broker
+#: that is down is one refused TCP connect, and even a fleet of a hundred processes
+#: probing about twice a second each is nothing to a broker node. (It was 30 s: dispatch
+#: then resumed up to 30 s after the broker came back.)
+RECONNECT_BACKOFF_BASE_S = 0.25
+RECONNECT_BACKOFF_CAP_S = 1.0
 #: A connection that stayed up this long was healthy: the next outage starts the
 #: backoff from the base again, instead of where the last outage left it.
 RECONNECT_BACKOFF_RESET_AFTER_S = 60.0
@@ -117,6 +121,12 @@ class Backoff:
         """Start again from the base at the next failure."""
         self.failures = 0
         self._healthy_since = None
+
+    @property
+    def worth_a_warning(self) -> bool:
+        """Whether to log the latest failure as a warning: the first of an outage, then
+        the 2nd, 4th, 8th...: a long outage is reported without a line per probe."""
+        return self.failures & (self.failures - 1) == 0
 
     def next_delay(self) -> float:
         """Record a failure; seconds to wait before the next attempt."""

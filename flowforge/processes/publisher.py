@@ -74,7 +74,8 @@ class Publisher:
                 raise
             except (errors.BrokerError, errors.PersistenceError) as exc:
                 delay = self.backoff.next_delay()
-                log.warning(
+                log.log(
+                    logging.WARNING if self.backoff.worth_a_warning else logging.INFO,
                     "publish failed; rows stay pending",
                     extra={
                         "error": str(exc),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
@@ -35,6 +35,9 @@ from flowforge.projections.tables import COLUMN_KINDS, Kind
 Row = dict[str, Any]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+#: A transaction whose BEGIN finds its pooled connection dead is begun once more, on a
+#: connection the pool has just checked (see ``PostgresDatabase._begin``).
+BEGIN_ATTEMPTS = 2
 
 
 class Transaction(Protocol):
@@ -97,16 +100,40 @@ class PostgresDatabase:
 
     @contextmanager
     def transaction(self) -> Iterator[_PostgresTransaction]:
-        with (
-            translate_errors(self.location),
-            self._datastore.get_connection() as conn,
-            conn.transaction(),
-            conn.cursor() as cursor,
-        ):
-            yield _PostgresTransaction(cursor)
+        with translate_errors(self.location), ExitStack() as stack:
+            conn = self._begin(stack)
+            with conn.cursor() as cursor:
+                yield _PostgresTransaction(cursor)
 
     def read(self) -> AbstractContextManager[_PostgresTransaction]:
         return self.transaction()
+
+    def _begin(self, stack: ExitStack) -> psycopg.Connection[Any]:
+        """A pooled connection with the transaction's BEGIN done, its exits on ``stack``.
+
+        The pool does not ping a connection before lending it (that was a round trip on
+        every transaction, and after a mass kill the pool checked its dead connections
+        one at a time, waiting 1, 2, 4 s between them). Instead a connection found dead
+        at BEGIN is dropped, the pool checks all its idle connections at once (replacing
+        the dead ones), and BEGIN is tried once more. That retry is safe because none of
+        the transaction's statements has run yet. Nothing after BEGIN is ever retried: a
+        connection lost during the statements or the COMMIT surfaces as
+        ``DatabaseUnavailableError``, since a lost COMMIT may or may not have applied.
+        """
+        for attempt in range(1, BEGIN_ATTEMPTS + 1):
+            with ExitStack() as attempt_stack:
+                conn = attempt_stack.enter_context(self._datastore.get_connection())
+                try:
+                    attempt_stack.enter_context(conn.transaction())
+                except psycopg.OperationalError:
+                    if not conn.closed or attempt == BEGIN_ATTEMPTS:
+                        raise
+                else:
+                    stack.push(attempt_stack.pop_all())
+                    return conn
+            # Out of the attempt's block: the dead connection went back, and was discarded.
+            self._datastore.pool.check()
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 # --- SQLite -------------------------------------------------------------------------------

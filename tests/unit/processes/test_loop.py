@@ -11,17 +11,21 @@ from flowforge.processes import loop
 
 def test_backoff_ceiling_doubles_from_the_base_per_attempt() -> None:
     base = loop.RECONNECT_BACKOFF_BASE_S
-    assert [loop.backoff_delay(attempt, 1.0) for attempt in range(4)] == [
+    assert 4 * base <= loop.RECONNECT_BACKOFF_CAP_S
+    assert [loop.backoff_delay(attempt, 1.0) for attempt in range(3)] == [
         base,
         2 * base,
         4 * base,
-        8 * base,
     ]
 
 
 @pytest.mark.parametrize("attempt", [10, 50, 10_000])
 def test_backoff_never_exceeds_the_cap(attempt: int) -> None:
-    assert loop.backoff_delay(attempt, 1.0) == loop.RECONNECT_BACKOFF_CAP_S == 30.0
+    assert loop.backoff_delay(attempt, 1.0) == loop.RECONNECT_BACKOFF_CAP_S
+
+
+def test_the_cap_lets_a_returning_broker_be_noticed_within_about_a_second() -> None:
+    assert loop.RECONNECT_BACKOFF_CAP_S <= 1.0
 
 
 def test_backoff_is_full_jitter_scaled_by_rand() -> None:
@@ -36,6 +40,24 @@ def test_backoff_rejects_a_negative_attempt_or_rand_outside_the_unit_interval(
 ) -> None:
     with pytest.raises(ValueError, match="must be"):
         loop.backoff_delay(attempt, rand)
+
+
+def test_a_backoff_grows_from_the_base_to_the_cap_through_an_outage() -> None:
+    backoff = loop.Backoff(rand=lambda: 1.0)
+    waits = [backoff.next_delay() for _ in range(6)]
+    base, cap = loop.RECONNECT_BACKOFF_BASE_S, loop.RECONNECT_BACKOFF_CAP_S
+    assert waits == [base, 2 * base, 4 * base, cap, cap, cap]
+    assert backoff.failures == 6
+
+
+def test_a_long_outage_warns_at_the_first_failure_then_ever_more_rarely() -> None:
+    backoff = loop.Backoff()
+    warned = []
+    for attempt in range(1, 17):
+        backoff.next_delay()
+        if backoff.worth_a_warning:
+            warned.append(attempt)
+    assert warned == [1, 2, 4, 8, 16]
 
 
 def test_a_stop_interrupts_a_long_wait_at_once() -> None:
@@ -66,9 +88,8 @@ class FakeClock:
 
 
 def test_backoff_grows_with_each_failure_of_one_outage() -> None:
-    backoff = loop.Backoff(rand=lambda: 1.0, clock=FakeClock())
-    base = loop.RECONNECT_BACKOFF_BASE_S
-    assert [backoff.next_delay() for _ in range(4)] == [base, 2 * base, 4 * base, 8 * base]
+    backoff = loop.Backoff(base=1.0, cap=1000.0, rand=lambda: 1.0, clock=FakeClock())
+    assert [backoff.next_delay() for _ in range(4)] == [1.0, 2.0, 4.0, 8.0]
     assert backoff.failures == 4
 
 
@@ -87,15 +108,15 @@ def test_backoff_starts_from_the_base_after_a_connection_stayed_healthy_long_eno
 
 def test_backoff_keeps_growing_when_the_connection_dropped_before_the_healthy_period() -> None:
     clock = FakeClock()
-    backoff = loop.Backoff(rand=lambda: 1.0, clock=clock)
+    backoff = loop.Backoff(base=1.0, cap=1000.0, rand=lambda: 1.0, clock=clock)
     for _ in range(3):
         backoff.next_delay()
     backoff.connected()
     clock.now += loop.RECONNECT_BACKOFF_RESET_AFTER_S - 0.001
-    assert backoff.next_delay() == 8 * loop.RECONNECT_BACKOFF_BASE_S
+    assert backoff.next_delay() == 8.0
     # A failure ends the healthy period: time spent failing never counts as healthy.
     clock.now += 2 * loop.RECONNECT_BACKOFF_RESET_AFTER_S
-    assert backoff.next_delay() == 16 * loop.RECONNECT_BACKOFF_BASE_S
+    assert backoff.next_delay() == 16.0
 
 
 def test_backoff_reset_starts_the_next_outage_from_the_base() -> None:

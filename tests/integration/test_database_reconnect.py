@@ -1,0 +1,154 @@
+"""A pool whose connections were all killed recovers at once; a lost COMMIT surfaces.
+
+Real PostgreSQL, real ``pg_terminate_backend``: the database kills FlowForge's backends
+exactly as an operator, a failover or a chaos test would. See docs/architecture.md
+("Connections: pooling and reconnects").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+from uuid import UUID
+
+import pytest
+
+from flowforge import errors
+from flowforge.app.service import FlowForge
+from flowforge.projections.database import Database
+from tests.e2e.cluster import admin
+from tests.helpers import claim, wait_until
+from tests.integration.test_concurrent_transitions import race
+
+pytestmark = pytest.mark.postgres
+
+#: The pool keeps this many connections open (POSTGRES_POOL_SIZE): the test kills them all.
+POOL_CONNECTIONS = 4
+#: A bound that only ends a broken test; polling stops as soon as the condition holds.
+DEADLINE_S = 30.0
+#: How long a command may take right after every connection was killed. The old pool
+#: checked its dead connections one by one with waits of 0, 1 and 2 s (then timed out at
+#: 5 s); a fresh local connection takes milliseconds. 2 s is far below the 3 s that the
+#: old path spends before its fourth check, and far above a fresh connect plus a few
+#: pings on a loaded two-core machine.
+PROMPT_S = 2.0
+ONE_TASK = {"name": "one", "lease_seconds": 5, "tasks": [{"key": "only", "type": "noop"}]}
+
+
+def _dbname(url: str) -> str:
+    return urlsplit(url).path.lstrip("/")
+
+
+def _backends(dbname: str, state: str | None = None) -> int:
+    with admin() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+            " AND backend_type = 'client backend' AND (%s::text IS NULL OR state = %s)",
+            (dbname, state, state),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _kill_backends(dbname: str, state: str | None = None) -> int:
+    """Terminate the database's backends (in ``state`` if given); wait until they are gone."""
+    with admin() as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+            " WHERE datname = %s AND backend_type = 'client backend'"
+            " AND (%s::text IS NULL OR state = %s)",
+            (dbname, state, state),
+        ).fetchall()
+    assert all(terminated for (terminated,) in rows)
+    return len(rows)
+
+
+def _wait_for_full_pool(dbname: str) -> None:
+    """The pool opens its connections in the background: wait until all are open."""
+    wait_until(lambda: _backends(dbname) >= POOL_CONNECTIONS, DEADLINE_S, "a full pool")
+
+
+def _ready_task(app: FlowForge) -> UUID:
+    run_id = app.start_workflow_run(ONE_TASK)
+    app.advance_workflow_run(run_id)
+    (task,) = app.task_runs(run_id)
+    return task.id
+
+
+@pytest.fixture
+def claimed_then_killed(pg_app: FlowForge, postgres_url: str) -> tuple[UUID, int]:
+    """A claimed task's id and token, after every connection of the pool was killed."""
+    task_id = _ready_task(pg_app)
+    won = claim(pg_app, task_id, "worker-1")
+    dbname = _dbname(postgres_url)
+    _wait_for_full_pool(dbname)
+    assert _kill_backends(dbname) >= POOL_CONNECTIONS
+    return task_id, won.fencing_token
+
+
+def test_after_every_connection_is_killed_the_next_heartbeat_succeeds_at_once(
+    pg_app: FlowForge, claimed_then_killed: tuple[UUID, int]
+) -> None:
+    task_id, token = claimed_then_killed
+
+    started = time.monotonic()
+    renewed = pg_app.renew_lease(task_id, token, 5)
+    elapsed = time.monotonic() - started
+
+    assert renewed is True
+    assert elapsed < PROMPT_S, f"the heartbeat took {elapsed:.2f} s after the kill"
+
+
+def test_after_every_connection_is_killed_concurrent_commands_all_succeed(
+    pg_app: FlowForge, claimed_then_killed: tuple[UUID, int]
+) -> None:
+    # Eight threads (more than the pool keeps) meet the dead connections at once: each
+    # must get a fresh connection, none an error (race raises any).
+    task_id, token = claimed_then_killed
+    threads = 8
+
+    renewed = race(*[lambda: pg_app.renew_lease(task_id, token, 5)] * threads)
+
+    assert renewed == [True] * threads
+
+
+class _KillBeforeCommit:
+    """The app's database, except that once a transaction's body has run, its backend is
+    terminated: the COMMIT that follows goes out on a dead connection. From the client's
+    side that is a lost COMMIT, which it can never tell from one the server applied."""
+
+    def __init__(self, inner: Database, dbname: str) -> None:
+        self._inner = inner
+        self._dbname = dbname
+        self.dialect = inner.dialect
+        self.location = inner.location
+        self.bodies_run = 0
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        with self._inner.transaction() as tx:
+            yield tx
+            self.bodies_run += 1
+            assert _kill_backends(self._dbname, state="idle in transaction") == 1
+
+    def read(self) -> Any:
+        return self._inner.read()
+
+
+def test_a_connection_lost_at_commit_surfaces_and_the_command_is_not_retried(
+    pg_app: FlowForge, postgres_url: str
+) -> None:
+    task_id = _ready_task(pg_app)
+    real, killing = pg_app.database, _KillBeforeCommit(pg_app.database, _dbname(postgres_url))
+    pg_app.database = killing
+    try:
+        with pytest.raises(errors.DatabaseUnavailableError):
+            pg_app.claim_task_run(task_id, "worker-1", 5)
+    finally:
+        pg_app.database = real
+
+    assert killing.bodies_run == 1
+    assert pg_app.get_task_run(task_id).state == "ready"  # the lost COMMIT applied nothing
+    assert pg_app.claim_task_run(task_id, "worker-1", 5) is not None
