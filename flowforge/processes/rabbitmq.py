@@ -138,15 +138,19 @@ def connect(config: BrokerConfig, *, name: str = "flowforge") -> pika.BlockingCo
 
     ``name`` shows in the management UI's connection list.
     """
-    parameters = _parameters(config)
-    parameters.heartbeat = config.heartbeat_seconds
-    parameters.blocked_connection_timeout = BLOCKED_CONNECTION_TIMEOUT_S
-    parameters.socket_timeout = CONNECT_TIMEOUT_S
-    parameters.stack_timeout = CONNECT_TIMEOUT_S
-    parameters.connection_attempts = 1  # retrying is the caller's loop's job, with backoff
-    parameters.client_properties = {"connection_name": name}
+    nodes = _node_parameters(config)
+    for parameters in nodes:
+        parameters.heartbeat = config.heartbeat_seconds
+        parameters.blocked_connection_timeout = BLOCKED_CONNECTION_TIMEOUT_S
+        parameters.socket_timeout = CONNECT_TIMEOUT_S
+        parameters.stack_timeout = CONNECT_TIMEOUT_S
+        # One attempt per node: retrying is the caller's loop's job, with backoff.
+        parameters.connection_attempts = 1
+        parameters.client_properties = {"connection_name": name}
     try:
-        connection = pika.BlockingConnection(parameters)
+        # With several nodes pika tries each in order and returns the first that
+        # answers: a node that is down costs one refused connect, then the next is used.
+        connection = pika.BlockingConnection(nodes)
     except (pika.exceptions.AMQPError, OSError) as exc:
         _raise_unavailable(config, "connect to", exc)
     logger.info(
@@ -154,7 +158,7 @@ def connect(config: BrokerConfig, *, name: str = "flowforge") -> pika.BlockingCo
         extra={
             "action": "connect",
             "broker": _endpoint(config),
-            "vhost": parameters.virtual_host,
+            "vhost": nodes[0].virtual_host,
             "connection_name": name,
         },
     )
@@ -674,8 +678,13 @@ def _raise_unavailable(config: BrokerConfig, action: str, exc: BaseException) ->
 
 
 def _parameters(config: BrokerConfig) -> pika.URLParameters:
+    """The first node's parameters (every node serves the same vhost)."""
+    return _node_parameters(config)[0]
+
+
+def _node_parameters(config: BrokerConfig) -> list[pika.URLParameters]:
     try:
-        return pika.URLParameters(config.url)
+        return [pika.URLParameters(url) for url in config.urls]
     except ValueError as exc:
         raise errors.ConfigurationError(
             f"FLOWFORGE_BROKER_URL is not a URL pika accepts ({exc}); check its query options."
@@ -683,9 +692,8 @@ def _parameters(config: BrokerConfig) -> pika.URLParameters:
 
 
 def _endpoint(config: BrokerConfig) -> str:
-    """``host:port`` of the broker, never the credentials."""
-    parameters = _parameters(config)
-    return f"{parameters.host}:{parameters.port}"
+    """``host:port`` of the broker (of each node, comma-separated), never the credentials."""
+    return ",".join(f"{node.host}:{node.port}" for node in _node_parameters(config))
 
 
 def _sample(ids: Sequence[str], limit: int = 5) -> str:

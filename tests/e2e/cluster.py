@@ -30,20 +30,36 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
+#: The shared PostgreSQL server, as ``host:port`` for a URL (several for a standby pair).
+SHARED_POSTGRES = f"{servers.POSTGRES_HOST}:{servers.POSTGRES_PORT}"
+
+
 class Cluster:
-    def __init__(self, tmp: Path) -> None:
+    """A deployment on the shared servers, or on the ``postgres`` hosts (``h1:p1,h2:p2``,
+    with ``query`` such as ``target_session_attrs=read-write``) and ``broker_url`` given."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        postgres: str = SHARED_POSTGRES,
+        query: str = "",
+        broker_url: str = servers.RABBITMQ_URL,
+    ) -> None:
         suffix = uuid.uuid4().hex[:8]
         self.dbname = f"flowforge_e2e_{suffix}"
-        self.database_url = (
-            f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:"
-            f"{servers.POSTGRES_PORT}/{self.dbname}"
+        self.postgres = postgres
+        tail = f"?{query}" if query else ""
+        self.database_url = f"postgresql://{servers.POSTGRES_USER}@{postgres}/{self.dbname}{tail}"
+        self.admin_url = (
+            f"postgresql://{servers.POSTGRES_USER}@{postgres}/{servers.POSTGRES_ADMIN_DB}{tail}"
         )
-        self.broker = topology.unique_broker_config("ff-e2e")
+        self.broker = topology.unique_broker_config("ff-e2e", broker_url)
         self.side_effects = tmp / "side_effects.jsonl"
         self.side_effects.touch()
         self.logs = tmp
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        with admin() as conn:
+        with admin(self.admin_url) as conn:
             conn.execute(f'CREATE DATABASE "{self.dbname}"')
         self.app = FlowForge(self.database_url)
 
@@ -123,7 +139,7 @@ class Cluster:
     def close(self) -> None:
         self.stop_all()
         self.app.close()
-        with admin() as conn:
+        with admin(self.admin_url) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
         topology.delete_topology(self.broker)
 
@@ -144,10 +160,10 @@ def wait_until(probe: Callable[[], T | None], timeout: float, message: str) -> T
 
 
 @contextmanager
-def admin() -> Iterator[psycopg.Connection[Any]]:
-    url = (
-        f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:"
-        f"{servers.POSTGRES_PORT}/{servers.POSTGRES_ADMIN_DB}"
+def admin(url: str | None = None) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to the admin database (of the shared server unless ``url``)."""
+    url = url or (
+        f"postgresql://{servers.POSTGRES_USER}@{SHARED_POSTGRES}/{servers.POSTGRES_ADMIN_DB}"
     )
     with psycopg.connect(url, autocommit=True) as conn:
         yield conn
