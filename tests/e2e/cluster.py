@@ -144,6 +144,41 @@ class Cluster:
         topology.delete_topology(self.broker)
 
 
+def chains(count: int, length: int, *, lease_seconds: float = 3) -> dict[str, Any]:
+    """``count`` independent chains of ``length`` "steady" tasks: new dispatches keep
+    being published while the run lasts, so a fault mid-run meets every process busy."""
+    return {
+        "name": f"chains_{count}x{length}",
+        "lease_seconds": lease_seconds,
+        "retry": {"max_attempts": 5, "backoff_seconds": 0.1},
+        "tasks": [
+            {
+                "key": f"c{chain}_{step}",
+                "type": "steady",
+                **({"depends_on": [f"c{chain}_{step - 1}"]} if step else {}),
+            }
+            for chain in range(count)
+            for step in range(length)
+        ],
+    }
+
+
+def ran(cluster: Cluster) -> list[dict[str, Any]]:
+    """The side effects of handlers that ran to the end."""
+    return [e for e in cluster.effects() if e["event"] == "ran"]
+
+
+def log_sizes(cluster: Cluster) -> dict[str, int]:
+    """Each process's log size now: what it logs later starts at this offset."""
+    return {name: (cluster.logs / f"{name}.log").stat().st_size for name in cluster.processes}
+
+
+def logged_since(cluster: Cluster, sizes: dict[str, int], name: str) -> str:
+    with (cluster.logs / f"{name}.log").open("rb") as log:
+        log.seek(sizes.get(name, 0))
+        return log.read().decode(errors="replace")
+
+
 def _terminal(run: WorkflowRunRow) -> WorkflowRunRow | None:
     return run if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state) else None
 

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from flowforge.processes import rabbitmq
 from tests import servers
-from tests.e2e.cluster import Cluster, wait_until
+from tests.e2e.cluster import Cluster, chains, log_sizes, logged_since, ran, wait_until
 from tests.e2e.rabbitmq_cluster import RabbitCluster
 
 pytestmark = pytest.mark.serial
 
-TASKS = 24
+CHAINS, LENGTH = 3, 8
 
 
 @pytest.fixture(scope="module")
@@ -52,26 +53,23 @@ def cluster(tmp_path: Path, rabbit_cluster: RabbitCluster) -> Iterator[Cluster]:
         cluster.close()
 
 
-def wide(tasks: int) -> dict[str, object]:
-    return {
-        "name": "wide_steady",
-        "lease_seconds": 3,
-        "retry": {"max_attempts": 5, "backoff_seconds": 0.1},
-        "tasks": [{"key": f"t{i:02}", "type": "steady"} for i in range(tasks)],
-    }
-
-
 def test_killing_the_dispatch_queues_leader_mid_run_loses_no_task_and_finishes_none_twice(
     rabbit_cluster: RabbitCluster, cluster: Cluster
 ) -> None:
-    cluster.start_all(workers=2)
-    run_id = cluster.submit(wide(TASKS))
-    wait_until(lambda: len(_ran(cluster)) >= 3, 60, "no task ran on the cluster")
-
+    # Declared up front (as a worker would) so that its leader is known before the run.
+    connection = rabbitmq.connect(cluster.broker, name="test")
+    try:
+        rabbitmq.declare_dispatch_queue(connection.channel(), cluster.broker)
+    finally:
+        connection.close()
     survivor = rabbit_cluster.nodes[-1]
     leader, members = rabbit_cluster.queue(survivor, cluster.broker.queue)
     assert members == sorted(node.name for node in rabbit_cluster.nodes), "not on all three"
-    sizes = _log_sizes(cluster)
+
+    cluster.start_all(workers=2)
+    run_id = cluster.submit(chains(CHAINS, LENGTH))
+    wait_until(lambda: len(ran(cluster)) >= CHAINS, 60, "no task ran on the cluster")
+    sizes = log_sizes(cluster)
     rabbit_cluster.kill(rabbit_cluster.node(leader))
     assert cluster.app.get_workflow_run(run_id).state == "running", "killed too late"
 
@@ -79,7 +77,7 @@ def test_killing_the_dispatch_queues_leader_mid_run_loses_no_task_and_finishes_n
     new_leader, _ = rabbit_cluster.queue(survivor, cluster.broker.queue)
     assert new_leader != leader
     tasks = cluster.app.task_runs(run_id)
-    assert len(tasks) == TASKS
+    assert len(tasks) == CHAINS * LENGTH
     for task in tasks:
         history = cluster.app.history(task.id)
         assert [e.transition for e in history].count("succeed") == 1, task.task_key
@@ -97,23 +95,5 @@ def test_killing_the_dispatch_queues_leader_mid_run_loses_no_task_and_finishes_n
     assert set(alive.values()) == {None}, f"a process exited: {alive}\n{cluster.log_tails()}"
     if leader == rabbit_cluster.nodes[0].name:
         # Every process connected to the first node of the URL: all had to fail over.
-        assert _reconnected_after(cluster, sizes) >= {"publisher", "worker-1", "worker-2"}
-
-
-def _ran(cluster: Cluster) -> list[dict[str, object]]:
-    return [e for e in cluster.effects() if e["event"] == "ran"]
-
-
-def _log_sizes(cluster: Cluster) -> dict[str, int]:
-    return {name: (cluster.logs / f"{name}.log").stat().st_size for name in cluster.processes}
-
-
-def _reconnected_after(cluster: Cluster, sizes: dict[str, int]) -> set[str]:
-    """The processes that logged a new broker connection after the log sizes were taken."""
-    reconnected = set()
-    for name, size in sizes.items():
-        with (cluster.logs / f"{name}.log").open("rb") as log:
-            log.seek(size)
-            if b"broker connected" in log.read():
-                reconnected.add(name)
-    return reconnected
+        for name in ("publisher", "worker-1", "worker-2"):
+            assert "broker connected" in logged_since(cluster, sizes, name), name
