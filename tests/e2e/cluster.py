@@ -44,6 +44,7 @@ class Cluster:
         *,
         postgres: str = SHARED_POSTGRES,
         query: str = "",
+        admin_db: str = servers.POSTGRES_ADMIN_DB,
         broker_url: str = servers.RABBITMQ_URL,
     ) -> None:
         suffix = uuid.uuid4().hex[:8]
@@ -51,9 +52,7 @@ class Cluster:
         self.postgres = postgres
         tail = f"?{query}" if query else ""
         self.database_url = f"postgresql://{servers.POSTGRES_USER}@{postgres}/{self.dbname}{tail}"
-        self.admin_url = (
-            f"postgresql://{servers.POSTGRES_USER}@{postgres}/{servers.POSTGRES_ADMIN_DB}{tail}"
-        )
+        self.admin_url = f"postgresql://{servers.POSTGRES_USER}@{postgres}/{admin_db}{tail}"
         self.broker = topology.unique_broker_config("ff-e2e", broker_url)
         self.side_effects = tmp / "side_effects.jsonl"
         self.side_effects.touch()

@@ -62,7 +62,7 @@ def pair() -> Iterator[PostgresPair]:
 @pytest.fixture
 def cluster(tmp_path: Path, pair: PostgresPair) -> Iterator[Cluster]:
     servers.require_rabbitmq()
-    cluster = Cluster(tmp_path, postgres=pair.hosts, query=READ_WRITE)
+    cluster = Cluster(tmp_path, postgres=pair.hosts, query=READ_WRITE, admin_db="postgres")
     try:
         yield cluster
     finally:
