@@ -10,13 +10,14 @@ primary's loss. :meth:`destroy` drops both clusters (``pg_dropcluster --stop``).
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import psycopg
+
+from tests import servers
 
 COMMAND_TIMEOUT_S = 120
 
@@ -27,7 +28,7 @@ class PostgresPair:
         suffix = uuid.uuid4().hex[:6]
         self.primary = f"ffha_{suffix}_a"
         self.standby = f"ffha_{suffix}_b"
-        self.ports = {self.primary: _free_port(), self.standby: _free_port()}
+        self.ports = {self.primary: servers.free_port(), self.standby: servers.free_port()}
 
     @property
     def hosts(self) -> str:
@@ -117,9 +118,3 @@ def _run(*command: str) -> None:
         raise RuntimeError(
             f"{' '.join(command)} failed ({result.returncode}): {result.stdout}{result.stderr}"
         )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import pika
 import pika.exceptions
+
+from tests import servers
 
 #: Booting a node and joining it take seconds each on a loaded 2-core machine.
 COMMAND_TIMEOUT_S = 120
@@ -134,7 +135,9 @@ class RabbitCluster:
         home = self.base / f"node{number}"
         (home / "mnesia").mkdir(parents=True)
         (home / "log").mkdir()
-        node = Node(f"ffha{self.id}-{number}@localhost", _free_port(), _free_port(), home)
+        node = Node(
+            f"ffha{self.id}-{number}@localhost", servers.free_port(), servers.free_port(), home
+        )
         config = f"listeners.tcp.1 = 127.0.0.1:{node.amqp_port}\n"
         if number > 1:
             config += (
@@ -187,9 +190,3 @@ class RabbitCluster:
             capture_output=True,
             timeout=COMMAND_TIMEOUT_S,
         )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
