@@ -22,6 +22,22 @@ from tests import servers
 COMMAND_TIMEOUT_S = 120
 
 
+def remove_leftovers() -> None:
+    """Drop the clusters of a test run that died before its ``finally`` (``ffha_*``)."""
+    listing = subprocess.run(
+        ["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=False
+    )
+    for line in listing.stdout.splitlines():
+        version, name, *_ = line.split()
+        if name.startswith("ffha_"):
+            subprocess.run(
+                ["pg_dropcluster", "--stop", version, name],
+                capture_output=True,
+                timeout=COMMAND_TIMEOUT_S,
+                check=False,
+            )
+
+
 class PostgresPair:
     def __init__(self) -> None:
         self.version = sorted(Path("/etc/postgresql").iterdir())[-1].name

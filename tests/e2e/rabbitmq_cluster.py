@@ -40,6 +40,22 @@ class Node:
         return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
 
 
+def remove_leftovers() -> None:
+    """Kill and remove the nodes of a test run that died before its ``finally``.
+
+    A node is killed only if its pid file's process is still that node's Erlang VM (its
+    command line names the node's directory): a pid may have been reused since.
+    """
+    for base in Path(tempfile.gettempdir()).glob("ffha-rabbit-*"):
+        for pid_file in base.glob("node*/pid"):
+            pid = pid_file.read_text().strip()
+            cmdline = Path(f"/proc/{pid}/cmdline")
+            if pid.isdigit() and cmdline.exists() and str(base) in cmdline.read_text():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 class RabbitCluster:
     """Three fresh nodes joined into one cluster; :meth:`destroy` removes every trace."""
 

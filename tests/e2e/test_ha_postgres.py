@@ -24,6 +24,7 @@ from flowforge import errors
 from flowforge.app.service import FlowForge
 from flowforge.projections.tables import WorkflowRunRow
 from tests import servers
+from tests.e2e import postgres_pair
 from tests.e2e.cluster import (
     ROOT,
     Cluster,
@@ -51,6 +52,7 @@ def pair() -> Iterator[PostgresPair]:
         if os.environ.get("REQUIRE_POSTGRES") == "1":
             pytest.fail(f"{message}, and REQUIRE_POSTGRES=1 is set")
         pytest.skip(message)
+    postgres_pair.remove_leftovers()
     pair = PostgresPair()
     try:
         pair.start()

@@ -16,6 +16,7 @@ import pytest
 
 from flowforge.processes import rabbitmq
 from tests import servers
+from tests.e2e import rabbitmq_cluster
 from tests.e2e.cluster import Cluster, chains, log_sizes, logged_since, ran, wait_until
 from tests.e2e.rabbitmq_cluster import RabbitCluster
 
@@ -29,6 +30,7 @@ def rabbit_cluster() -> Iterator[RabbitCluster]:
     servers.require_rabbitmq()  # the packages and the Erlang cookie are the shared node's
     if shutil.which("rabbitmq-server") is None or os.geteuid() != 0:
         _unavailable("a RabbitMQ cluster needs rabbitmq-server and root (to run as rabbitmq)")
+    rabbitmq_cluster.remove_leftovers()
     cluster = RabbitCluster()
     try:
         cluster.start()
