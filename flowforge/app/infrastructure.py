@@ -36,8 +36,27 @@ class DatabaseLocation:
     env: dict[str, str]
     display: str
 
-    def eventsourcing_env(self) -> dict[str, str]:
-        return dict(self.env)
+    def eventsourcing_env(self, *, create_tables: bool) -> dict[str, str]:
+        """The library's settings; it creates its event table only when migrating."""
+        return {**self.env, "CREATE_TABLE": "y" if create_tables else "n"}
+
+    def require_directory(self) -> None:
+        """Refuse to create a SQLite database in a directory that does not exist."""
+        directory = Path(self.display).parent
+        if self.dialect == "sqlite" and not directory.exists():
+            raise errors.ConfigurationError(
+                f"database URL {self.url!r}: the directory {directory} does not exist; create it"
+            )
+
+    def require_existing_file(self) -> None:
+        """Refuse to open a SQLite database that does not exist: opening would create
+        an empty file, and only a migrating command should create one."""
+        if self.dialect == "sqlite" and not Path(self.display).exists():
+            raise errors.DatabaseMissingError(
+                f"there is no SQLite database at {self.display}; create it with "
+                f"`flowforge db init --database-url {self.url}` (or run a workflow with "
+                f"`flowforge run`, which creates it)"
+            )
 
 
 def parse_database_url(url: str) -> DatabaseLocation:
@@ -100,7 +119,6 @@ def _postgres(url: str) -> DatabaseLocation:
         # The publisher holds its sweep's transaction open while the broker confirms
         # (up to 30 s); the library's default would kill that connection after 5 s.
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "120",
-        "CREATE_TABLE": "y",
     }
     servers = ",".join(f"{host}:{port}" for host, port in zip(hosts, ports, strict=True))
     return DatabaseLocation(url, "postgres", env, f"{servers}/{dbname}")
@@ -142,15 +160,10 @@ def _sqlite(url: str, netloc: str, path: str) -> DatabaseLocation:
             f" or sqlite:////absolute/path.db"
         )
     file = Path(unquote(path[1:]))
-    if not file.parent.exists():
-        raise errors.ConfigurationError(
-            f"database URL {url!r}: the directory {file.parent} does not exist; create it"
-        )
     env = {
         "PERSISTENCE_MODULE": "eventsourcing.sqlite",
         "SQLITE_DBNAME": str(file),
         "SQLITE_LOCK_TIMEOUT": "30",
-        "CREATE_TABLE": "y",
     }
     return DatabaseLocation(url, "sqlite", env, str(file))
 
