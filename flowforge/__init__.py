@@ -37,12 +37,8 @@ from flowforge.errors import (
 )
 
 if TYPE_CHECKING:
-    from flowforge.aggregates.definition import (
-        RetryPolicy,
-        TaskDefinition,
-        WorkflowDefinition,
-        load_definition,
-    )
+    from flowforge.aggregates.definition import RetryPolicy, TaskDefinition, WorkflowDefinition
+    from flowforge.app.definition_files import load_definition
     from flowforge.app.service import FlowForge
     from flowforge.app.why import Explanation, why
     from flowforge.config import BrokerConfig, Settings
@@ -55,7 +51,7 @@ _LAZY: dict[str, str] = {
     "WorkflowDefinition": "flowforge.aggregates.definition",
     "TaskDefinition": "flowforge.aggregates.definition",
     "RetryPolicy": "flowforge.aggregates.definition",
-    "load_definition": "flowforge.aggregates.definition",
+    "load_definition": "flowforge.app.definition_files",
     "task": "flowforge.processes.registry",
     "TaskContext": "flowforge.processes.registry",
     "TaskRegistry": "flowforge.processes.registry",
