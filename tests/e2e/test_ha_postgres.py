@@ -32,9 +32,9 @@ from tests.e2e.cluster import (
     log_sizes,
     logged_since,
     ran,
-    wait_until,
 )
 from tests.e2e.postgres_pair import PostgresPair
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.serial
 

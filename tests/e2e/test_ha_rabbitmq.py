@@ -17,8 +17,9 @@ import pytest
 from flowforge.processes import rabbitmq
 from tests import servers
 from tests.e2e import rabbitmq_cluster
-from tests.e2e.cluster import Cluster, chains, log_sizes, logged_since, ran, wait_until
+from tests.e2e.cluster import Cluster, chains, log_sizes, logged_since, ran
 from tests.e2e.rabbitmq_cluster import RabbitCluster
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.serial
 
