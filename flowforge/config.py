@@ -40,6 +40,8 @@ class BrokerConfig(BaseModel):
     }
 
     # repr=False: the URL carries the password, and configs end up in logs.
+    #: One URL, or several separated by commas: the nodes of a cluster, tried in order on
+    #: every (re)connect, so a process fails over to the first node that answers.
     url: str = Field("amqp://guest:guest@127.0.0.1:5672/%2F", repr=False)
     exchange: str = Field("flowforge", min_length=1)
     queue: str = Field("flowforge.tasks", min_length=1)
@@ -69,8 +71,14 @@ class BrokerConfig(BaseModel):
                 for error in exc.errors(include_url=False, include_input=False)
             )
             raise errors.ConfigurationError(f"Invalid broker configuration: {problems}.") from exc
-        _check_url(config.url)
+        for url in config.urls:
+            _check_url(url)
         return config
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The broker nodes' URLs, in the order a connection tries them."""
+        return tuple(url.strip() for url in self.url.split(","))
 
 
 def _setting_name(loc: tuple[int | str, ...]) -> str:
@@ -80,7 +88,7 @@ def _setting_name(loc: tuple[int | str, ...]) -> str:
 
 
 def _check_url(url: str) -> None:
-    """The URL must be amqp:// or amqps:// with a host. Credentials are never echoed."""
+    """Each URL must be amqp:// or amqps:// with a host. Credentials are never echoed."""
     setting = _setting_name(("url",))
     try:
         parts = urlsplit(url)

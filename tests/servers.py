@@ -32,6 +32,13 @@ def _reachable(host: str, port: int) -> bool:
         return False
 
 
+def free_port() -> int:
+    """A TCP port nobody listens on now, for a test's own server."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def require(name: str, host: str, port: int) -> None:
     """Skip (or fail under ``REQUIRE_<NAME>=1``) unless ``host:port`` accepts TCP."""
     if _reachable(host, port):

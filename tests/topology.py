@@ -12,11 +12,11 @@ from flowforge.config import BrokerConfig
 from tests import servers
 
 
-def unique_broker_config(prefix: str = "ff-test") -> BrokerConfig:
-    """Exchanges and queues no other test uses."""
+def unique_broker_config(prefix: str = "ff-test", url: str = servers.RABBITMQ_URL) -> BrokerConfig:
+    """Exchanges and queues no other test uses (on the shared broker, or at ``url``)."""
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     return BrokerConfig(
-        url=servers.RABBITMQ_URL,
+        url=url,
         exchange=name,
         queue=f"{name}.tasks",
         routing_key=f"{name}.tasks",
@@ -34,7 +34,7 @@ def broker_environment(config: BrokerConfig) -> dict[str, str]:
 
 
 def delete_topology(config: BrokerConfig) -> None:
-    connection = pika.BlockingConnection(pika.URLParameters(config.url))
+    connection = pika.BlockingConnection([pika.URLParameters(url) for url in config.urls])
     try:
         channel = connection.channel()
         for queue in (config.queue, config.dead_letter_queue):

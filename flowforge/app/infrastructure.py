@@ -14,6 +14,7 @@ import psycopg
 from eventsourcing.postgres import PostgresDatastore, PostgresFactory
 from eventsourcing.sqlite import SQLiteDatastore
 from eventsourcing.utils import Environment, EnvType, get_topic
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from flowforge import errors
 from flowforge.projections.database import (
@@ -38,7 +39,8 @@ class FlowForgePostgresFactory(PostgresFactory):
     another session: "prepared statement _pg3_0 does not exist" or "... already exists".
     FlowForge's statements are short single-row ones, so the parse and plan they save is
     small next to a round trip, and one setting that works with and without a pooler is
-    worth more than that (docs/architecture.md, "Through PgBouncer").
+    worth more than that (docs/architecture.md, "Through PgBouncer"). The URL's other
+    libpq parameters (``LIBPQ_OPTIONS``) reach every connection the pool opens.
     """
 
     def __init__(self, env: Environment | EnvType | None) -> None:
@@ -47,6 +49,11 @@ class FlowForgePostgresFactory(PostgresFactory):
         kwargs = self.datastore.pool.kwargs
         assert isinstance(kwargs, dict), "the library passes its pool a dict of kwargs"
         kwargs["prepare_threshold"] = None
+        # The library's settings carry host, port, database, user and password only. The
+        # rest of the URL (``target_session_attrs=read-write``, which makes every new
+        # connection skip hosts that are standbys and so find the primary after a
+        # failover; ``sslmode``; ...) is given to each connection the pool opens.
+        self.datastore.pool.conninfo = self.env.get(LIBPQ_OPTIONS) or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +89,11 @@ class DatabaseLocation:
 
 
 def parse_database_url(url: str) -> DatabaseLocation:
-    """``postgresql://user[:password]@host[:port]/dbname`` or ``sqlite:///path``."""
+    """``postgresql://user[:password]@host[:port][,host[:port]...]/dbname[?param=value]``
+    or ``sqlite:///path``."""
     parts = urlsplit(url)
     if parts.scheme in ("postgresql", "postgres"):
-        return _postgres(
-            url, parts.hostname, parts.port, parts.username, parts.password, parts.path
-        )
+        return _postgres(url)
     if parts.scheme == "sqlite":
         return _sqlite(url, parts.netloc, parts.path)
     raise errors.ConfigurationError(
@@ -96,27 +102,43 @@ def parse_database_url(url: str) -> DatabaseLocation:
     )
 
 
-def _postgres(
-    url: str,
-    host: str | None,
-    port: int | None,
-    user: str | None,
-    password: str | None,
-    path: str,
-) -> DatabaseLocation:
-    dbname = unquote(path.lstrip("/"))
-    if not host or not dbname:
+#: The eventsourcing setting (environment key) under which the URL's other libpq
+#: parameters travel to :class:`FlowForgePostgresFactory`, as a conninfo string.
+LIBPQ_OPTIONS = "FLOWFORGE_LIBPQ_OPTIONS"
+#: The URL's parts that eventsourcing's own settings carry; everything else is an option.
+_LIBPQ_SETTINGS = ("host", "port", "dbname", "user", "password")
+
+
+def _postgres(url: str) -> DatabaseLocation:
+    # libpq's own parser: it knows the multi-host form (h1:p1,h2:p2) that urlsplit cannot
+    # read, percent-decoding, and which query parameters exist.
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
         raise errors.ConfigurationError(
-            f"database URL {_redact(url)!r} needs a host and a database name, e.g. "
-            f"postgresql://postgres@127.0.0.1:5432/flowforge"
+            f"database URL {_redact(url)!r} is not a PostgreSQL URL libpq accepts "
+            f"({str(exc).strip()}); use postgresql://user@host:5432/dbname, or "
+            f"postgresql://user@host1:5432,host2:5432/dbname?target_session_attrs=read-write"
+        ) from exc
+    dbname, hosts = params.get("dbname"), str(params.get("host") or "").split(",")
+    if not dbname or not all(hosts):
+        raise errors.ConfigurationError(
+            f"database URL {_redact(url)!r} needs a host (or several, comma-separated) and a "
+            f"database name, e.g. postgresql://postgres@127.0.0.1:5432/flowforge"
         )
+    ports = _ports(url, str(params.get("port") or ""), len(hosts))
+    options = {k: str(v) for k, v in params.items() if k not in _LIBPQ_SETTINGS}
+    # Per host, so that a host that does not answer (a dead primary's address) is given
+    # up in seconds and the next one tried; libpq's default waits for TCP to time out.
+    options.setdefault("connect_timeout", "5")
     env = {
         "PERSISTENCE_MODULE": get_topic(FlowForgePostgresFactory),
-        "POSTGRES_DBNAME": dbname,
-        "POSTGRES_HOST": host,
-        "POSTGRES_PORT": str(port or 5432),
-        "POSTGRES_USER": unquote(user or "postgres"),
-        "POSTGRES_PASSWORD": unquote(password or ""),
+        "POSTGRES_DBNAME": str(dbname),
+        "POSTGRES_HOST": ",".join(hosts),
+        "POSTGRES_PORT": ",".join(ports),
+        "POSTGRES_USER": str(params.get("user") or "postgres"),
+        "POSTGRES_PASSWORD": str(params.get("password") or ""),
+        LIBPQ_OPTIONS: make_conninfo("", **options),
         "POSTGRES_POOL_SIZE": str(POSTGRES_POOL_SIZE),
         "POSTGRES_MAX_OVERFLOW": str(POSTGRES_MAX_OVERFLOW),
         # No ping on checkout: a connection killed under us (restart,
@@ -128,7 +150,22 @@ def _postgres(
         # (up to 30 s); the library's default would kill that connection after 5 s.
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "120",
     }
-    return DatabaseLocation(url, "postgres", env, f"{host}:{port or 5432}/{dbname}")
+    servers = ",".join(f"{host}:{port}" for host, port in zip(hosts, ports, strict=True))
+    return DatabaseLocation(url, "postgres", env, f"{servers}/{dbname}")
+
+
+def _ports(url: str, port: str, hosts: int) -> list[str]:
+    """One port per host: as given, or the one port for every host (libpq's rule)."""
+    ports = [p or "5432" for p in port.split(",")]
+    if len(ports) == 1:
+        ports *= hosts
+    bad = [p for p in ports if not (p.isdigit() and 1 <= int(p) <= 65535)]
+    if bad or len(ports) != hosts:
+        raise errors.ConfigurationError(
+            f"database URL {_redact(url)!r} has port {port!r} for {hosts} host(s); give each "
+            f"host a port from 1 to 65535 (host1:5432,host2:5433), or none for 5432"
+        )
+    return ports
 
 
 def _sqlite(url: str, netloc: str, path: str) -> DatabaseLocation:
@@ -189,6 +226,7 @@ def schema_creation_lock(location: DatabaseLocation) -> Iterator[None]:
 
 def _connect(env: dict[str, str]) -> psycopg.Connection[Any]:
     return psycopg.connect(
+        env[LIBPQ_OPTIONS],
         host=env["POSTGRES_HOST"],
         port=env["POSTGRES_PORT"],
         dbname=env["POSTGRES_DBNAME"],

@@ -30,20 +30,35 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
+#: The shared PostgreSQL server, as ``host:port`` for a URL (several for a standby pair).
+SHARED_POSTGRES = f"{servers.POSTGRES_HOST}:{servers.POSTGRES_PORT}"
+
+
 class Cluster:
-    def __init__(self, tmp: Path) -> None:
+    """A deployment on the shared servers, or on the ``postgres`` hosts (``h1:p1,h2:p2``,
+    with ``query`` such as ``target_session_attrs=read-write``) and ``broker_url`` given."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        postgres: str = SHARED_POSTGRES,
+        query: str = "",
+        admin_db: str = servers.POSTGRES_ADMIN_DB,
+        broker_url: str = servers.RABBITMQ_URL,
+    ) -> None:
         suffix = uuid.uuid4().hex[:8]
         self.dbname = f"flowforge_e2e_{suffix}"
-        self.database_url = (
-            f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:"
-            f"{servers.POSTGRES_PORT}/{self.dbname}"
-        )
-        self.broker = topology.unique_broker_config("ff-e2e")
+        self.postgres = postgres
+        tail = f"?{query}" if query else ""
+        self.database_url = f"postgresql://{servers.POSTGRES_USER}@{postgres}/{self.dbname}{tail}"
+        self.admin_url = f"postgresql://{servers.POSTGRES_USER}@{postgres}/{admin_db}{tail}"
+        self.broker = topology.unique_broker_config("ff-e2e", broker_url)
         self.side_effects = tmp / "side_effects.jsonl"
         self.side_effects.touch()
         self.logs = tmp
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        with admin() as conn:
+        with admin(self.admin_url) as conn:
             conn.execute(f'CREATE DATABASE "{self.dbname}"')
         self.app = FlowForge(self.database_url, migrate=True)
 
@@ -123,9 +138,44 @@ class Cluster:
     def close(self) -> None:
         self.stop_all()
         self.app.close()
-        with admin() as conn:
+        with admin(self.admin_url) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
         topology.delete_topology(self.broker)
+
+
+def chains(count: int, length: int, *, lease_seconds: float = 3) -> dict[str, Any]:
+    """``count`` independent chains of ``length`` "steady" tasks: new dispatches keep
+    being published while the run lasts, so a fault mid-run meets every process busy."""
+    return {
+        "name": f"chains_{count}x{length}",
+        "lease_seconds": lease_seconds,
+        "retry": {"max_attempts": 5, "backoff_seconds": 0.1},
+        "tasks": [
+            {
+                "key": f"c{chain}_{step}",
+                "type": "steady",
+                **({"depends_on": [f"c{chain}_{step - 1}"]} if step else {}),
+            }
+            for chain in range(count)
+            for step in range(length)
+        ],
+    }
+
+
+def ran(cluster: Cluster) -> list[dict[str, Any]]:
+    """The side effects of handlers that ran to the end."""
+    return [e for e in cluster.effects() if e["event"] == "ran"]
+
+
+def log_sizes(cluster: Cluster) -> dict[str, int]:
+    """Each process's log size now: what it logs later starts at this offset."""
+    return {name: (cluster.logs / f"{name}.log").stat().st_size for name in cluster.processes}
+
+
+def logged_since(cluster: Cluster, sizes: dict[str, int], name: str) -> str:
+    with (cluster.logs / f"{name}.log").open("rb") as log:
+        log.seek(sizes.get(name, 0))
+        return log.read().decode(errors="replace")
 
 
 def _terminal(run: WorkflowRunRow) -> WorkflowRunRow | None:
@@ -133,10 +183,10 @@ def _terminal(run: WorkflowRunRow) -> WorkflowRunRow | None:
 
 
 @contextmanager
-def admin() -> Iterator[psycopg.Connection[Any]]:
-    url = (
-        f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:"
-        f"{servers.POSTGRES_PORT}/{servers.POSTGRES_ADMIN_DB}"
+def admin(url: str | None = None) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to the admin database (of the shared server unless ``url``)."""
+    url = url or (
+        f"postgresql://{servers.POSTGRES_USER}@{SHARED_POSTGRES}/{servers.POSTGRES_ADMIN_DB}"
     )
     with psycopg.connect(url, autocommit=True) as conn:
         yield conn

@@ -203,6 +203,25 @@ def test_a_consumer_on_a_closed_port_raises_broker_unavailable_naming_host_and_p
         rabbitmq.RabbitDispatchConsumer(unreachable).get(QUIET_S)
 
 
+def test_a_node_that_refuses_is_skipped_for_the_next_node_of_the_url(
+    config: BrokerConfig, admin: Admin
+) -> None:
+    # The first "node" is a closed port (a dead node); the second is the real broker.
+    cluster = config.model_copy(update={"url": f"amqp://guest:guest@127.0.0.1:1/%2F,{config.url}"})
+    publisher = rabbitmq.RabbitDispatchPublisher(cluster)
+    try:
+        publisher.publish([dispatch()])
+    finally:
+        publisher.close()
+    assert admin.ready_count(config.queue) == 1
+
+
+def test_when_every_node_refuses_the_error_names_each_host_and_port() -> None:
+    unreachable = BrokerConfig(url="amqp://guest:guest@127.0.0.1:1/%2F,amqp://127.0.0.1:2/%2F")
+    with pytest.raises(errors.BrokerUnavailableError, match=r"127\.0\.0\.1:1,127\.0\.0\.1:2 "):
+        rabbitmq.RabbitDispatchConsumer(unreachable).get(QUIET_S)
+
+
 def test_wrong_credentials_raise_broker_unavailable_pointing_at_the_password(
     config: BrokerConfig,
 ) -> None:

@@ -39,15 +39,19 @@ def connect(config: BrokerConfig, *, name: str = "flowforge") -> pika.BlockingCo
 
     ``name`` shows in the management UI's connection list.
     """
-    parameters = translate.parameters(config)
-    parameters.heartbeat = config.heartbeat_seconds
-    parameters.blocked_connection_timeout = BLOCKED_CONNECTION_TIMEOUT_S
-    parameters.socket_timeout = CONNECT_TIMEOUT_S
-    parameters.stack_timeout = CONNECT_TIMEOUT_S
-    parameters.connection_attempts = 1  # retrying is the caller's loop's job, with backoff
-    parameters.client_properties = {"connection_name": name}
+    nodes = translate.node_parameters(config)
+    for parameters in nodes:
+        parameters.heartbeat = config.heartbeat_seconds
+        parameters.blocked_connection_timeout = BLOCKED_CONNECTION_TIMEOUT_S
+        parameters.socket_timeout = CONNECT_TIMEOUT_S
+        parameters.stack_timeout = CONNECT_TIMEOUT_S
+        # One attempt per node: retrying is the caller's loop's job, with backoff.
+        parameters.connection_attempts = 1
+        parameters.client_properties = {"connection_name": name}
     try:
-        connection = pika.BlockingConnection(parameters)
+        # With several nodes pika tries each in order and returns the first that
+        # answers: a node that is down costs one refused connect, then the next is used.
+        connection = pika.BlockingConnection(nodes)
     except translate.UNAVAILABLE as exc:
         translate.raise_unavailable(config, "connect to", exc)
     logger.info(
@@ -55,7 +59,7 @@ def connect(config: BrokerConfig, *, name: str = "flowforge") -> pika.BlockingCo
         extra={
             "action": "connect",
             "broker": translate.endpoint(config),
-            "vhost": parameters.virtual_host,
+            "vhost": nodes[0].virtual_host,
             "connection_name": name,
         },
     )

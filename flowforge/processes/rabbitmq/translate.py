@@ -32,8 +32,14 @@ MIGRATION_DOC: Final = 'docs/delivery.md, "Migrating from a classic queue"'
 
 
 def parameters(config: BrokerConfig) -> pika.URLParameters:
+    """The first node's parameters (every node of a cluster serves the same vhost)."""
+    return node_parameters(config)[0]
+
+
+def node_parameters(config: BrokerConfig) -> list[pika.URLParameters]:
+    """Each node's parameters, in the order of the URL (one node, or a cluster's)."""
     try:
-        return pika.URLParameters(config.url)
+        return [pika.URLParameters(url) for url in config.urls]
     except ValueError as exc:
         raise errors.ConfigurationError(
             f"FLOWFORGE_BROKER_URL is not a URL pika accepts ({exc}); check its query options."
@@ -41,9 +47,8 @@ def parameters(config: BrokerConfig) -> pika.URLParameters:
 
 
 def endpoint(config: BrokerConfig) -> str:
-    """``host:port`` of the broker, never the credentials."""
-    params = parameters(config)
-    return f"{params.host}:{params.port}"
+    """``host:port`` of the broker (of each node, comma-separated), never the credentials."""
+    return ",".join(f"{node.host}:{node.port}" for node in node_parameters(config))
 
 
 def raise_unavailable(config: BrokerConfig, action: str, exc: BaseException) -> NoReturn:

@@ -91,3 +91,26 @@ def test_broker_config_rejects_an_empty_name_naming_its_variable() -> None:
 
 def test_broker_config_does_not_show_the_password_in_its_repr() -> None:
     assert "hunter2" not in repr(BrokerConfig(url="amqp://u:hunter2@rabbit.example/"))
+
+
+def test_a_broker_url_may_list_a_clusters_nodes_which_are_tried_in_the_given_order() -> None:
+    config = BrokerConfig.from_env(
+        {"FLOWFORGE_BROKER_URL": "amqp://u:p@rabbit-1:5672/%2F, amqp://u:p@rabbit-2:5673/%2F"}
+    )
+    assert config.urls == ("amqp://u:p@rabbit-1:5672/%2F", "amqp://u:p@rabbit-2:5673/%2F")
+    assert BrokerConfig().urls == (BrokerConfig().url,)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "amqp://u:hunter2@rabbit-1/%2F,rabbit-2:5672",
+        "amqp://u:hunter2@rabbit-1/%2F,",
+        "amqp://u:hunter2@rabbit-1/%2F,amqp://u:hunter2@rabbit-2:99999/%2F",
+    ],
+)
+def test_a_node_list_with_one_bad_url_is_rejected_naming_the_variable(url: str) -> None:
+    with pytest.raises(errors.ConfigurationError) as caught:
+        BrokerConfig.from_env({"FLOWFORGE_BROKER_URL": url})
+    assert "FLOWFORGE_BROKER_URL" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
