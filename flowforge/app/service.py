@@ -22,7 +22,12 @@ from eventsourcing.persistence import Transcoder
 
 from flowforge import errors
 from flowforge.aggregates import json_values
-from flowforge.aggregates.definition import WorkflowDefinition, load_definition
+from flowforge.aggregates.definition import (
+    MAX_LEASE_SECONDS,
+    MAX_SECONDS,
+    WorkflowDefinition,
+    load_definition,
+)
 from flowforge.aggregates.machines import REAPER_TRANSITION, TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.states import WorkflowRunState
 from flowforge.aggregates.task_run import (
@@ -208,7 +213,9 @@ class FlowForge:
                     "TaskRun", "claim", "pass worker_id and lease_seconds, or call claim_task_run"
                 )
             return self.claim_task_run(task_run_id, worker_id, lease_seconds) is not None
-        params = {"delay_seconds": _non_negative(retry_delay_seconds, "retry_delay_seconds")}
+        params = {
+            "delay_seconds": _non_negative(retry_delay_seconds, "retry_delay_seconds", MAX_SECONDS)
+        }
         with self._writer() as writer:
             return writer.take_task_edge(edge, task_run_id, actor=actor, **params) is not None
 
@@ -220,7 +227,7 @@ class FlowForge:
         edge = TASK_RUN_MACHINE.get("claim")
         params = {
             "worker_id": worker_id,
-            "lease_seconds": _positive(lease_seconds, "lease_seconds"),
+            "lease_seconds": _positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS),
         }
         with self._writer() as writer:
             row = writer.take_task_edge(edge, task_run_id, actor=worker_id, **params)
@@ -262,7 +269,7 @@ class FlowForge:
         actor: str | None = None,
     ) -> bool:
         """Extend the lease from the database's now, only while the token is current."""
-        seconds = _positive(lease_seconds, "lease_seconds")
+        seconds = _positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
         with self._writer() as writer:
             row = writer.renew_lease(task_run_id, fencing_token, seconds, actor=actor or "worker")
         return row is not None
@@ -319,7 +326,7 @@ class FlowForge:
         embedded process that exited. A dispatch that was only slow is duplicated, which
         the claim makes harmless.
         """
-        older_than = _non_negative(older_than_seconds, "older_than_seconds")
+        older_than = _non_negative(older_than_seconds, "older_than_seconds", MAX_SECONDS)
         with self._writer() as writer:
             at = writer.now()
             params = {"older_than": older_than, "limit": REAP_BATCH}
@@ -437,13 +444,18 @@ class FlowForge:
 # --- argument checks: bad input is a clear error, before any I/O -------------------------
 
 
-def _positive(value: float, name: str) -> float:
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+# The upper bounds keep a value inside the database's interval range (PostgreSQL's ends
+# near 178 million years, SQLite's arithmetic at 2**63 microseconds): past them the
+# error would come from the driver, after I/O began.
+
+
+def _positive(value: float, name: str, maximum: float) -> float:
+    if not 0 < value <= maximum:
+        raise ValueError(f"{name} must be > 0 and <= {maximum:g} seconds, got {value!r}")
     return float(value)
 
 
-def _non_negative(value: float, name: str) -> float:
-    if not value >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
+def _non_negative(value: float, name: str, maximum: float) -> float:
+    if not 0 <= value <= maximum:
+        raise ValueError(f"{name} must be >= 0 and <= {maximum:g} seconds, got {value!r}")
     return float(value)
