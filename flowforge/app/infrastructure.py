@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,11 +41,22 @@ class DatabaseLocation:
 
 def parse_database_url(url: str) -> DatabaseLocation:
     """``postgresql://user[:password]@host[:port]/dbname`` or ``sqlite:///path``."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        # urlsplit checks the port only when it is read: a port that is not a number,
+        # or is past 65535, raises ValueError here rather than in the driver.
+        port = parts.port
+    except ValueError as exc:
+        raise errors.ConfigurationError(
+            f"database URL {_redact(url)!r} is not a valid URL ({exc}); use "
+            f"postgresql://user@host:5432/dbname with a port from 1 to 65535"
+        ) from exc
     if parts.scheme in ("postgresql", "postgres"):
-        return _postgres(
-            url, parts.hostname, parts.port, parts.username, parts.password, parts.path
-        )
+        if port == 0:
+            raise errors.ConfigurationError(
+                f"database URL {_redact(url)!r} has port 0; use a port from 1 to 65535"
+            )
+        return _postgres(url, parts.hostname, port, parts.username, parts.password, parts.path)
     if parts.scheme == "sqlite":
         return _sqlite(url, parts.netloc, parts.path)
     raise errors.ConfigurationError(
@@ -108,11 +120,13 @@ def _sqlite(url: str, netloc: str, path: str) -> DatabaseLocation:
     return DatabaseLocation(url, "sqlite", env, str(file))
 
 
+#: ``scheme://user:password@``: the password, found without parsing the URL, which may be
+#: the very thing that is malformed.
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
+
+
 def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@")
-    return url
+    return _PASSWORD.sub(r"\1***@", url)
 
 
 #: The advisory lock that serialises schema creation across processes (any constant).

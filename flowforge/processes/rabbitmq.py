@@ -664,9 +664,9 @@ def _raise_unavailable(config: BrokerConfig, action: str, exc: BaseException) ->
         extra={"action": action, "broker": endpoint, "error": type(exc).__name__},
     )
     hint = (
-        "Check the user name and password in FLOWFORGE_BROKER_URL"
+        f"Check the user name and password in {config.url_setting}"
         if isinstance(exc, pika.exceptions.ProbableAuthenticationError)
-        else "Check FLOWFORGE_BROKER_URL and that RabbitMQ is running and reachable"
+        else f"Check {config.url_setting} and that RabbitMQ is running and reachable"
     )
     raise errors.BrokerUnavailableError(
         f"Cannot {action} RabbitMQ at {endpoint} ({exc!r}). {hint}."
@@ -678,7 +678,7 @@ def _parameters(config: BrokerConfig) -> pika.URLParameters:
         return pika.URLParameters(config.url)
     except ValueError as exc:
         raise errors.ConfigurationError(
-            f"FLOWFORGE_BROKER_URL is not a URL pika accepts ({exc}); check its query options."
+            f"{config.url_setting} is not a URL pika accepts ({exc}); check its query options."
         ) from exc
 
 
