@@ -114,7 +114,7 @@ def history(args: argparse.Namespace) -> int:
 
 
 def why(args: argparse.Namespace) -> int:
-    at = parse_time(args.at) if args.at else None
+    at = parse_time(args.at) if args.at is not None else None
     with common.open_app(common.settings_from(args)) as app:
         task = ids.resolve_task(app, args.task)
         explanation = explain_task.why(app, task.id, at)

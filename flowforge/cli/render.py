@@ -1,6 +1,6 @@
 """How the CLI shows values: times, durations, tables, task lines and JSON.
 
-Times are UTC, written ``2026-01-31T12:03:04.123Z``: the form ``why --at`` reads back, so
+Times are UTC, written ``2026-01-31T12:03:04.123456Z``: the form ``why --at`` reads back, so
 a time can be copied from any output into a question about that moment.
 """
 
@@ -22,12 +22,14 @@ from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 def iso(at: datetime | None) -> str:
     if at is None:
         return "-"
-    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    # Microseconds: the log's own precision, so a time pasted into `why --at` answers
+    # as of that transition, not as of just before it.
+    return at.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def clock(at: datetime | None) -> str:
     """Just the time of day, for headlines; ``iso`` in details."""
-    return "-" if at is None else at.astimezone(UTC).strftime("%H:%M:%S")
+    return "-" if at is None else at.astimezone(UTC).strftime("%H:%M:%SZ")
 
 
 def duration(seconds: float | None) -> str:

@@ -242,11 +242,25 @@ def _cancelled(s: Situation) -> _Answer:
     cancel = s.task_log[-1] if s.task_log else None
     when = _clock(cancel.at) if cancel else "?"
     was = f" (it was {cancel.source})" if cancel and cancel.source else ""
+    end = s.run_log[-1] if s.run_log and s.run.state in TERMINAL_RUN_STATES else None
+    if cancel is not None and (end is None or cancel.at < end.at):
+        # Cancelled on its own (through the API), not as a leftover of its run's end.
+        return (
+            "cancelled",
+            f"{s.task.task_key} was cancelled at {when}{was} by {cancel.actor}, while its "
+            f"run was {_run_state_then(s, cancel.at)}",
+            [],
+        )
     return (
         "cancelled",
         f"{s.task.task_key} was cancelled at {when}{was} because {_run_end(s)}",
         [],
     )
+
+
+def _run_state_then(s: Situation, at: datetime) -> str:
+    before = [e for e in s.run_log if e.at <= at]
+    return before[-1].target if before else "pending"
 
 
 def _leftover(s: Situation) -> _Answer:
@@ -374,11 +388,11 @@ def _count(n: int, noun: str) -> str:
 def _iso(at: datetime | None) -> str:
     if at is None:
         return "?"
-    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return at.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _clock(at: datetime | None) -> str:
-    return "?" if at is None else at.astimezone(UTC).strftime("%H:%M:%S")
+    return "?" if at is None else at.astimezone(UTC).strftime("%H:%M:%SZ")
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> str:
