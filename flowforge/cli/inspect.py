@@ -93,6 +93,10 @@ def _print_status(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetim
     print(f"  tasks: {render.counts(tasks)}\n")
     for line in render.table(render.TASK_HEADERS, render.task_rows(tasks, now)):
         print(line)
+    if failed := render.failure_lines(tasks):
+        print("\nerrors (the full tracebacks: --json, or `flowforge history`):")
+        for line in failed:
+            print(f"  {line}")
 
 
 def history(args: argparse.Namespace) -> int:

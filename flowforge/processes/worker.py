@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowforge import errors
+from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.aggregates.states import TaskRunState
@@ -155,6 +156,13 @@ class Worker:
         written = self.app.finish_task_run(
             task.id, claim.fencing_token, outcome, result, error, actor=self.worker_id
         )
+        failure: dict[str, str] = {}
+        if error is not None:
+            # The exception where an operator looks first: type, message, innermost frames.
+            failure = {
+                "error": failures.summary(error),
+                "at": " < ".join(reversed(failures.last_frames(error))),
+            }
         log.info(
             "task finished" if written else "stale finish discarded (lease lost)",
             extra=self._extra(
@@ -163,6 +171,7 @@ class Worker:
                 attempt=claim.attempt,
                 fencing_token=claim.fencing_token,
                 outcome=outcome if written else "stale",
+                **failure,
             ),
         )
         return outcome if written else "stale"

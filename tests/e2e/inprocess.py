@@ -57,3 +57,16 @@ def on_sqlite(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> InProcess:
     return InProcess(tmp_path, f"sqlite:///{tmp_path / 'flowforge.db'}", capsys, monkeypatch)
+
+
+def on_backend(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> InProcess:
+    """For a fixture parametrized ``sqlite`` / ``postgres`` (this session's database)."""
+    cli = on_sqlite(tmp_path, capsys, monkeypatch)
+    if request.param == "postgres":
+        cli.database_url = request.getfixturevalue("postgres_url")
+    return cli

@@ -12,7 +12,7 @@ import pytest
 
 from flowforge import FlowForge
 from flowforge.cli import exits
-from tests.e2e.inprocess import InProcess, on_sqlite
+from tests.e2e.inprocess import InProcess, on_backend
 
 WORKFLOW = {
     "name": "pasted",
@@ -33,9 +33,7 @@ def backend(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[tuple[FlowForge, InProcess]]:
-    cli = on_sqlite(tmp_path, capsys, monkeypatch)
-    if request.param == "postgres":
-        cli.database_url = request.getfixturevalue("postgres_url")
+    cli = on_backend(request, tmp_path, capsys, monkeypatch)
     with FlowForge(cli.database_url) as app:
         yield app, cli
 

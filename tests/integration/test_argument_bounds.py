@@ -25,5 +25,5 @@ CALLS: dict[str, Callable[[FlowForge, float], Any]] = {
 def test_an_unbounded_duration_is_refused_naming_the_argument(
     app: FlowForge, call: str, value: float
 ) -> None:
-    with pytest.raises(ValueError, match=call.split()[0]):
+    with pytest.raises(ValueError, match=call.split(maxsplit=1)[0]):
         CALLS[call](app, value)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from flowforge.aggregates import failures
 from flowforge.app.results import AuditEntry
 from flowforge.app.service import FlowForge
 from flowforge.app.why.facts import (
@@ -348,6 +349,9 @@ def _attempt_lines(log: Sequence[AuditEntry]) -> list[str]:
             lines[-1] += f", {_OUTCOMES[e.transition]} at {_iso(e.at)}"
             if e.transition == "fail":
                 lines[-1] += f": {_error(e.error)}"
+                lines.extend(f"  at {frame}" for frame in failures.last_frames(e.error))
+            elif e.transition == "succeed" and e.result is not None:
+                lines[-1] += f", result {failures.short_value(e.result)}"
     return lines
 
 
@@ -370,11 +374,7 @@ def _context_lines(s: Situation) -> list[str]:
 
 
 def _error(error: Mapping[str, str] | None) -> str:
-    if not error:
-        return "no error recorded"
-    lines = (error.get("message") or "").strip().splitlines()
-    kind = error.get("type", "Error")
-    return f"{kind}: {lines[0]}" if lines else kind
+    return failures.summary(error) or "no error recorded"
 
 
 def _all(n: int) -> str:
