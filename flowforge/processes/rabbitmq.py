@@ -23,6 +23,7 @@ must be used from one thread.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -663,14 +664,40 @@ def _raise_unavailable(config: BrokerConfig, action: str, exc: BaseException) ->
         "broker unavailable",
         extra={"action": action, "broker": endpoint, "error": type(exc).__name__},
     )
-    hint = (
-        f"Check the user name and password in {config.url_setting}"
-        if isinstance(exc, pika.exceptions.ProbableAuthenticationError)
-        else f"Check {config.url_setting} and that RabbitMQ is running and reachable"
-    )
+    hint = _unavailable_hint(config, exc)
     raise errors.BrokerUnavailableError(
         f"Cannot {action} RabbitMQ at {endpoint} ({exc!r}). {hint}."
     ) from exc
+
+
+#: What RabbitMQ says when the URL's virtual host is missing, or the user may not use it.
+_MISSING_VHOST = re.compile(r"vhost (?P<vhost>\S+) not found")
+_VHOST_REFUSED = re.compile(
+    r"access to vhost '(?P<vhost>[^']*)' refused for user '(?P<user>[^']*)'"
+)
+
+
+def _unavailable_hint(config: BrokerConfig, exc: BaseException) -> str:
+    """What to do, naming what is missing and the command that fixes it."""
+    text = str(exc)
+    user = getattr(_parameters(config).credentials, "username", "USER")
+    if match := _MISSING_VHOST.search(text):
+        vhost = match["vhost"]
+        return (
+            f"RabbitMQ is up but has no virtual host {vhost!r}: create it and let "
+            f"{user!r} use it with `rabbitmqctl add_vhost {vhost}` and `rabbitmqctl "
+            f"set_permissions -p {vhost} {user} '.*' '.*' '.*'`, or fix the vhost in "
+            f"{config.url_setting}"
+        )
+    if match := _VHOST_REFUSED.search(text):
+        vhost = match["vhost"]
+        return (
+            f"RabbitMQ refused {user!r} access to virtual host {vhost!r}: grant it with "
+            f"`rabbitmqctl set_permissions -p {vhost} {user} '.*' '.*' '.*'`"
+        )
+    if isinstance(exc, pika.exceptions.ProbableAuthenticationError):
+        return f"Check the user name and password in {config.url_setting}"
+    return f"Check {config.url_setting} and that RabbitMQ is running and reachable"
 
 
 def _parameters(config: BrokerConfig) -> pika.URLParameters:
