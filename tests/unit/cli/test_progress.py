@@ -142,7 +142,11 @@ def test_a_long_error_is_cut_with_an_ellipsis() -> None:
 
 
 def test_a_redraw_leaves_no_stale_lines() -> None:
-    assert screen(draw(snapshot_1(), snapshot_2()), 80) == screen(draw(snapshot_2()), 80)
+    def timeless(rows: list[str]) -> list[str]:  # durations run on the wall clock
+        return [re.sub(r"\d+\.\d+s", "_s", row) for row in rows]
+
+    redrawn = screen(draw(snapshot_1(), snapshot_2()), 80)
+    assert timeless(redrawn) == timeless(screen(draw(snapshot_2()), 80))
     assert len(screen(draw(snapshot_2()), 80)) == 1 + 1 + 3 + 1  # summary, header, tasks, error
 
 
