@@ -33,10 +33,14 @@ def summary(error: Mapping[str, str] | None, limit: int = MAX_INLINE) -> str:
     return shorten(f"{kind}: {lines[0]}" if lines else kind, limit)
 
 
-def last_frames(error: Mapping[str, str] | None, count: int = LAST_FRAMES) -> list[str]:
+def last_frames(
+    error: Mapping[str, str] | None, count: int = LAST_FRAMES, *, source: bool = True
+) -> list[str]:
     """The innermost ``count`` frames of the error's traceback, innermost last, each
-    ``tasks.py:12 in load: rows = ctx.upstream["clean"]``."""
+    ``tasks.py:12 in load: rows = ctx.upstream["clean"]`` (without the source line
+    when ``source`` is false)."""
     text = (error or {}).get("traceback") or ""
+    show_source = source
     frames: list[str] = []
     lines = text.splitlines()
     for i, line in enumerate(lines):
@@ -46,9 +50,9 @@ def last_frames(error: Mapping[str, str] | None, count: int = LAST_FRAMES) -> li
         file = match["file"].rsplit("/", 1)[-1]
         frame = f"{file}:{match['line']} in {match['name']}"
         # The source line, when the file could be read, is indented under its frame.
-        source = lines[i + 1] if i + 1 < len(lines) else ""
-        if source.startswith("    ") and source.strip():
-            frame += f": {shorten(source, 80)}"
+        code = lines[i + 1] if i + 1 < len(lines) else ""
+        if show_source and code.startswith("    ") and code.strip():
+            frame += f": {shorten(code, 80)}"
         frames.append(frame)
     return frames[-count:]
 

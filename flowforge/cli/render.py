@@ -142,7 +142,7 @@ HISTORY_HEADERS = ("TIME", "TASK", "ATTEMPT", "TOKEN", "ACTOR", "TRANSITION", "S
 
 def _history_note(entry: AuditEntry) -> str:
     if entry.error and entry.transition == "fail":
-        frames = failures.last_frames(entry.error, 1)
+        frames = failures.last_frames(entry.error, 1, source=False)
         return error_line(entry.error) + (f" (at {frames[0]})" if frames else "")
     if entry.transition == "succeed" and entry.result is not None:
         return f"result {failures.short_value(entry.result, RESULT_CELL)}"
