@@ -216,8 +216,9 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a run input; VALUE is parsed as JSON if it parses, else kept as a string "
-        "(repeatable)",
+        help="a run input (repeatable, each KEY once). A VALUE that looks like JSON (starts "
+        'with { [ or ", is true/false/null or a number) must be valid JSON; anything else '
+        "is a string: rows=8 is a number, day=2026-01-31 a string (default: no inputs)",
     )
 
 
