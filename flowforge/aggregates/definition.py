@@ -63,6 +63,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from flowforge.aggregates import json_values
 from flowforge.errors import InvalidWorkflowDefinitionError
 
 #: The longest delay any field accepts (a year): anything longer is a typo, and the
@@ -98,13 +99,8 @@ def _plain_identifier(value: str) -> str:
 
 
 def _valid_unicode(value: str) -> str:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise _problem(
-            f"not valid Unicode text ({exc.reason} at character {exc.start}: "
-            f"{value[exc.start]!r}); no database can store it"
-        ) from exc
+    if problem := json_values.unicode_problem(value):
+        raise _problem(problem)
     return value
 
 

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import Application
@@ -143,7 +143,10 @@ class FlowForge:
         run_inputs = json_values.checked_json(dict(inputs or {}), "inputs")
         with self._writer() as writer:
             run_id, created = writer.create_run(
-                checked, run_inputs, idempotency_key=idempotency_key, actor=actor
+                checked,
+                run_inputs,
+                idempotency_key=_text(idempotency_key, "idempotency_key"),
+                actor=_text(actor, "actor"),
             )
         log.info(
             "workflow run submitted",
@@ -156,7 +159,7 @@ class FlowForge:
     ) -> bool:
         edge = WORKFLOW_RUN_MACHINE.get(transition)
         with self._writer() as writer:
-            return writer.take_run_edge(edge, run_id, actor=actor) is not None
+            return writer.take_run_edge(edge, run_id, actor=_text(actor, "actor")) is not None
 
     def cancel_workflow_run(self, run_id: UUID, *, actor: str = ACTOR_USER) -> bool:
         """Cancel a pending or running run, then its tasks; False if it finished first.
@@ -217,7 +220,8 @@ class FlowForge:
             "delay_seconds": _non_negative(retry_delay_seconds, "retry_delay_seconds", MAX_SECONDS)
         }
         with self._writer() as writer:
-            return writer.take_task_edge(edge, task_run_id, actor=actor, **params) is not None
+            row = writer.take_task_edge(edge, task_run_id, actor=_text(actor, "actor"), **params)
+            return row is not None
 
     def claim_task_run(
         self, task_run_id: UUID, worker_id: str, lease_seconds: float
@@ -230,7 +234,9 @@ class FlowForge:
             "lease_seconds": _positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS),
         }
         with self._writer() as writer:
-            row = writer.take_task_edge(edge, task_run_id, actor=worker_id, **params)
+            row = writer.take_task_edge(
+                edge, task_run_id, actor=_text(worker_id, "worker_id"), **params
+            )
         if row is None:
             return None
         assert row.lease_expires_at is not None
@@ -257,7 +263,9 @@ class FlowForge:
             "error": json_values.error_details(error or {}) if edge.name == "fail" else None,
         }
         with self._writer() as writer:
-            row = writer.take_task_edge(edge, task_run_id, actor=actor or "worker", **params)
+            row = writer.take_task_edge(
+                edge, task_run_id, actor=_text(actor or "worker", "actor"), **params
+            )
         return row is not None
 
     def renew_lease(
@@ -271,7 +279,9 @@ class FlowForge:
         """Extend the lease from the database's now, only while the token is current."""
         seconds = _positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
         with self._writer() as writer:
-            row = writer.renew_lease(task_run_id, fencing_token, seconds, actor=actor or "worker")
+            row = writer.renew_lease(
+                task_run_id, fencing_token, seconds, actor=_text(actor or "worker", "actor")
+            )
         return row is not None
 
     def reclaim_task_run(self, task_run_id: UUID) -> bool:
@@ -443,10 +453,19 @@ class FlowForge:
 
 # --- argument checks: bad input is a clear error, before any I/O -------------------------
 
+_Text = TypeVar("_Text", str, str | None)
+
 
 # The upper bounds keep a value inside the database's interval range (PostgreSQL's ends
 # near 178 million years, SQLite's arithmetic at 2**63 microseconds): past them the
 # error would come from the driver, after I/O began.
+
+
+def _text(value: _Text, name: str) -> _Text:
+    """``value`` if it is valid Unicode (no lone surrogate, which no database stores)."""
+    if value is not None and (problem := json_values.unicode_problem(value)):
+        raise ValueError(f"{name}: {problem}")
+    return value
 
 
 def _positive(value: float, name: str, maximum: float) -> float:

@@ -13,6 +13,7 @@ from importlib import metadata
 from typing import Any
 
 from flowforge import errors
+from flowforge.aggregates import json_values  # pure and light: --help stays fast
 from flowforge.cli.logs import LEVELS
 
 
@@ -84,21 +85,13 @@ def check_unicode(args: argparse.Namespace) -> None:
     """
     for name, value in vars(args).items():
         for text in value if isinstance(value, list) else [value]:
-            if isinstance(text, str) and not _is_unicode(text):
+            if isinstance(text, str) and json_values.unicode_problem(text):
                 shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
                 option = name if name in _POSITIONALS else "--" + name.replace("_", "-")
                 raise UsageError(
                     f"{option} {shown}: not valid UTF-8 text; pass text (encode binary "
                     f"data, e.g. as base64)"
                 )
-
-
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _version() -> str:

@@ -168,6 +168,16 @@ def test_an_unbounded_number_in_a_workflow_is_bad_input_naming_the_field(
     assert f"big.json: {field}: " in one_line_error(done)
 
 
+def test_a_workflow_with_text_that_is_not_unicode_is_bad_input(any_cli: InProcess) -> None:
+    path = any_cli.cwd / "text.json"
+    path.write_text(
+        '{"name": "w", "description": "\\udcff", "tasks": [{"key": "a", "type": "a"}]}'
+    )
+    done = any_cli("submit", str(path))
+    assert done.returncode == BAD_INPUT, done.stderr
+    assert "text.json: description: not valid Unicode text" in one_line_error(done)
+
+
 @pytest.mark.parametrize("lease", ["1e300", "inf", "604801"])
 def test_an_unbounded_lease_in_a_workflow_is_bad_input(any_cli: InProcess, lease: str) -> None:
     path = any_cli.cwd / "lease.toml"

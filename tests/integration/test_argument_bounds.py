@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from flowforge import FlowForge
+from flowforge.errors import InvalidWorkflowDefinitionError
 
 CALLS: dict[str, Callable[[FlowForge, float], Any]] = {
     "lease_seconds (claim)": lambda app, v: app.claim_task_run(uuid.uuid4(), "w", v),
@@ -27,3 +28,24 @@ def test_an_unbounded_duration_is_refused_naming_the_argument(
 ) -> None:
     with pytest.raises(ValueError, match=call.split(maxsplit=1)[0]):
         CALLS[call](app, value)
+
+
+WORKFLOW = {"name": "w", "tasks": [{"key": "a", "type": "a"}]}
+TEXT_CALLS: dict[str, Callable[[FlowForge], Any]] = {
+    "idempotency_key": lambda app: app.submit_workflow_run(
+        WORKFLOW, {}, idempotency_key="key-\udcff"
+    ),
+    "actor": lambda app: app.submit_workflow_run(WORKFLOW, {}, actor="\ud800"),
+    "worker_id": lambda app: app.claim_task_run(uuid.uuid4(), "w-\udcfe", 30),
+    "inputs": lambda app: app.submit_workflow_run(WORKFLOW, {"k": "v\udcff"}),
+    "description": lambda app: app.submit_workflow_run({**WORKFLOW, "description": "\udcff"}),
+}
+
+
+@pytest.mark.parametrize("call", TEXT_CALLS)
+def test_text_that_is_not_valid_unicode_is_refused_naming_the_argument(
+    app: FlowForge, call: str
+) -> None:
+    with pytest.raises((ValueError, InvalidWorkflowDefinitionError), match=call):
+        TEXT_CALLS[call](app)
+    assert app.recent_runs() == []
