@@ -104,11 +104,14 @@ def _version() -> str:
 # --- shared pieces -------------------------------------------------------------------
 
 
-def _global_options(*, suppress: bool) -> argparse.ArgumentParser:
+def _global_options(
+    *, suppress: bool, log_level: str | None = None, uses_broker: bool = True
+) -> argparse.ArgumentParser:
     """The options every command takes, before or after its name.
 
     On the subcommands their default is SUPPRESS, so an option given before the command
-    name is not reset by the subcommand's parser.
+    name is not reset by the subcommand's parser. A subcommand's help shows its own log
+    level, and hides --broker-url if it never uses a broker (it is still accepted).
     """
     default: Any = argparse.SUPPRESS if suppress else None
     options = argparse.ArgumentParser(add_help=False)
@@ -123,14 +126,18 @@ def _global_options(*, suppress: bool) -> argparse.ArgumentParser:
         "--broker-url",
         metavar="URL",
         default=default,
-        help="overrides FLOWFORGE_BROKER_URL (default: none; embedded, in-process dispatch)",
+        help="overrides FLOWFORGE_BROKER_URL (default: none; embedded, in-process dispatch)"
+        if uses_broker
+        else argparse.SUPPRESS,
     )
     group.add_argument(
         "--log-level",
         type=str.upper,
         choices=LEVELS,
         default=default,
-        help="log to stderr from this level (default: INFO for scheduler, publisher and "
+        help=f"log to stderr from this level (default: {log_level})"
+        if log_level
+        else "log to stderr from this level (default: INFO for scheduler, publisher and "
         "worker; WARNING otherwise)",
     )
     return options
@@ -145,6 +152,7 @@ def _command(
     *,
     log_level: str = "WARNING",
     description: str = "",
+    uses_broker: bool = True,
 ) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
         name,
@@ -152,7 +160,7 @@ def _command(
         description=description or summary,
         epilog="example:\n" + textwrap.indent(textwrap.dedent(example).strip("\n"), "  "),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_global_options(suppress=True)],
+        parents=[_global_options(suppress=True, log_level=log_level, uses_broker=uses_broker)],
     )
     parser.set_defaults(handler=handler, default_log_level=log_level)
     return parser
@@ -341,6 +349,7 @@ def _demo(commands: Any) -> None:
         description="Run the example DAG (extract -> clean, enrich, score -> load; enrich "
         "fails once and succeeds on retry) on a temporary SQLite database (unless "
         "FLOWFORGE_DATABASE_URL is set) with in-process dispatch, then print its history.",
+        uses_broker=False,  # the demo always dispatches in-process
     )
     _add_workers(parser)
 

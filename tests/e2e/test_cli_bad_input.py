@@ -263,3 +263,13 @@ def test_every_flag_has_help_that_shows_its_default() -> None:
             no_default.append(where)
     assert missing == []
     assert no_default == []
+
+
+def test_help_shows_each_commands_own_defaults(cli: InProcess) -> None:
+    demo = cli("demo", "--help").stdout
+    assert "--broker-url" not in demo  # demo always dispatches in-process
+    assert "(default: WARNING)" in demo
+    assert "INFO for scheduler" not in demo
+    worker = cli("worker", "--help").stdout
+    assert "--broker-url" in worker
+    assert "(default: INFO)" in worker
