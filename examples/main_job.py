@@ -78,7 +78,7 @@ def main() -> int:
         print("running the same workflow on the embedded default instead: flowforge demo")
         return subprocess.call([sys.executable, "-m", "flowforge", "demo"])
     ensure_database(DATABASE_URL)
-    app = FlowForge(DATABASE_URL)
+    app = FlowForge(DATABASE_URL, migrate=True)  # a fresh database gets its schema
     run_id = app.start_workflow_run(str(WORKFLOW), {"rows": 8})
     print(f"submitted run {run_id} of {WORKFLOW.name}")
     processes = [

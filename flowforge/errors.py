@@ -152,3 +152,15 @@ class ConfigurationError(FlowForgeError):
 
 class UnknownTaskTypeError(DomainError):
     """No handler is registered for the task type; register one with @task(...)."""
+
+
+# --- the schema (store) -----------------------------------------------------------------
+
+
+class SchemaMigrationRequiredError(SchemaVersionError):
+    """The database's schema is older than this FlowForge, or absent: run
+    `flowforge db migrate` (or `flowforge db init`) first."""
+
+
+class DatabaseMissingError(SchemaMigrationRequiredError):
+    """The SQLite database file does not exist: create it with `flowforge db init`."""

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import psycopg
@@ -35,8 +36,27 @@ class DatabaseLocation:
     env: dict[str, str]
     display: str
 
-    def eventsourcing_env(self) -> dict[str, str]:
-        return dict(self.env)
+    def eventsourcing_env(self, *, create_tables: bool) -> dict[str, str]:
+        """The library's settings; it creates its event table only when migrating."""
+        return {**self.env, "CREATE_TABLE": "y" if create_tables else "n"}
+
+    def require_directory(self) -> None:
+        """Refuse to create a SQLite database in a directory that does not exist."""
+        directory = Path(self.display).parent
+        if self.dialect == "sqlite" and not directory.exists():
+            raise errors.ConfigurationError(
+                f"database URL {self.url!r}: the directory {directory} does not exist; create it"
+            )
+
+    def require_existing_file(self) -> None:
+        """Refuse to open a SQLite database that does not exist: opening would create
+        an empty file, and only a migrating command should create one."""
+        if self.dialect == "sqlite" and not Path(self.display).exists():
+            raise errors.DatabaseMissingError(
+                f"there is no SQLite database at {self.display}; create it with "
+                f"`flowforge db init --database-url {self.url}` (or run a workflow with "
+                f"`flowforge run`, which creates it)"
+            )
 
 
 def parse_database_url(url: str) -> DatabaseLocation:
@@ -95,7 +115,6 @@ def _postgres(
         # The publisher holds its sweep's transaction open while the broker confirms
         # (up to 30 s); the library's default would kill that connection after 5 s.
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "120",
-        "CREATE_TABLE": "y",
     }
     return DatabaseLocation(url, "postgres", env, f"{host}:{port or 5432}/{dbname}")
 
@@ -107,15 +126,10 @@ def _sqlite(url: str, netloc: str, path: str) -> DatabaseLocation:
             f" or sqlite:////absolute/path.db"
         )
     file = Path(unquote(path[1:]))
-    if not file.parent.exists():
-        raise errors.ConfigurationError(
-            f"database URL {url!r}: the directory {file.parent} does not exist; create it"
-        )
     env = {
         "PERSISTENCE_MODULE": "eventsourcing.sqlite",
         "SQLITE_DBNAME": str(file),
         "SQLITE_LOCK_TIMEOUT": "30",
-        "CREATE_TABLE": "y",
     }
     return DatabaseLocation(url, "sqlite", env, str(file))
 
@@ -144,24 +158,34 @@ def schema_creation_lock(location: DatabaseLocation) -> Iterator[None]:
     if location.dialect != "postgres":
         yield
         return
-    env = location.env
-    with (
-        translate_errors(location.display),
-        psycopg.connect(
-            host=env["POSTGRES_HOST"],
-            port=env["POSTGRES_PORT"],
-            dbname=env["POSTGRES_DBNAME"],
-            user=env["POSTGRES_USER"],
-            password=env["POSTGRES_PASSWORD"],
-            connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
-            autocommit=True,
-        ) as conn,
-    ):
+    with translate_errors(location.display), _connect(location) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK_KEY,))
         try:
             yield
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK_KEY,))
+
+
+def check_reachable(location: DatabaseLocation) -> None:
+    """Connect once, directly, so that a server that answers but lacks the database or
+    the role says so: through the pool the same failure is only "couldn't get a
+    connection after 5 s", and the advice could not name what is missing."""
+    if location.dialect == "postgres":
+        with translate_errors(location.display), _connect(location):
+            pass
+
+
+def _connect(location: DatabaseLocation) -> psycopg.Connection[Any]:
+    env = location.env
+    return psycopg.connect(
+        host=env["POSTGRES_HOST"],
+        port=env["POSTGRES_PORT"],
+        dbname=env["POSTGRES_DBNAME"],
+        user=env["POSTGRES_USER"],
+        password=env["POSTGRES_PASSWORD"],
+        connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
+        autocommit=True,
+    )
 
 
 def make_database(datastore: object, location: DatabaseLocation) -> Database:

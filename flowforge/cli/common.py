@@ -43,13 +43,18 @@ def settings_from(
     return config.Settings.from_env(merged, broker_url_setting=flag)
 
 
-def open_app(settings: config.Settings) -> FlowForge:
-    """The application service on the configured database (schema applied)."""
-    if settings.database_url == config.DEFAULT_DATABASE_URL:
+def open_app(settings: config.Settings, *, migrate: bool = False) -> FlowForge:
+    """The application service on the configured database.
+
+    Only ``db init`` / ``db migrate``, ``run`` and ``demo`` pass ``migrate=True`` (create
+    the schema, apply missing migrations). Every other command only checks the schema
+    version and refuses with the command to run; it never creates a SQLite file.
+    """
+    if migrate and settings.database_url == config.DEFAULT_DATABASE_URL:
         # The embedded default lives in ./.flowforge/; nobody should have to create it.
         default_file = Path(unquote(urlsplit(config.DEFAULT_DATABASE_URL).path[1:]))
         default_file.parent.mkdir(parents=True, exist_ok=True)
-    return FlowForge(settings.database_url)
+    return FlowForge(settings.database_url, migrate=migrate)
 
 
 # --- values from the command line ----------------------------------------------------

@@ -1,4 +1,9 @@
-"""``flowforge db init`` and ``flowforge db rebuild``.
+"""``flowforge db init``, ``db migrate`` and ``db rebuild``.
+
+Migrations are explicit: ``db init`` and ``db migrate`` (the same operation under two
+names: create the schema, or apply what is missing) are, with ``run`` and ``demo``, the
+only commands that change the schema; every other command checks the version and
+refuses with the command to run.
 
 The rebuild is checked, not trusted: after the tables are rebuilt from the log, every
 row is compared with its aggregate reconstituted from the log, field by field. The
@@ -21,13 +26,17 @@ ALL_ROWS = 2**31 - 1
 
 
 def init(args: argparse.Namespace) -> int:
-    # Opening the service applies every missing migration, under a lock.
-    with common.open_app(common.settings_from(args)) as app:
+    """Create the schema, or apply the missing migrations (idempotent, under a lock)."""
+    with common.open_app(common.settings_from(args), migrate=True) as app:
         database = app.database
         print(
             f"database {database.dialect} {database.location}: schema version {app.schema_version}"
         )
     return 0
+
+
+#: ``db migrate`` is ``db init``: both bring the schema to this FlowForge's version.
+migrate = init
 
 
 def rebuild(args: argparse.Namespace) -> int:

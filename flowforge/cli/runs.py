@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     common.check_task_types(definition, default_registry)
     inputs = common.parse_inputs(args.input)
     settings = common.settings_from(args)
-    with common.open_app(settings) as app:
+    with common.open_app(settings, migrate=True) as app:
         transport = processes.transport_for(settings)
         started = app.submit_workflow_run(definition, inputs, idempotency_key=args.idempotency_key)
         run_row = app.get_workflow_run(started.run_id)
@@ -170,7 +170,7 @@ def demo(args: argparse.Namespace) -> int:
     configured = args.database_url or config.DATABASE_URL_VARIABLE in os.environ
     with tempfile.TemporaryDirectory(prefix="flowforge-demo-") as scratch:
         url = settings.database_url if configured else f"sqlite:///{scratch}/demo.db"
-        with FlowForge(url) as app:
+        with FlowForge(url, migrate=True) as app:
             print(f"demo: workflow {demo_workflow.DEFINITION.name} on {app.database.location}")
             started = app.submit_workflow_run(demo_workflow.DEFINITION, demo_workflow.INPUTS)
             final, stopped_by = drive(

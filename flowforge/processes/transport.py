@@ -30,28 +30,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 from flowforge import errors
 from flowforge.aggregates.dispatch import DispatchMessage
+from flowforge.app.ports import DispatchPublisher as DispatchPublisher  # noqa: PLC0414 - re-export
 
 logger = logging.getLogger(__name__)
-
-
-@runtime_checkable
-class DispatchPublisher(Protocol):
-    """Puts dispatches on the dispatch queue."""
-
-    def publish(self, messages: Sequence[DispatchMessage]) -> None:
-        """Return only when the broker has confirmed every message.
-
-        Raises ``UnroutableDispatchError`` (no queue bound), ``PublishNotConfirmedError``
-        (the broker refused or did not confirm) or ``BrokerUnavailableError``. After an
-        error some messages may still have been delivered: the caller keeps all of them
-        pending and publishes them again, and the worker's claim makes a duplicate
-        harmless.
-        """
-        ...
-
-    def close(self) -> None:
-        """Release the connection; a later ``publish`` opens a new one."""
-        ...
 
 
 @runtime_checkable

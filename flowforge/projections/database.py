@@ -254,7 +254,7 @@ def _advice(message: str, location: str) -> str:
         return (
             f"the server is up but has no database {name!r}: create it with "
             f'`createdb {server} -U postgres {name}` (or CREATE DATABASE "{name}"; as a '
-            f"user allowed to), then retry"
+            f"user allowed to), then create its tables with `flowforge db init`"
         )
     if match := _MISSING_ROLE.search(message):
         name = match["name"]

@@ -45,7 +45,7 @@ class Cluster:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         with admin() as conn:
             conn.execute(f'CREATE DATABASE "{self.dbname}"')
-        self.app = FlowForge(self.database_url)
+        self.app = FlowForge(self.database_url, migrate=True)
 
     @property
     def env(self) -> dict[str, str]:

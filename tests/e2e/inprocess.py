@@ -5,6 +5,7 @@ test as a traceback would; tests of real processes use ``tests.e2e.test_cli.Cli`
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,10 +41,15 @@ class InProcess:
                 patch.setenv(name, value)
             patch.chdir(self.cwd)
             self.capsys.readouterr()
+            root = logging.getLogger()
+            handlers, level = list(root.handlers), root.level
             try:
                 code = main(list(args))
             except SystemExit as exit_:  # argparse's usage errors, --version
                 code = int(exit_.code or 0)
+            finally:  # main configures logging for a process; this is one test
+                root.handlers[:] = handlers
+                root.setLevel(level)
             out, err = self.capsys.readouterr()
         return Done(code, out, err)
 
@@ -56,7 +62,10 @@ class InProcess:
 def on_sqlite(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> InProcess:
-    return InProcess(tmp_path, f"sqlite:///{tmp_path / 'flowforge.db'}", capsys, monkeypatch)
+    cli = InProcess(tmp_path, f"sqlite:///{tmp_path / 'flowforge.db'}", capsys, monkeypatch)
+    # Read-only commands never create a database: start from an initialised one.
+    assert cli("db", "init").returncode == 0
+    return cli
 
 
 def on_backend(

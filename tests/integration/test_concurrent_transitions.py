@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -25,6 +26,7 @@ import pytest
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
 from flowforge.projections.database import Transaction
+from flowforge.projections.reads import Reads
 
 pytestmark = pytest.mark.postgres
 
@@ -124,7 +126,7 @@ class TestClaimRace:
             before = pg_app.get_task_run(task_run_id)
             workers = [f"worker-{i}" for i in range(CLAIMERS)]
             claims = race(
-                *(lambda w=w, t=task_run_id: pg_app.claim_task_run(t, w, LEASE_S) for w in workers)
+                *(partial(pg_app.claim_task_run, task_run_id, w, LEASE_S) for w in workers)
             )
 
             won = [(w, c) for w, c in zip(workers, claims, strict=True) if c is not None]
@@ -151,8 +153,8 @@ class TestReaperRaces:
         wait_until_expired(pg_app, *task_run_ids)
         for task_run_id in task_run_ids:
             reaped = race(
-                lambda t=task_run_id: pg_app.reclaim_task_run(t),
-                lambda t=task_run_id: pg_app.reclaim_task_run(t),
+                partial(pg_app.reclaim_task_run, task_run_id),
+                partial(pg_app.reclaim_task_run, task_run_id),
             )
             assert sorted(reaped) == [False, True]
             row = pg_app.get_task_run(task_run_id)
@@ -174,8 +176,8 @@ class TestReaperRaces:
         for task_run_id in task_run_ids:
             token = tokens[task_run_id]
             reaped, renewed = race(
-                lambda t=task_run_id: pg_app.reclaim_task_run(t),
-                lambda t=task_run_id, n=token: pg_app.renew_lease(t, n, LEASE_S),
+                partial(pg_app.reclaim_task_run, task_run_id),
+                partial(pg_app.renew_lease, task_run_id, token, LEASE_S),
             )
             assert reaped != renewed, "the reaper and the renew both won, or both lost"
             row, log = pg_app.get_task_run(task_run_id), transitions(pg_app, task_run_id)
@@ -206,8 +208,8 @@ class TestReaperRaces:
         for task_run_id in task_run_ids:
             token = tokens[task_run_id]
             reaped, finished = race(
-                lambda t=task_run_id: pg_app.reclaim_task_run(t),
-                lambda t=task_run_id, n=token: pg_app.finish_task_run(t, n, "succeed", {"n": n}),
+                partial(pg_app.reclaim_task_run, task_run_id),
+                partial(pg_app.finish_task_run, task_run_id, token, "succeed", {"n": token}),
             )
             assert reaped != finished, "the reaper and the finish both won, or both lost"
             row, log = pg_app.get_task_run(task_run_id), transitions(pg_app, task_run_id)
@@ -233,10 +235,8 @@ class TestHeartbeatAgainstFinish:
         for round_, task_run_id in enumerate(task_run_ids):
             token = tokens[task_run_id]
             renewed, finished = race(
-                lambda t=task_run_id, n=token: pg_app.renew_lease(t, n, LEASE_S),
-                lambda t=task_run_id, n=token, r=round_: pg_app.finish_task_run(
-                    t, n, "succeed", {"round": r}
-                ),
+                partial(pg_app.renew_lease, task_run_id, token, LEASE_S),
+                partial(pg_app.finish_task_run, task_run_id, token, "succeed", {"round": round_}),
             )
             assert finished is True, f"round {round_}: the heartbeat made the finish lose"
             row = pg_app.get_task_run(task_run_id)
@@ -263,8 +263,8 @@ class TestPromotionAgainstCancel:
         for _ in range(ROUNDS):
             _, _, child = start_chain(pg_app)
             promoted, cancelled = race(
-                lambda c=child: pg_app.transition_task_run(c, "dependencies_satisfied"),
-                lambda c=child: pg_app.transition_task_run(c, "cancel_pending"),
+                partial(pg_app.transition_task_run, child, "dependencies_satisfied"),
+                partial(pg_app.transition_task_run, child, "cancel_pending"),
             )
             assert promoted != cancelled, "promotion and cancellation both won, or both lost"
             winner = "dependencies_satisfied" if promoted else "cancel_pending"
@@ -280,8 +280,8 @@ class TestPromotionAgainstCancel:
             won = claim(pg_app, root, "worker-1")
             assert pg_app.finish_task_run(root, won.fencing_token, "succeed")
             advanced, cancelled = race(
-                lambda r=run_id: pg_app.advance_workflow_run(r),
-                lambda c=child: pg_app.transition_task_run(c, "cancel_pending"),
+                partial(pg_app.advance_workflow_run, run_id),
+                partial(pg_app.transition_task_run, child, "cancel_pending"),
             )
             promoted = "child" in advanced.promoted
             assert promoted != cancelled, "promotion and cancellation both won, or both lost"
@@ -398,7 +398,7 @@ class TestAuditOrder:
         @contextlib.contextmanager
         def stalled_after_begin() -> Iterator[Transaction]:
             with begin() as tx:
-                tx.run("db_now")  # the transaction is open: its now() is fixed from here
+                Reads(tx).now()  # the transaction is open: its now() is fixed from here
                 began.set()
                 assert resume.wait(RACE_TIMEOUT_S)
                 yield tx
