@@ -15,6 +15,7 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import Transcoder
 
+from flowforge import errors
 from flowforge.app.infrastructure import (
     DatabaseLocation,
     check_reachable,
@@ -63,20 +64,26 @@ def open_persistence(database_url: str, *, migrate: bool | None = None) -> Persi
         location.require_directory()
     else:
         location.require_existing_file()
-    if not migrating:
-        check_reachable(location)  # the schema lock's connection does it when migrating
     lock: AbstractContextManager[None] = (
         schema_creation_lock(location) if migrating else nullcontext()
     )
     with lock:
-        with translate_errors(location.display):
-            events = EventStore(env=location.eventsourcing_env(create_tables=migrating))
+        try:
+            with translate_errors(location.display):
+                events = EventStore(env=location.eventsourcing_env(create_tables=migrating))
+        except errors.DatabaseUnavailableError:
+            check_reachable(location)  # names a missing database or role, if that is why
+            raise
         try:
             database = make_database(
                 events.recorder.datastore,  # type: ignore[attr-defined]
                 location,
             )
             version = schema.migrate(database) if migrating else schema.check(database)
+        except errors.DatabaseUnavailableError:
+            events.close()
+            check_reachable(location)
+            raise
         except BaseException:
             events.close()
             raise

@@ -167,9 +167,10 @@ def schema_creation_lock(location: DatabaseLocation) -> Iterator[None]:
 
 
 def check_reachable(location: DatabaseLocation) -> None:
-    """Connect once, directly, so that a server that answers but lacks the database or
-    the role says so: through the pool the same failure is only "couldn't get a
-    connection after 5 s", and the advice could not name what is missing."""
+    """Connect once, directly, after the pool failed to: a server that answers but lacks
+    the database or the role then says so, where the pool said only "couldn't get a
+    connection after 5 s" and the advice could not name what is missing. Not done up
+    front, so a process starting in a brief outage still waits out the pool's timeout."""
     if location.dialect == "postgres":
         with translate_errors(location.display), _connect(location):
             pass
