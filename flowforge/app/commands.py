@@ -17,12 +17,7 @@ from uuid import UUID
 
 from flowforge import errors
 from flowforge.aggregates import json_values
-from flowforge.aggregates.definition import (
-    MAX_LEASE_SECONDS,
-    MAX_SECONDS,
-    WorkflowDefinition,
-    load_definition,
-)
+from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS, WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.states import WorkflowRunState
 from flowforge.aggregates.task_run import (
@@ -33,6 +28,7 @@ from flowforge.aggregates.task_run import (
     transition_rule,
 )
 from flowforge.app import advance
+from flowforge.app.definition_files import load_definition
 from flowforge.app.queries import Queries
 from flowforge.app.results import AdvanceResult, Claim, StartedRun
 

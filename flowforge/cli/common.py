@@ -18,7 +18,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from flowforge import config, errors
-from flowforge.aggregates.definition import WorkflowDefinition, load_definition
+from flowforge.aggregates.definition import WorkflowDefinition
+from flowforge.app.definition_files import load_definition
 from flowforge.app.service import FlowForge
 from flowforge.cli.parser import UsageError
 from flowforge.processes.registry import TaskRegistry

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app import why as explain_task
 from flowforge.app.service import FlowForge
@@ -146,16 +147,12 @@ def parse_time(text: str) -> datetime:
 
 
 def run_fact(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> dict[str, Any]:
+    """A run as ``--json`` shows it: its declared shown fields, and what they imply."""
     return {
         "run_id": run.id,
-        "workflow": run.workflow_name,
-        "state": run.state,
+        **workflow_run.DECLARATION.shown_values(run),
         "created_at": run.created_at,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
         "duration_s": _seconds(run.started_at, run.finished_at, now),
-        "idempotency_key": run.idempotency_key,
-        "inputs": run.inputs,
         "task_states": {
             state: sum(t.state == state for t in tasks)
             for state in sorted({t.state for t in tasks})
@@ -164,23 +161,11 @@ def run_fact(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) ->
 
 
 def task_fact(task: TaskRunRow) -> dict[str, Any]:
+    """A task run as ``--json`` shows it: its declared shown fields, and its duration."""
     return {
-        "task_key": task.task_key,
         "task_run_id": task.id,
-        "task_type": task.task_type,
-        "depends_on": task.depends_on,
-        "state": task.state,
-        "attempt": task.attempt,
-        "max_attempts": task.max_attempts,
-        "fencing_token": task.fencing_token,
-        "lease_owner": task.lease_owner,
-        "lease_expires_at": task.lease_expires_at,
-        "retry_due_at": task.retry_due_at,
-        "started_at": task.started_at,
-        "finished_at": task.finished_at,
+        **task_run.DECLARATION.shown_values(task),
         "duration_s": _seconds(task.started_at, task.finished_at, datetime.now(UTC)),
-        "result": task.result,
-        "error": task.error,
     }
 
 

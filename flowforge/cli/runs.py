@@ -10,18 +10,17 @@ import tempfile
 from datetime import UTC, datetime
 from uuid import UUID
 
-from flowforge import config
+from flowforge import bootstrap, config
 from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import StartedRun
 from flowforge.app.service import FlowForge
-from flowforge.cli import common, ids, processes, render
+from flowforge.cli import common, ids, render
 from flowforge.cli import demo as demo_workflow
 from flowforge.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED
 from flowforge.cli.progress import Progress
 from flowforge.processes.registry import TaskRegistry, default_registry
-from flowforge.processes.runner import ProcessGroup, Transport
 from flowforge.projections.tables import WorkflowRunRow
 
 #: What stops `run` and `demo` cleanly (the default SIGTERM would kill them mid-task).
@@ -87,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = common.parse_inputs(args.input)
     settings = common.settings_from(args)
     with common.open_app(settings, migrate=True) as app:
-        transport = processes.transport_for(settings)
+        transport = bootstrap.transport_for(settings)
         started = app.submit_workflow_run(definition, inputs, idempotency_key=args.idempotency_key)
         run_row = app.get_workflow_run(started.run_id)
         _announce(started, run_row, definition, args.idempotency_key, show_id=True)
@@ -99,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
 def drive(
     app: FlowForge,
-    transport: Transport,
+    transport: bootstrap.Transport,
     run_id: UUID,
     workers: int,
     registry: TaskRegistry,
@@ -107,7 +106,7 @@ def drive(
 ) -> tuple[WorkflowRunRow, str]:
     """Run scheduler, publisher and workers here until the run ends; the last snapshot
     and what stopped the wait early ('' if nothing did)."""
-    group = ProcessGroup(app, transport, workers=workers, registry=registry)
+    group = bootstrap.ProcessGroup(app, transport, workers=workers, registry=registry)
     progress = Progress(sys.stdout)
     # The group's threads cannot install signal handlers; without these, Ctrl-C would
     # kill the process with its workers mid-task instead of stopping them cleanly.
@@ -175,7 +174,7 @@ def demo(args: argparse.Namespace) -> int:
             started = app.submit_workflow_run(demo_workflow.DEFINITION, demo_workflow.INPUTS)
             final, stopped_by = drive(
                 app,
-                Transport.in_memory(),
+                bootstrap.Transport.in_memory(),
                 started.run_id,
                 args.workers,
                 demo_workflow.REGISTRY,

@@ -206,7 +206,8 @@ class InMemoryDispatchChannel:
             self._held[consumer] = tag
             return InMemoryDelivery(self, consumer, tag, entry.body, entry.returns > 0)
 
-    def _settle(self, consumer: InMemoryDispatchConsumer, tag: int, outcome: Outcome) -> None:
+    def settle(self, consumer: InMemoryDispatchConsumer, tag: int, outcome: Outcome) -> None:
+        """Settle ``consumer``'s delivery ``tag``: the port its deliveries settle through."""
         with self._changed:
             entry = self._unsettled.pop(tag, None)
             if entry is None:
@@ -289,4 +290,4 @@ class InMemoryDelivery(SettleOnce):
         self._tag = tag
 
     def _settle(self, outcome: Outcome) -> None:
-        self._channel._settle(self._consumer, self._tag, outcome)
+        self._channel.settle(self._consumer, self._tag, outcome)

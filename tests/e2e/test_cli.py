@@ -26,7 +26,7 @@ import pika
 import psycopg
 import pytest
 
-from flowforge.aggregates.definition import load_definition
+from flowforge.app.definition_files import load_definition
 from flowforge.cli import demo, exits
 from tests import servers
 

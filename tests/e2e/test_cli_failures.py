@@ -59,7 +59,12 @@ def test_the_worker_logs_the_exception_of_a_failed_task(
     failed_run: tuple[InProcess, UUID, list[logging.LogRecord]],
 ) -> None:
     _, _, records = failed_run
-    (failed,) = [r for r in records if getattr(r, "outcome", None) == "fail"]
+    # Only this run's task: the session's PostgreSQL database may hold other tests' runs.
+    (failed,) = [
+        r
+        for r in records
+        if getattr(r, "outcome", None) == "fail" and getattr(r, "task_key", None) == "report"
+    ]
     assert failed.error == "KeyError: 'clean'"  # type: ignore[attr-defined]
     assert failed.at.startswith("test_cli_failures.py:")  # type: ignore[attr-defined]
     assert "in pick_column" in failed.at  # type: ignore[attr-defined]

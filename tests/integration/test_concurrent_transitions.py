@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -23,17 +22,15 @@ from uuid import UUID
 
 import pytest
 
-from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
 from flowforge.projections.database import Transaction
 from flowforge.projections.reads import Reads
+from tests.helpers import claim, wait_until_expired
 
 pytestmark = pytest.mark.postgres
 
 LEASE_S = 30.0
 TINY_LEASE_S = 0.05
-CLOCK_DEADLINE_S = 5.0
-POLL_S = 0.01
 #: How long a racer may wait at the barrier or a test for its racers, before it fails.
 RACE_TIMEOUT_S = 30.0
 CLAIMERS = 16
@@ -98,20 +95,6 @@ def start_chain(app: FlowForge) -> tuple[UUID, UUID, UUID]:
     run_id = app.start_workflow_run(definition)
     tasks = {t.task_key: t.id for t in app.task_runs(run_id)}
     return run_id, tasks["root"], tasks["child"]
-
-
-def claim(app: FlowForge, task_run_id: UUID, worker: str, lease_s: float = LEASE_S) -> Claim:
-    won = app.claim_task_run(task_run_id, worker, lease_s)
-    assert won is not None, f"{worker} lost a claim nobody else was making"
-    return won
-
-
-def wait_until_expired(app: FlowForge, *task_run_ids: UUID) -> None:
-    """Poll until the database's clock says every one of these leases has expired."""
-    deadline = time.monotonic() + CLOCK_DEADLINE_S
-    while not set(task_run_ids) <= set(app.expired_leases()):
-        assert time.monotonic() < deadline, f"leases of {task_run_ids} never expired"
-        time.sleep(POLL_S)
 
 
 def transitions(app: FlowForge, task_run_id: UUID) -> list[str]:
