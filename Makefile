@@ -23,7 +23,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict flowforge
+	$(BIN)/mypy --strict flowforge tests
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.claim_finish

@@ -34,10 +34,10 @@ def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
         params = _created_params(event, workflow_run.STATIC_FIELDS, initial)
         return bool(tx.run("insert_workflow_run", params))
     if isinstance(event, TaskRun.Transitioned):
-        _update(tx, "apply_task_run_event", event, task_run.MUTABLE_FIELDS)
+        _update(tx, "apply_task_run_event", event, task_run.DECLARATION.carried(event))
         return True
     if isinstance(event, WorkflowRun.Transitioned):
-        _update(tx, "apply_workflow_run_event", event, workflow_run.MUTABLE_FIELDS)
+        _update(tx, "apply_workflow_run_event", event, workflow_run.DECLARATION.carried(event))
         return True
     raise errors.CorruptEventLogError(f"no projection for event {type(event).__qualname__}")
 
@@ -53,8 +53,9 @@ def _created_params(event: Any, fields: tuple[str, ...], state: str) -> dict[str
     return params
 
 
-def _update(tx: Transaction, statement: str, event: Any, fields: tuple[str, ...]) -> None:
-    params = {f: getattr(event, f) for f in fields}
+def _update(tx: Transaction, statement: str, event: Any, carried: dict[str, Any]) -> None:
+    # An event stored before a field was declared carries its initial value (base.carried).
+    params = dict(carried)
     params.update(
         id=event.originator_id,
         version=event.originator_version,
