@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,6 @@ from typing import Any
 import pytest
 
 from flowforge.cli.main import main
-
-
-@dataclass
-class Done:
-    returncode: int
-    stdout: str
-    stderr: str
 
 
 @dataclass
@@ -33,7 +27,7 @@ class InProcess:
     monkeypatch: pytest.MonkeyPatch
     env: dict[str, str] = field(default_factory=dict)
 
-    def __call__(self, *args: str) -> Done:
+    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
         with self.monkeypatch.context() as patch:
             for name in [k for k in os.environ if k.startswith("FLOWFORGE_")]:
                 patch.delenv(name)
@@ -51,7 +45,7 @@ class InProcess:
                 root.handlers[:] = handlers
                 root.setLevel(level)
             out, err = self.capsys.readouterr()
-        return Done(code, out, err)
+        return subprocess.CompletedProcess(list(args), code, out, err)
 
     def json(self, *args: str) -> Any:
         done = self(*args, "--json")

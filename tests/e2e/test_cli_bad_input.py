@@ -7,6 +7,7 @@ take minutes); an exception escaping ``main`` fails the test as a traceback woul
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -244,17 +245,18 @@ def test_a_broker_error_names_the_flag_when_the_url_came_from_it(cli: InProcess)
 def test_every_flag_has_help_that_shows_its_default() -> None:
     from flowforge.cli import parser
 
-    def walk(p: object) -> list[tuple[str, object]]:
-        found = []
-        for action in p._actions:  # type: ignore[attr-defined]
-            if action.choices and isinstance(action.choices, dict):
+    def walk(p: argparse.ArgumentParser) -> list[tuple[str, argparse.Action]]:
+        found: list[tuple[str, argparse.Action]] = []
+        for action in p._actions:
+            if isinstance(action.choices, dict):
                 for name, sub in action.choices.items():
                     found += [(f"{name} {where}", a) for where, a in walk(sub)]
             else:
                 found.append((action.dest, action))
         return found
 
-    missing, no_default = [], []
+    missing: list[str] = []
+    no_default: list[str] = []
     for where, action in walk(parser.build()):
         if action.dest in ("help", "version"):
             continue
@@ -262,7 +264,7 @@ def test_every_flag_has_help_that_shows_its_default() -> None:
             missing.append(where)
         default = action.default
         shown = default not in (None, False, [], "==SUPPRESS==")
-        if shown and "default:" not in action.help:
+        if shown and "default:" not in (action.help or ""):
             no_default.append(where)
     assert missing == []
     assert no_default == []

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -29,7 +30,7 @@ def count(ctx: TaskContext) -> dict[str, Any]:
     return {"rows": 8, "note": "x" * 500}
 
 
-def pick_column(upstream: dict[str, Any]) -> Any:
+def pick_column(upstream: Mapping[str, Any]) -> Any:
     return upstream["count"]["clean"]  # the bug the user must find
 
 
