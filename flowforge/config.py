@@ -49,15 +49,21 @@ class BrokerConfig(BaseModel):
     dead_letter_exchange: str = Field("flowforge.dlx", min_length=1)
     dead_letter_queue: str = Field("flowforge.tasks.dead", min_length=1)
     #: Deliveries of one message before the quorum queue dead-letters it (poison message).
+    #: Where ``url`` came from, as messages should name it: the variable or the flag.
+    url_setting: str = Field("FLOWFORGE_BROKER_URL", repr=False)
     delivery_limit: int = Field(20, ge=1)
     heartbeat_seconds: int = Field(30, ge=1)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> BrokerConfig:
-        """The defaults, overridden by whichever ``FLOWFORGE_*`` variables are set."""
-        return cls.model_validate(
-            {field: environ[var] for field, var in cls.ENVIRONMENT.items() if var in environ}
-        )
+    def from_env(
+        cls, environ: Mapping[str, str] = os.environ, *, url_setting: str | None = None
+    ) -> BrokerConfig:
+        """The defaults, overridden by whichever ``FLOWFORGE_*`` variables are set.
+
+        ``url_setting`` names where the URL came from when not the variable (a flag).
+        """
+        fields = {field: environ[var] for field, var in cls.ENVIRONMENT.items() if var in environ}
+        return cls.model_validate(fields | ({"url_setting": url_setting} if url_setting else {}))
 
     @model_validator(mode="wrap")
     @classmethod
@@ -72,7 +78,7 @@ class BrokerConfig(BaseModel):
             )
             raise errors.ConfigurationError(f"Invalid broker configuration: {problems}.") from exc
         for url in config.urls:
-            _check_url(url)
+            _check_url(url, config.url_setting)
         return config
 
     @property
@@ -87,9 +93,8 @@ def _setting_name(loc: tuple[int | str, ...]) -> str:
     return f"{variable} (BrokerConfig.{field})" if variable else f"BrokerConfig.{field}"
 
 
-def _check_url(url: str) -> None:
+def _check_url(url: str, setting: str) -> None:
     """Each URL must be amqp:// or amqps:// with a host. Credentials are never echoed."""
-    setting = _setting_name(("url",))
     try:
         parts = urlsplit(url)
         host = parts.hostname
@@ -103,8 +108,8 @@ def _check_url(url: str) -> None:
         raise errors.ConfigurationError(
             f"{setting} must be an amqp:// or amqps:// URL with a host, like "
             f"amqp://user:password@rabbitmq.example:5672/%2F; got scheme "
-            f"{parts.scheme or '(none)'!r} and host {host or '(none)'!r}. Check the "
-            f"variable for a missing scheme or host, or a typo."
+            f"{parts.scheme or '(none)'!r} and host {host or '(none)'!r}. Check it for a "
+            f"missing scheme or host, or a typo."
         )
 
 
@@ -122,9 +127,13 @@ class Settings(BaseModel):
     broker: BrokerConfig | None = None
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
+    def from_env(
+        cls, environ: Mapping[str, str] = os.environ, *, broker_url_setting: str | None = None
+    ) -> Settings:
         broker = (
-            BrokerConfig.from_env(environ) if BrokerConfig.ENVIRONMENT["url"] in environ else None
+            BrokerConfig.from_env(environ, url_setting=broker_url_setting)
+            if BrokerConfig.ENVIRONMENT["url"] in environ
+            else None
         )
         url = environ.get(DATABASE_URL_VARIABLE, DEFAULT_DATABASE_URL)
         return cls(database_url=url, broker=broker)

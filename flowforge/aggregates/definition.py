@@ -58,12 +58,19 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from flowforge.aggregates import dag
+from flowforge.aggregates import dag, json_values
 from flowforge.errors import InvalidWorkflowDefinitionError
 
-#: The longest duration any field accepts (a year): anything longer is a typo, and the
-#: bound keeps every ``timedelta`` built from a definition inside its range.
+#: The longest delay any field accepts (a year): anything longer is a typo, and the
+#: bound keeps every ``timedelta`` and database interval built from it inside its range.
 MAX_SECONDS = 365 * 24 * 3600.0
+#: The longest lease (a week): a worker renews it every third of it, so a longer one
+#: only delays the reaper after a crash.
+MAX_LEASE_SECONDS = 7 * 24 * 3600.0
+#: Attempts are a 32-bit integer column; a policy that needs more is a loop, not a retry.
+MAX_ATTEMPTS = 2**31 - 1
+#: Growth per failure; past this the cap is reached on the second retry anyway.
+MAX_BACKOFF_MULTIPLIER = 1000.0
 
 
 def _problem(*lines: str) -> PydanticCustomError:
@@ -86,8 +93,16 @@ def _plain_identifier(value: str) -> str:
     return value
 
 
+def _valid_unicode(value: str) -> str:
+    if problem := json_values.unicode_problem(value):
+        raise _problem(problem)
+    return value
+
+
+#: Any text of a definition: stored as it is, so it must be valid Unicode.
+Text = Annotated[str, AfterValidator(_valid_unicode)]
 #: Keys, types and names end up in log lines, queue routing and CLI arguments.
-Identifier = Annotated[str, AfterValidator(_plain_identifier)]
+Identifier = Annotated[str, AfterValidator(_valid_unicode), AfterValidator(_plain_identifier)]
 
 
 class RetryPolicy(BaseModel):
@@ -98,9 +113,9 @@ class RetryPolicy(BaseModel):
     # each class because the pydantic mypy plugin reads only a literal ConfigDict.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    max_attempts: int = Field(default=3, ge=1, strict=True)
-    backoff_seconds: float = Field(default=1.0, ge=0, strict=True)
-    backoff_multiplier: float = Field(default=2.0, ge=1, strict=True)
+    max_attempts: int = Field(default=3, ge=1, le=MAX_ATTEMPTS, strict=True)
+    backoff_seconds: float = Field(default=1.0, ge=0, le=MAX_SECONDS, strict=True)
+    backoff_multiplier: float = Field(default=2.0, ge=1, le=MAX_BACKOFF_MULTIPLIER, strict=True)
     backoff_cap_seconds: float = Field(default=60.0, ge=0, le=MAX_SECONDS, strict=True)
     jitter: float = Field(default=0.1, ge=0, le=1, strict=True)
 
@@ -137,11 +152,11 @@ class TaskDefinition(BaseModel):
 
     key: Identifier
     type: Identifier
-    depends_on: tuple[str, ...] = ()
+    depends_on: tuple[Text, ...] = ()
     #: ``None``: the workflow's policy.
     retry: RetryPolicy | None = None
     #: ``None``: the workflow's lease.
-    lease_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS, strict=True)
+    lease_seconds: float | None = Field(default=None, gt=0, le=MAX_LEASE_SECONDS, strict=True)
 
     @field_validator("depends_on")
     @classmethod
@@ -170,8 +185,8 @@ class WorkflowDefinition(BaseModel):
     name: Identifier
     tasks: tuple[TaskDefinition, ...]
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    lease_seconds: float = Field(default=30.0, gt=0, le=MAX_SECONDS, strict=True)
-    description: str = ""
+    lease_seconds: float = Field(default=30.0, gt=0, le=MAX_LEASE_SECONDS, strict=True)
+    description: Text = ""
 
     @field_validator("tasks")
     @classmethod

@@ -27,6 +27,19 @@ def checked_json(value: Any, what: str) -> Any:
     return json.loads(text)
 
 
+def unicode_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored, or None: a lone surrogate is not valid Unicode
+    (it is how Python passes on bytes that are not UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"not valid Unicode text ({exc.reason} at character {exc.start}: "
+            f"{text[exc.start]!r}); no database can store it"
+        )
+    return None
+
+
 def storable_text(text: str) -> str:
     """``text`` with anything that is not valid Unicode written as an escape."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")

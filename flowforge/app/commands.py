@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from flowforge import errors
 from flowforge.aggregates import json_values
-from flowforge.aggregates.definition import WorkflowDefinition
+from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS, WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.task_run import (
     ACTOR_REAPER,
@@ -67,7 +67,10 @@ class Commands(Queries):
         run_inputs = json_values.checked_json(dict(inputs or {}), "inputs")
         with self._writer() as writer:
             run_id, created = writer.create_run(
-                checked, run_inputs, idempotency_key=idempotency_key, actor=actor
+                checked,
+                run_inputs,
+                idempotency_key=text(idempotency_key, "idempotency_key"),
+                actor=text(actor, "actor"),
             )
         log.info(
             "workflow run submitted",
@@ -80,7 +83,7 @@ class Commands(Queries):
     ) -> bool:
         edge = WORKFLOW_RUN_MACHINE.get(transition)
         with self._writer() as writer:
-            return writer.take_run_edge(edge, run_id, actor=actor) is not None
+            return writer.take_run_edge(edge, run_id, actor=text(actor, "actor")) is not None
 
     def cancel_workflow_run(self, run_id: UUID, *, actor: str = ACTOR_USER) -> bool:
         """Cancel a pending or running run and its unfinished tasks; False if the run
@@ -126,7 +129,8 @@ class Commands(Queries):
                     "TaskRun", "claim", "pass worker_id and lease_seconds, or call claim_task_run"
                 )
             return self.claim_task_run(task_run_id, worker_id, lease_seconds) is not None
-        delay = non_negative(retry_delay_seconds, "retry_delay_seconds")
+        delay = non_negative(retry_delay_seconds, "retry_delay_seconds", MAX_SECONDS)
+        actor = text(actor, "actor")
         with self._writer() as writer:
             row = writer.take_task_edge(edge, task_run_id, actor=actor, delay_seconds=delay)
         return row is not None
@@ -136,9 +140,9 @@ class Commands(Queries):
     ) -> Claim | None:
         """READY to RUNNING with a new fencing token and a lease set by the database's
         clock; the claim, or None when another worker got there first."""
-        seconds = positive(lease_seconds, "lease_seconds")
+        seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
         with self._writer() as writer:
-            row = writer.claim(task_run_id, worker_id, seconds)
+            row = writer.claim(task_run_id, text(worker_id, "worker_id"), seconds)
         if row is None:
             return None
         assert row.lease_expires_at is not None
@@ -167,7 +171,7 @@ class Commands(Queries):
                 edge,
                 task_run_id,
                 fencing_token,
-                actor=actor or "worker",
+                actor=text(actor or "worker", "actor"),
                 result=stored_result,
                 error=stored_error,
             )
@@ -182,9 +186,10 @@ class Commands(Queries):
         actor: str | None = None,
     ) -> bool:
         """Extend the lease from the database's now, only while the token is current."""
-        seconds = positive(lease_seconds, "lease_seconds")
+        seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
+        actor = text(actor or "worker", "actor")
         with self._writer() as writer:
-            row = writer.renew_lease(task_run_id, fencing_token, seconds, actor=actor or "worker")
+            row = writer.renew_lease(task_run_id, fencing_token, seconds, actor=actor)
         return row is not None
 
     def reclaim_task_run(self, task_run_id: UUID) -> bool:
@@ -207,13 +212,28 @@ class Commands(Queries):
 # --- argument checks: bad input is a clear error, before any I/O -------------------------
 
 
-def positive(value: float, name: str) -> float:
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+# The upper bounds keep a value inside the database's interval range (PostgreSQL's ends
+# near 178 million years, SQLite's arithmetic at 2**63 microseconds): past them the
+# error would come from the driver, after I/O began.
+
+
+def positive(value: float, name: str, maximum: float) -> float:
+    if not 0 < value <= maximum:
+        raise ValueError(f"{name} must be > 0 and <= {maximum:g} seconds, got {value!r}")
     return float(value)
 
 
-def non_negative(value: float, name: str) -> float:
-    if not value >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
+def non_negative(value: float, name: str, maximum: float) -> float:
+    if not 0 <= value <= maximum:
+        raise ValueError(f"{name} must be >= 0 and <= {maximum:g} seconds, got {value!r}")
     return float(value)
+
+
+_Text = TypeVar("_Text", str, str | None)
+
+
+def text(value: _Text, name: str) -> _Text:
+    """``value`` if it is valid Unicode (no lone surrogate, which no database stores)."""
+    if value is not None and (problem := json_values.unicode_problem(value)):
+        raise ValueError(f"{name}: {problem}")
+    return value

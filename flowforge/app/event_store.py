@@ -15,8 +15,10 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import Transcoder
 
+from flowforge import errors
 from flowforge.app.infrastructure import (
     DatabaseLocation,
+    check_reachable,
     make_database,
     parse_database_url,
     schema_creation_lock,
@@ -66,14 +68,22 @@ def open_persistence(database_url: str, *, migrate: bool | None = None) -> Persi
         schema_creation_lock(location) if migrating else nullcontext()
     )
     with lock:
-        with translate_errors(location.display):
-            events = EventStore(env=location.eventsourcing_env(create_tables=migrating))
+        try:
+            with translate_errors(location.display):
+                events = EventStore(env=location.eventsourcing_env(create_tables=migrating))
+        except errors.DatabaseUnavailableError:
+            check_reachable(location)  # names a missing database or role, if that is why
+            raise
         try:
             database = make_database(
                 events.recorder.datastore,  # type: ignore[attr-defined]
                 location,
             )
             version = schema.migrate(database) if migrating else schema.check(database)
+        except errors.DatabaseUnavailableError:
+            events.close()
+            check_reachable(location)
+            raise
         except BaseException:
             events.close()
             raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -183,11 +184,13 @@ def _sqlite(url: str, netloc: str, path: str) -> DatabaseLocation:
     return DatabaseLocation(url, "sqlite", env, str(file))
 
 
+#: ``scheme://user:password@``: the password, found without parsing the URL, which may be
+#: the very thing that is malformed.
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
+
+
 def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@")
-    return url
+    return _PASSWORD.sub(r"\1***@", url)
 
 
 #: The advisory lock that serialises schema creation across processes (any constant).
@@ -241,6 +244,16 @@ def _connect(env: dict[str, str]) -> psycopg.Connection[Any]:
 def _try_schema_lock(conn: psycopg.Connection[Any]) -> bool:
     row = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,)).fetchone()
     return bool(row and row[0])
+
+
+def check_reachable(location: DatabaseLocation) -> None:
+    """Connect once, directly, after the pool failed to: a server that answers but lacks
+    the database or the role then says so, where the pool said only "couldn't get a
+    connection after 5 s" and the advice could not name what is missing. Not done up
+    front, so a process starting in a brief outage still waits out the pool's timeout."""
+    if location.dialect == "postgres":
+        with translate_errors(location.display), _connect(location.env):
+            pass
 
 
 def make_database(datastore: object, location: DatabaseLocation) -> Database:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from uuid import UUID
 
+from flowforge.aggregates.definition import MAX_SECONDS
 from flowforge.app import dispatch
 from flowforge.app.commands import Commands, non_negative
 from flowforge.app.ports import DispatchPublisher
@@ -40,7 +41,7 @@ class Outbox(Commands):
         embedded process that exited. A dispatch that was only slow is duplicated, which
         the claim makes harmless.
         """
-        older_than = non_negative(older_than_seconds, "older_than_seconds")
+        older_than = non_negative(older_than_seconds, "older_than_seconds", MAX_SECONDS)
         with self.store.write() as writes:
             at = writes.now()
             rows = writes.stalled_ready(older_than, REAP_BATCH)

@@ -40,7 +40,8 @@ def settings_from(
         merged[config.DATABASE_URL_VARIABLE] = args.database_url
     if getattr(args, "broker_url", None):
         merged[config.BrokerConfig.ENVIRONMENT["url"]] = args.broker_url
-    return config.Settings.from_env(merged)
+    flag = "--broker-url" if getattr(args, "broker_url", None) else None
+    return config.Settings.from_env(merged, broker_url_setting=flag)
 
 
 def open_app(settings: config.Settings, *, migrate: bool = False) -> FlowForge:
@@ -60,26 +61,59 @@ def open_app(settings: config.Settings, *, migrate: bool = False) -> FlowForge:
 # --- values from the command line ----------------------------------------------------
 
 
+#: What makes a VALUE JSON rather than a plain string: it opens an object, a list or a
+#: quoted string, is a literal, or is a number (including forms JSON itself rejects,
+#: such as ``+1`` or ``.5``, so they are refused rather than silently kept as text).
+_LOOKS_LIKE_JSON = re.compile(
+    r"^\s*(?:[\[{\"]|(?:true|false|null|NaN|-?Infinity)\s*$"
+    r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*$)"
+)
+
+
 def parse_inputs(pairs: Sequence[str]) -> dict[str, Any]:
-    """``k=v`` pairs; ``v`` is JSON if it parses as JSON, else the string itself."""
+    """``KEY=VALUE`` pairs, each key once.
+
+    The rule (docs/cli.md): a VALUE that looks like JSON (starts with ``{``, ``[`` or
+    ``"``, is ``true``/``false``/``null``, or is a number) must parse as JSON, with finite
+    numbers only; anything else (a word, a path, a date) is a string as written. So a
+    truncated list is an error, never a string that only looks like the list.
+    """
     inputs: dict[str, Any] = {}
     for pair in pairs:
         key, separator, raw = pair.partition("=")
         if not separator or not key:
             raise UsageError(f"--input {pair!r}: expected KEY=VALUE, e.g. --input rows=8")
-        inputs[key] = _json_or_string(raw)
+        if key in inputs:
+            raise UsageError(
+                f"--input {key}: given more than once; pass each key once "
+                f"(a list is one JSON value: {key}='[1, 2]')"
+            )
+        inputs[key] = _input_value(key, raw)
     return inputs
 
 
-def _json_or_string(raw: str) -> Any:
+def _input_value(key: str, raw: str) -> Any:
+    if not _LOOKS_LIKE_JSON.match(raw):
+        return raw
+
     def refuse(constant: str) -> None:
-        # NaN and Infinity are not JSON a run can store: keep them as text.
-        raise ValueError(constant)
+        raise ValueError(f"{constant} is not a number a run can store")
 
     try:
-        return json.loads(raw, parse_constant=refuse)
-    except ValueError:
-        return raw
+        value = json.loads(raw, parse_constant=refuse)
+        json.dumps(value, allow_nan=False)  # 1e999 parses as inf: refuse it too
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(
+            f"--input {key}={raw.strip()[:40]}: looks like JSON but is not valid JSON "
+            f"({_first_line(exc)}); fix it, or quote it to pass the text: "
+            f"{key}='\"...\"'"
+        ) from exc
+    return value
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def load_workflow(source: str) -> WorkflowDefinition:

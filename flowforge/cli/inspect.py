@@ -94,6 +94,10 @@ def _print_status(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetim
     print(f"  tasks: {render.counts(tasks)}\n")
     for line in render.table(render.TASK_HEADERS, render.task_rows(tasks, now)):
         print(line)
+    if failed := render.failure_lines(tasks):
+        print("\nerrors (the full tracebacks: --json, or `flowforge history`):")
+        for line in failed:
+            print(f"  {line}")
 
 
 def history(args: argparse.Namespace) -> int:
@@ -115,7 +119,7 @@ def history(args: argparse.Namespace) -> int:
 
 
 def why(args: argparse.Namespace) -> int:
-    at = parse_time(args.at) if args.at else None
+    at = parse_time(args.at) if args.at is not None else None
     with common.open_app(common.settings_from(args)) as app:
         task = ids.resolve_task(app, args.task)
         explanation = explain_task.why(app, task.id, at)

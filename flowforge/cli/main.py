@@ -24,6 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.build().parse_args(argv)
     logs.configure(args.log_level or args.default_log_level)
     try:
+        parser.check_unicode(args)
         return _handler(args.handler)(args)
     except errors.FlowForgeError as exc:
         report_error(exc)

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
 from flowforge import errors
+from flowforge.aggregates import json_values  # pure and light: --help stays fast
 from flowforge.cli.logs import LEVELS
 
 
@@ -58,6 +61,7 @@ def build() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_global_options(suppress=False)],
     )
+    main.add_argument("--version", action="version", version=f"flowforge {_version()}")
     commands = main.add_subparsers(title="commands", metavar="COMMAND", required=True)
     _db(commands)
     _submit(commands)
@@ -69,14 +73,45 @@ def build() -> argparse.ArgumentParser:
     return main
 
 
+#: The commands' positional arguments, named as their metavar's meaning, not as a flag.
+_POSITIONALS = frozenset({"workflow", "run", "id", "task"})
+
+
+def check_unicode(args: argparse.Namespace) -> None:
+    """Refuse an argument that is not valid UTF-8, naming its option.
+
+    Python passes such bytes on as lone surrogates, which no database can store and
+    which would fail far from here, as a traceback.
+    """
+    for name, value in vars(args).items():
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and json_values.unicode_problem(text):
+                shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                option = name if name in _POSITIONALS else "--" + name.replace("_", "-")
+                raise UsageError(
+                    f"{option} {shown}: not valid UTF-8 text; pass text (encode binary "
+                    f"data, e.g. as base64)"
+                )
+
+
+def _version() -> str:
+    try:
+        return metadata.version("flowforge")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "(not installed)"
+
+
 # --- shared pieces -------------------------------------------------------------------
 
 
-def _global_options(*, suppress: bool) -> argparse.ArgumentParser:
+def _global_options(
+    *, suppress: bool, log_level: str | None = None, uses_broker: bool = True
+) -> argparse.ArgumentParser:
     """The options every command takes, before or after its name.
 
     On the subcommands their default is SUPPRESS, so an option given before the command
-    name is not reset by the subcommand's parser.
+    name is not reset by the subcommand's parser. A subcommand's help shows its own log
+    level, and hides --broker-url if it never uses a broker (it is still accepted).
     """
     default: Any = argparse.SUPPRESS if suppress else None
     options = argparse.ArgumentParser(add_help=False)
@@ -88,14 +123,21 @@ def _global_options(*, suppress: bool) -> argparse.ArgumentParser:
         help="overrides FLOWFORGE_DATABASE_URL (default: sqlite:///.flowforge/flowforge.db)",
     )
     group.add_argument(
-        "--broker-url", metavar="URL", default=default, help="overrides FLOWFORGE_BROKER_URL"
+        "--broker-url",
+        metavar="URL",
+        default=default,
+        help="overrides FLOWFORGE_BROKER_URL (default: none; embedded, in-process dispatch)"
+        if uses_broker
+        else argparse.SUPPRESS,
     )
     group.add_argument(
         "--log-level",
         type=str.upper,
         choices=LEVELS,
         default=default,
-        help="log to stderr from this level (default: INFO for scheduler, publisher and "
+        help=f"log to stderr from this level (default: {log_level})"
+        if log_level
+        else "log to stderr from this level (default: INFO for scheduler, publisher and "
         "worker; WARNING otherwise)",
     )
     return options
@@ -110,6 +152,7 @@ def _command(
     *,
     log_level: str = "WARNING",
     description: str = "",
+    uses_broker: bool = True,
 ) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
         name,
@@ -117,24 +160,54 @@ def _command(
         description=description or summary,
         epilog="example:\n" + textwrap.indent(textwrap.dedent(example).strip("\n"), "  "),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_global_options(suppress=True)],
+        parents=[_global_options(suppress=True, log_level=log_level, uses_broker=uses_broker)],
     )
     parser.set_defaults(handler=handler, default_log_level=log_level)
     return parser
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+# Every number a user gives is bounded here, before anything runs: past these a value
+# is a typo, and unbounded ones overflow a thread's wait or a database parameter.
+#: Workers in one process (threads); scale further with more processes.
+MAX_WORKERS = 256
+#: Rows a listing or a publisher's batch reads at once.
+MAX_ROWS = 100_000
+#: Seconds between a process's passes.
+MAX_INTERVAL_S = 3600.0
+#: Seconds `run --timeout` may wait (a week).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+def _whole_number(maximum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from 1 to {maximum}, got {text!r}"
+            ) from None
+        if not 1 <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"must be from 1 to {maximum}, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds(maximum: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a number of seconds, e.g. 2.5, got {text!r}"
+            ) from None
+        if not 0 < value <= maximum:  # also refuses nan and inf
+            raise argparse.ArgumentTypeError(
+                f"must be more than 0 and at most {maximum:g} seconds, got {text}"
+            )
+        return value
+
+    return parse
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
@@ -144,8 +217,31 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a run input; VALUE is parsed as JSON if it parses, else kept as a string "
-        "(repeatable)",
+        help="a run input (repeatable, each KEY once). A VALUE that looks like JSON (starts "
+        'with { [ or ", is true/false/null or a number) must be valid JSON; anything else '
+        "is a string: rows=8 is a number, day=2026-01-31 a string (default: no inputs)",
+    )
+
+
+_WORKFLOW_HELP = "a .toml or .json workflow file, or package.module:attribute naming a definition"
+
+
+def _add_workers(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers",
+        type=_whole_number(MAX_WORKERS),
+        default=2,
+        metavar="N",
+        help="workers run in this process (default: 2)",
+    )
+
+
+def _add_idempotency_key(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="a second submit with the same KEY returns the first run and creates nothing "
+        "(default: none; every submit creates a run)",
     )
 
 
@@ -218,9 +314,9 @@ def _submit(commands: Any) -> None:
         "run. With --idempotency-key, a second submit returns the first run instead of "
         "creating another. Processes (flowforge scheduler/publisher/worker) run it.",
     )
-    parser.add_argument("workflow", metavar="FILE|module:attr")
+    parser.add_argument("workflow", metavar="FILE|module:attr", help=_WORKFLOW_HELP)
     _add_inputs(parser)
-    parser.add_argument("--idempotency-key", metavar="KEY")
+    _add_idempotency_key(parser)
     _add_json(parser)
 
 
@@ -237,18 +333,22 @@ def _run(commands: Any) -> None:
         "in this process until the run finishes. Dispatch is in-process unless a broker "
         "is configured. Exits 0 if the run succeeded, 1 with the failed tasks' errors.",
     )
-    parser.add_argument("workflow", metavar="FILE|module:attr")
-    parser.add_argument("--workers", type=_positive_int, default=2, metavar="N")
+    parser.add_argument("workflow", metavar="FILE|module:attr", help=_WORKFLOW_HELP)
+    _add_workers(parser)
     _add_tasks(parser, required=False)
     _add_inputs(parser)
-    parser.add_argument("--idempotency-key", metavar="KEY")
+    _add_idempotency_key(parser)
     parser.add_argument(
-        "--timeout", type=_positive_float, metavar="S", help="give up waiting after S seconds"
+        "--timeout",
+        type=_seconds(MAX_TIMEOUT_S),
+        metavar="S",
+        help="give up waiting after S seconds, leaving the run as it is (exit 1) "
+        "(default: wait until the run finishes)",
     )
 
 
 def _demo(commands: Any) -> None:
-    _command(
+    parser = _command(
         commands,
         "demo",
         "run the example fan-out/fan-in DAG end to end, then show its history",
@@ -257,7 +357,9 @@ def _demo(commands: Any) -> None:
         description="Run the example DAG (extract -> clean, enrich, score -> load; enrich "
         "fails once and succeeds on retry) on a temporary SQLite database (unless "
         "FLOWFORGE_DATABASE_URL is set) with in-process dispatch, then print its history.",
-    ).add_argument("--workers", type=_positive_int, default=2, metavar="N")
+        uses_broker=False,  # the demo always dispatches in-process
+    )
+    _add_workers(parser)
 
 
 def _processes(commands: Any) -> None:
@@ -273,8 +375,19 @@ def _processes(commands: Any) -> None:
         "(imported with --tasks). Stops cleanly on SIGTERM/SIGINT.",
     )
     _add_tasks(worker, required=True)
-    worker.add_argument("--concurrency", type=_positive_int, default=1, metavar="N")
-    worker.add_argument("--worker-id", metavar="ID", help="default: <hostname>-<random>")
+    worker.add_argument(
+        "--concurrency",
+        type=_whole_number(MAX_WORKERS),
+        default=1,
+        metavar="N",
+        help="workers in this process, sharing one stop signal (default: 1)",
+    )
+    worker.add_argument(
+        "--worker-id",
+        metavar="ID",
+        help="the worker's name in the audit log and the logs; with --concurrency N, "
+        "ID-1 ... ID-N (default: <hostname>-<random>)",
+    )
     scheduler = _command(
         commands,
         "scheduler",
@@ -283,7 +396,13 @@ def _processes(commands: Any) -> None:
         "flowforge.cli.processes:scheduler",
         log_level="INFO",
     )
-    scheduler.add_argument("--interval", type=_positive_float, default=1.0, metavar="S")
+    scheduler.add_argument(
+        "--interval",
+        type=_seconds(MAX_INTERVAL_S),
+        default=1.0,
+        metavar="S",
+        help="seconds between passes (default: 1.0)",
+    )
     publisher = _command(
         commands,
         "publisher",
@@ -292,8 +411,20 @@ def _processes(commands: Any) -> None:
         "flowforge.cli.processes:publisher",
         log_level="INFO",
     )
-    publisher.add_argument("--batch-size", type=_positive_int, default=500, metavar="N")
-    publisher.add_argument("--interval", type=_positive_float, default=0.2, metavar="S")
+    publisher.add_argument(
+        "--batch-size",
+        type=_whole_number(MAX_ROWS),
+        default=500,
+        metavar="N",
+        help="dispatches published per transaction, at most (default: 500)",
+    )
+    publisher.add_argument(
+        "--interval",
+        type=_seconds(MAX_INTERVAL_S),
+        default=0.2,
+        metavar="S",
+        help="seconds to wait after a sweep that found nothing (default: 0.2)",
+    )
 
 
 def _inspection(commands: Any) -> None:
@@ -304,7 +435,13 @@ def _inspection(commands: Any) -> None:
         "flowforge runs --limit 5",
         "flowforge.cli.inspect:runs",
     )
-    runs.add_argument("--limit", type=_positive_int, default=20, metavar="N")
+    runs.add_argument(
+        "--limit",
+        type=_whole_number(MAX_ROWS),
+        default=20,
+        metavar="N",
+        help="show the N most recent runs (default: 20)",
+    )
     _add_json(runs)
     status = _command(
         commands,
@@ -335,7 +472,7 @@ def _inspection(commands: Any) -> None:
         "flowforge cancel 3f2a",
         "flowforge.cli.runs:cancel",
     )
-    cancel.add_argument("run", metavar="RUN")
+    cancel.add_argument("run", metavar="RUN", help="a run id or a unique prefix of one")
 
 
 def _why(commands: Any) -> None:

@@ -1,9 +1,14 @@
 """Live progress of a run: redrawn in place on a terminal, one line per change otherwise.
 
 On a terminal the block (a summary line, then a line per task) is rewritten each poll by
-moving the cursor up over the previous block. Into a pipe or a file that would be noise,
-so each change of the run's or a task's state or attempt becomes one plain line instead:
-a CI log then reads as the run's story.
+moving the cursor up over the previous block. Every line is cut to the terminal's width
+(a long error ends in "…"), because a line that wraps takes two rows and the next redraw
+would move up too few, leaving stale lines behind. States are coloured on a terminal,
+unless ``NO_COLOR`` is set (https://no-color.org) or ``TERM=dumb``. ``rich`` measures
+text in terminal cells, so wide characters are cut correctly too.
+
+Into a pipe or a file a redraw would be noise, so each change of the run's or a task's
+state or attempt becomes one plain line instead: a CI log then reads as the run's story.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TextIO
 
+from rich.console import Console
+from rich.text import Text
+
 from flowforge.cli import render
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
@@ -20,41 +28,72 @@ from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 _UP = "\x1b[{n}F"
 _CLEAR = "\x1b[J"
 
+#: Each state's colour, one hue per kind of news: done, broken, busy, waiting.
+STATE_STYLES = {
+    "succeeded": "green",
+    "failed": "bold red",
+    "cancelled": "magenta",
+    "running": "cyan",
+    "retrying": "yellow",
+    "ready": "blue",
+    "pending": "dim",
+}
+
 
 def is_terminal(stream: TextIO) -> bool:
     return stream.isatty() and os.environ.get("TERM") != "dumb"
 
 
 class Progress:
-    """Shows successive snapshots of one run."""
+    """Shows successive snapshots of one run.
 
-    def __init__(self, stream: TextIO, *, live: bool | None = None) -> None:
+    ``live``, ``width`` and ``color`` default to what the stream is (a terminal, its
+    width, colour unless ``NO_COLOR``); tests pass them to render as a terminal would.
+    """
+
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        live: bool | None = None,
+        width: int | None = None,
+        color: bool | None = None,
+    ) -> None:
         self.stream = stream
         self.live = is_terminal(stream) if live is None else live
-        self._drawn = 0
+        if color is None:
+            color = self.live and is_terminal(stream) and not os.environ.get("NO_COLOR")
+        # color_system=None: no escape codes at all (rich's own NO_COLOR keeps bold).
+        self.console = Console(
+            file=stream,
+            width=width,
+            force_terminal=self.live,
+            color_system="standard" if color else None,
+            highlight=False,
+            emoji=False,
+            markup=False,
+        )
+        self._drawn_lengths: list[int] = []
         self._seen: dict[str, tuple[str, int]] = {}
 
     def update(self, run: WorkflowRunRow, tasks: Sequence[TaskRunRow]) -> None:
         now = datetime.now(UTC)
         if self.live:
-            self._redraw(run, render.task_order(run, tasks), now)
+            self._redraw(block(run, render.task_order(run, tasks), now))
         else:
             self._changes(run, render.task_order(run, tasks), now)
         self.stream.flush()
 
-    def _redraw(self, run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> None:
-        lines = [
-            f"run {run.id} {run.workflow_name}: {run.state}  "
-            f"{render.span(run.created_at, run.finished_at, now)}  ({render.counts(tasks)})",
-            *(
-                f"  {line}"
-                for line in render.table(render.TASK_HEADERS, render.task_rows(tasks, now))
-            ),
-        ]
-        if self._drawn:
-            self.stream.write(_UP.format(n=self._drawn) + _CLEAR)
-        self.stream.write("\n".join(lines) + "\n")
-        self._drawn = len(lines)
+    def _redraw(self, lines: list[Text]) -> None:
+        width = self.console.width
+        if self._drawn_lengths:
+            # Rows, not lines: if the terminal narrowed since, an old line now wraps.
+            rows = sum(max(1, -(-length // width)) for length in self._drawn_lengths)
+            self.stream.write(_UP.format(n=rows) + _CLEAR)
+        fitted = [fit(line, width) for line in lines]
+        for line in fitted:
+            self.console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
+        self._drawn_lengths = [line.cell_len for line in fitted]
 
     def _changes(self, run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> None:
         # The run's line comes before its tasks' while it runs, after them once it ends,
@@ -82,3 +121,34 @@ class Progress:
         self._seen[key] = (state, attempt)
         change = state if before is None else f"{before[0]} -> {state}"
         self.stream.write(f"{render.clock(now)} {label}: {change}{suffix}\n")
+
+
+def block(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> list[Text]:
+    """The live block: the run's summary line, then the task table, states coloured."""
+    # The id's first block: enough to tell runs apart here (the full id was printed
+    # when the run was submitted), and it leaves the line room for the counts.
+    summary = Text(f"run {str(run.id)[:8]} {run.workflow_name}: ")
+    summary.append(run.state, STATE_STYLES.get(run.state, ""))
+    summary.append(
+        f"  {render.span(run.created_at, run.finished_at, now)}  ({render.counts(tasks)})"
+    )
+    # The error goes on a line of its own under its task: as a last column it would get
+    # whatever width the other columns leave, often none.
+    rows = [row[:-1] for row in render.task_rows(tasks, now)]
+    lines = render.table(render.TASK_HEADERS[:-1], rows)
+    state_at = lines[0].index("STATE")
+    table = [Text(f"  {lines[0]}", "bold")]
+    for line, row, task in zip(lines[1:], rows, tasks, strict=True):
+        text = Text(f"  {line}")
+        text.stylize(STATE_STYLES.get(row[1], ""), 2 + state_at, 2 + state_at + len(row[1]))
+        table.append(text)
+        if task.state in ("failed", "retrying") and task.error:
+            table.append(Text(f"      {render.error_line(task.error)}", "red"))
+    return [summary, *table]
+
+
+def fit(line: Text, width: int) -> Text:
+    """``line`` cut to ``width`` terminal cells, ending in "…" if it was longer."""
+    fitted = line.copy()
+    fitted.truncate(width, overflow="ellipsis")
+    return fitted

@@ -1,6 +1,6 @@
 """How the CLI shows values: times, durations, tables, task lines and JSON.
 
-Times are UTC, written ``2026-01-31T12:03:04.123Z``: the form ``why --at`` reads back, so
+Times are UTC, written ``2026-01-31T12:03:04.123456Z``: the form ``why --at`` reads back, so
 a time can be copied from any output into a question about that moment.
 """
 
@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any
 from uuid import UUID
 
+from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.app.results import AuditEntry
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
@@ -22,12 +23,14 @@ from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 def iso(at: datetime | None) -> str:
     if at is None:
         return "-"
-    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    # Microseconds: the log's own precision, so a time pasted into `why --at` answers
+    # as of that transition, not as of just before it.
+    return at.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def clock(at: datetime | None) -> str:
     """Just the time of day, for headlines; ``iso`` in details."""
-    return "-" if at is None else at.astimezone(UTC).strftime("%H:%M:%S")
+    return "-" if at is None else at.astimezone(UTC).strftime("%H:%M:%SZ")
 
 
 def duration(seconds: float | None) -> str:
@@ -67,10 +70,31 @@ def task_order(run: WorkflowRunRow, tasks: Sequence[TaskRunRow]) -> list[TaskRun
 
 
 def error_line(error: dict[str, str] | None) -> str:
-    if not error:
-        return ""
-    message = (error.get("message") or "").strip().splitlines()
-    return f"{error.get('type', 'Error')}: {message[0]}" if message else error.get("type", "")
+    return failures.summary(error)
+
+
+#: A result in a table cell: enough to recognise it; the whole value is in --json.
+RESULT_CELL = 40
+
+
+def outcome_cell(task: TaskRunRow) -> str:
+    """A failed or retrying task's error, a succeeded task's result."""
+    if task.state in ("failed", "retrying"):
+        return error_line(task.error)
+    if task.state == "succeeded" and task.result is not None:
+        return failures.short_value(task.result, RESULT_CELL)
+    return ""
+
+
+def failure_lines(tasks: Sequence[TaskRunRow]) -> list[str]:
+    """For each failed or retrying task: its error and where it was raised."""
+    lines: list[str] = []
+    for t in tasks:
+        if t.state in ("failed", "retrying") and t.error:
+            attempt = t.attempt - 1 if t.state == "retrying" else t.attempt
+            lines.append(f"{t.task_key}, attempt {attempt}: {error_line(t.error)}")
+            lines.extend(f"  at {frame}" for frame in failures.last_frames(t.error))
+    return lines
 
 
 def task_rows(tasks: Sequence[TaskRunRow], now: datetime) -> list[list[str]]:
@@ -81,13 +105,13 @@ def task_rows(tasks: Sequence[TaskRunRow], now: datetime) -> list[list[str]]:
             f"{t.attempt}/{t.max_attempts}",
             span(t.started_at, t.finished_at, now),
             t.lease_owner or "",
-            error_line(t.error) if t.state in ("failed", "retrying") else "",
+            outcome_cell(t),
         ]
         for t in tasks
     ]
 
 
-TASK_HEADERS = ("TASK", "STATE", "ATTEMPT", "TIME", "WORKER", "ERROR")
+TASK_HEADERS = ("TASK", "STATE", "ATTEMPT", "TIME", "WORKER", "RESULT OR ERROR")
 
 
 def counts(tasks: Sequence[TaskRunRow]) -> str:
@@ -118,7 +142,10 @@ HISTORY_HEADERS = ("TIME", "TASK", "ATTEMPT", "TOKEN", "ACTOR", "TRANSITION", "S
 
 def _history_note(entry: AuditEntry) -> str:
     if entry.error and entry.transition == "fail":
-        return error_line(entry.error)
+        frames = failures.last_frames(entry.error, 1, source=False)
+        return error_line(entry.error) + (f" (at {frames[0]})" if frames else "")
+    if entry.transition == "succeed" and entry.result is not None:
+        return f"result {failures.short_value(entry.result, RESULT_CELL)}"
     if entry.lease_expires_at is not None and entry.transition in ("claim", "renew_lease"):
         return f"lease until {iso(entry.lease_expires_at)}"
     if entry.retry_due_at is not None and entry.transition == "schedule_retry":

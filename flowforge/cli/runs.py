@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from uuid import UUID
 
 from flowforge import bootstrap, config
+from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import StartedRun
@@ -158,6 +159,8 @@ def report_outcome(
                 f"{render.error_line(task.error)}",
                 file=sys.stderr,
             )
+            for frame in failures.last_frames(task.error):
+                print(f"    at {frame}", file=sys.stderr)
     return EXIT_FAILED
 
 

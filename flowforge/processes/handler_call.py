@@ -45,7 +45,9 @@ class HandlerCall:
         try:
             self._result = self._handler(self._context)
         except BaseException as exc:  # noqa: BLE001 - any failure of user code fails the task
-            self._error = exc
+            # Drop this frame: the traceback a user reads starts in their handler.
+            tb = exc.__traceback__
+            self._error = exc.with_traceback(tb.tb_next if tb is not None else None)
 
     def outcome(self) -> tuple[Any, dict[str, str] | None]:
         """``(result, None)`` on success, ``(None, error)`` on failure.

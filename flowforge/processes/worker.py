@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowforge import errors
+from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.aggregates.states import TaskRunState
@@ -200,6 +201,13 @@ class Worker:
 
     def _write(self, outcome: Outcome, consumer: DispatchConsumer) -> str:
         written = self.outcomes.write(outcome, lambda seconds: self._service(consumer, seconds))
+        failure: dict[str, str] = {}
+        if outcome.error is not None:
+            # The exception where an operator looks first: type, message, innermost frames.
+            failure = {
+                "error": failures.summary(outcome.error),
+                "at": " < ".join(reversed(failures.last_frames(outcome.error))),
+            }
         log.info(
             "task finished" if written else "stale finish discarded (lease lost)",
             extra=self._extra(
@@ -208,6 +216,7 @@ class Worker:
                 attempt=outcome.attempt,
                 fencing_token=outcome.fencing_token,
                 outcome=outcome.edge if written else "stale",
+                **failure,
             ),
         )
         return outcome.edge if written else "stale"

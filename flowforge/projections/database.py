@@ -13,6 +13,7 @@ store and the projected tables share connections and every write is one transact
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -249,8 +250,8 @@ def _translated(exc: Exception, location: str) -> errors.FlowForgeError | None:
         )
     if isinstance(exc, _UNAVAILABLE):
         return errors.DatabaseUnavailableError(
-            f"the database at {location} is unavailable ({_first_line(exc)}); check that "
-            f"it is running and reachable, then retry"
+            f"the database at {location} is unavailable ({_first_line(exc)}); "
+            f"{_advice(str(exc), location)}"
         )
     if isinstance(exc, sqlite3.OperationalError):
         return errors.DatabaseUnavailableError(
@@ -262,6 +263,39 @@ def _translated(exc: Exception, location: str) -> errors.FlowForgeError | None:
             f"the database at {location} refused the operation: {_first_line(exc)}"
         )
     return None
+
+
+#: What PostgreSQL says when a connection names something that is not there.
+_MISSING_DATABASE = re.compile(r'database "(?P<name>[^"]+)" does not exist')
+_MISSING_ROLE = re.compile(r'role "(?P<name>[^"]+)" does not exist')
+_BAD_PASSWORD = re.compile(r'password authentication failed for user "(?P<name>[^"]+)"')
+
+
+def _advice(message: str, location: str) -> str:
+    """What to do, naming what is missing and the command that creates it."""
+    address, _, _ = location.partition("/")
+    host, _, port = address.rpartition(":")
+    server = f"-h {host} -p {port}"
+    if match := _MISSING_DATABASE.search(message):
+        name = match["name"]
+        return (
+            f"the server is up but has no database {name!r}: create it with "
+            f'`createdb {server} -U postgres {name}` (or CREATE DATABASE "{name}"; as a '
+            f"user allowed to), then create its tables with `flowforge db init`"
+        )
+    if match := _MISSING_ROLE.search(message):
+        name = match["name"]
+        return (
+            f"the server is up but has no role (user) {name!r}: create it with "
+            f"`psql {server} -U postgres -c 'CREATE ROLE \"{name}\" LOGIN'` (add PASSWORD "
+            f"'...' if the URL has one), or fix the user name in the URL"
+        )
+    if match := _BAD_PASSWORD.search(message):
+        return (
+            f"the server refused the password of {match['name']!r}: check the password in "
+            f"the database URL"
+        )
+    return "check that it is running and reachable, then retry"
 
 
 def _is_conflict(exc: BaseException) -> bool:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from flowforge.aggregates import task_run
+from flowforge.aggregates import failures, task_run
 from flowforge.app.results import AuditEntry
 from flowforge.app.service import FlowForge
 from flowforge.app.why.facts import (
@@ -243,11 +243,25 @@ def _cancelled(s: Situation) -> _Answer:
     cancel = s.task_log[-1] if s.task_log else None
     when = _clock(cancel.at) if cancel else "?"
     was = f" (it was {cancel.source})" if cancel and cancel.source else ""
+    end = s.run_log[-1] if s.run_log and s.run.state in TERMINAL_RUN_STATES else None
+    if cancel is not None and (end is None or cancel.at < end.at):
+        # Cancelled on its own (through the API), not as a leftover of its run's end.
+        return (
+            "cancelled",
+            f"{s.task.task_key} was cancelled at {when}{was} by {cancel.actor}, while its "
+            f"run was {_run_state_then(s, cancel.at)}",
+            [],
+        )
     return (
         "cancelled",
         f"{s.task.task_key} was cancelled at {when}{was} because {_run_end(s)}",
         [],
     )
+
+
+def _run_state_then(s: Situation, at: datetime) -> str:
+    before = [e for e in s.run_log if e.at <= at]
+    return before[-1].target if before else "pending"
 
 
 def _leftover(s: Situation) -> _Answer:
@@ -328,6 +342,9 @@ def _attempt_lines(log: Sequence[AuditEntry]) -> list[str]:
             lines[-1] += f", {_OUTCOMES[e.transition]} at {_iso(e.at)}"
             if e.transition == "fail":
                 lines[-1] += f": {_error(e.error)}"
+                lines.extend(f"  at {frame}" for frame in failures.last_frames(e.error))
+            elif e.transition == "succeed" and e.result is not None:
+                lines[-1] += f", result {failures.short_value(e.result)}"
     return lines
 
 
@@ -350,11 +367,7 @@ def _context_lines(s: Situation) -> list[str]:
 
 
 def _error(error: Mapping[str, str] | None) -> str:
-    if not error:
-        return "no error recorded"
-    lines = (error.get("message") or "").strip().splitlines()
-    kind = error.get("type", "Error")
-    return f"{kind}: {lines[0]}" if lines else kind
+    return failures.summary(error) or "no error recorded"
 
 
 def _all(n: int) -> str:
@@ -368,11 +381,11 @@ def _count(n: int, noun: str) -> str:
 def _iso(at: datetime | None) -> str:
     if at is None:
         return "?"
-    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return at.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _clock(at: datetime | None) -> str:
-    return "?" if at is None else at.astimezone(UTC).strftime("%H:%M:%S")
+    return "?" if at is None else at.astimezone(UTC).strftime("%H:%M:%SZ")
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> str:

@@ -6,6 +6,7 @@ says what to do.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Final, NoReturn
@@ -42,7 +43,7 @@ def node_parameters(config: BrokerConfig) -> list[pika.URLParameters]:
         return [pika.URLParameters(url) for url in config.urls]
     except ValueError as exc:
         raise errors.ConfigurationError(
-            f"FLOWFORGE_BROKER_URL is not a URL pika accepts ({exc}); check its query options."
+            f"{config.url_setting} is not a URL pika accepts ({exc}); check its query options."
         ) from exc
 
 
@@ -57,14 +58,39 @@ def raise_unavailable(config: BrokerConfig, action: str, exc: BaseException) -> 
         "broker unavailable",
         extra={"action": action, "broker": where, "error": type(exc).__name__},
     )
-    hint = (
-        "Check the user name and password in FLOWFORGE_BROKER_URL"
-        if isinstance(exc, pika.exceptions.ProbableAuthenticationError)
-        else "Check FLOWFORGE_BROKER_URL and that RabbitMQ is running and reachable"
-    )
     raise errors.BrokerUnavailableError(
-        f"Cannot {action} RabbitMQ at {where} ({exc!r}). {hint}."
+        f"Cannot {action} RabbitMQ at {where} ({exc!r}). {_hint(config, exc)}."
     ) from exc
+
+
+#: What RabbitMQ says when the URL's virtual host is missing, or the user may not use it.
+_MISSING_VHOST = re.compile(r"vhost (?P<vhost>\S+) not found")
+_VHOST_REFUSED = re.compile(
+    r"access to vhost '(?P<vhost>[^']*)' refused for user '(?P<user>[^']*)'"
+)
+
+
+def _hint(config: BrokerConfig, exc: BaseException) -> str:
+    """What to do, naming what is missing and the command that fixes it."""
+    text = str(exc)
+    user = getattr(parameters(config).credentials, "username", "USER")
+    if match := _MISSING_VHOST.search(text):
+        vhost = match["vhost"]
+        return (
+            f"RabbitMQ is up but has no virtual host {vhost!r}: create it and let "
+            f"{user!r} use it with `rabbitmqctl add_vhost {vhost}` and `rabbitmqctl "
+            f"set_permissions -p {vhost} {user} '.*' '.*' '.*'`, or fix the vhost in "
+            f"{config.url_setting}"
+        )
+    if match := _VHOST_REFUSED.search(text):
+        vhost = match["vhost"]
+        return (
+            f"RabbitMQ refused {user!r} access to virtual host {vhost!r}: grant it with "
+            f"`rabbitmqctl set_permissions -p {vhost} {user} '.*' '.*' '.*'`"
+        )
+    if isinstance(exc, pika.exceptions.ProbableAuthenticationError):
+        return f"Check the user name and password in {config.url_setting}"
+    return f"Check {config.url_setting} and that RabbitMQ is running and reachable"
 
 
 @contextmanager

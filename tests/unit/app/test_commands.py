@@ -8,19 +8,30 @@ import pytest
 
 from flowforge.app import commands
 
-
-@pytest.mark.parametrize("value", [0, -1.5, math.nan])
-def test_a_lease_must_be_positive_and_the_error_names_it(value: float) -> None:
-    with pytest.raises(ValueError, match="lease_seconds must be > 0"):
-        commands.positive(value, "lease_seconds")
+WEEK = 7 * 24 * 3600.0
 
 
-@pytest.mark.parametrize("value", [-0.001, math.nan])
-def test_a_delay_must_not_be_negative_and_the_error_names_it(value: float) -> None:
-    with pytest.raises(ValueError, match="retry_delay_seconds must be >= 0"):
-        commands.non_negative(value, "retry_delay_seconds")
+@pytest.mark.parametrize("value", [0, -1.5, math.nan, math.inf, 1e300, WEEK + 1])
+def test_a_lease_must_be_positive_and_bounded_and_the_error_names_it(value: float) -> None:
+    with pytest.raises(ValueError, match="lease_seconds must be > 0 and <= 604800 seconds"):
+        commands.positive(value, "lease_seconds", WEEK)
+
+
+@pytest.mark.parametrize("value", [-0.001, math.nan, math.inf, 2.0**63])
+def test_a_delay_must_not_be_negative_or_unbounded_and_the_error_names_it(value: float) -> None:
+    with pytest.raises(ValueError, match="retry_delay_seconds must be >= 0 and <="):
+        commands.non_negative(value, "retry_delay_seconds", WEEK)
 
 
 def test_accepted_values_come_back_as_floats() -> None:
-    assert commands.positive(2, "x") == 2.0 and isinstance(commands.positive(2, "x"), float)
-    assert commands.non_negative(0, "x") == 0.0
+    assert commands.positive(2, "x", WEEK) == 2.0
+    assert isinstance(commands.positive(2, "x", WEEK), float)
+    assert commands.non_negative(0, "x", WEEK) == 0.0
+    assert commands.positive(WEEK, "x", WEEK) == WEEK
+
+
+@pytest.mark.parametrize("value", ["k\udcff", "\ud800"])
+def test_text_that_is_not_unicode_is_refused_naming_it(value: str) -> None:
+    with pytest.raises(ValueError, match=r"^actor: not valid Unicode text"):
+        commands.text(value, "actor")
+    assert commands.text(None, "actor") is None

@@ -83,7 +83,7 @@ def test_why_names_each_upstream_task_with_its_lease_or_retry() -> None:
     assert answer.reason == "waiting_for_upstream"
     assert answer.headline == (
         "load is waiting for 2 upstream tasks: extract (running, attempt 2, lease held by "
-        "worker-1 until 12:03:04), transform (pending)"
+        "worker-1 until 12:03:04Z), transform (pending)"
     )
 
 
@@ -97,7 +97,7 @@ def test_why_says_an_expired_lease_will_be_reaped() -> None:
     )
     answer = why.explain(situation(task))
     assert answer.reason == "lease_expired"
-    assert "lease expired at 12:02:55 (5.0s ago): the reaper will reclaim it" in answer.headline
+    assert "lease expired at 12:02:55Z (5.0s ago): the reaper will reclaim it" in answer.headline
     assert any("fencing token 4" in line for line in answer.details)
 
 
@@ -105,7 +105,7 @@ def test_why_says_a_published_dispatch_waits_for_a_worker() -> None:
     published = why.Dispatch(AT - timedelta(seconds=3), AT - timedelta(seconds=2), 0)
     answer = why.explain(situation(view("extract", "ready"), dispatches=[published]))
     assert answer.reason == "dispatch_published"
-    assert "published at 12:02:58 (2.0s ago) and no worker has claimed it" in answer.headline
+    assert "published at 12:02:58Z (2.0s ago) and no worker has claimed it" in answer.headline
 
 
 def test_why_says_a_task_behind_a_failed_one_will_not_run() -> None:

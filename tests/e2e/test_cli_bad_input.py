@@ -1,0 +1,280 @@
+"""Bad input on the command line: one `error:` line naming the problem and exit 2,
+before any I/O, on both backends; never a traceback, never a silently stored guess.
+
+Most cases call the CLI's entry point in this process (a subprocess per case would
+take minutes); an exception escaping ``main`` fails the test as a traceback would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flowforge.cli import exits
+from tests.e2e.inprocess import InProcess, on_sqlite
+from tests.e2e.test_cli import EXAMPLE, clean_environment, one_line_error
+
+BAD_INPUT = exits.EXIT_BAD_INPUT
+
+
+@pytest.fixture
+def cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> InProcess:
+    return on_sqlite(tmp_path, capsys, monkeypatch)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_cli(request: pytest.FixtureRequest, cli: InProcess) -> InProcess:
+    """The CLI on SQLite, or on this session's PostgreSQL database."""
+    if request.param == "postgres":
+        cli.database_url = request.getfixturevalue("postgres_url")
+    return cli
+
+
+# --- database URLs ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("postgresql://postgres@127.0.0.1:abc/flowforge", "could not be cast to integer"),
+        ("postgresql://postgres@127.0.0.1:99999/flowforge", "out of range"),
+        ("postgresql://postgres@127.0.0.1:0/flowforge", "port 0"),
+        ("postgresql://postgres:secret@[127.0.0.1:5432/flowforge", "Invalid IPv6"),
+    ],
+)
+def test_a_database_url_with_a_bad_port_is_one_line_naming_it(
+    cli: InProcess, url: str, problem: str
+) -> None:
+    done = cli("--database-url", url, "runs")
+    assert done.returncode == BAD_INPUT
+    line = one_line_error(done)
+    assert problem in line
+    assert "secret" not in line
+
+
+# --- --input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pair", "problem"),
+    [
+        ("rows=1e999", "rows=1e999: looks like JSON but is not valid JSON"),
+        ('tags=["a",', 'tags=["a",: looks like JSON but is not valid JSON'),
+        ("x=NaN", "NaN is not a number a run can store"),
+        ("x=-Infinity", "-Infinity is not a number a run can store"),
+        ("x={", "x={: looks like JSON"),
+        ("x=+1", "x=+1: looks like JSON"),
+        ("x=" + "1" * 5000, "looks like JSON"),
+        ("x=" + "[" * 100_000, "looks like JSON"),
+        ("NaN", "expected KEY=VALUE"),
+        ("=8", "expected KEY=VALUE"),
+    ],
+)
+def test_a_malformed_input_is_refused_and_nothing_is_stored(
+    any_cli: InProcess, pair: str, problem: str
+) -> None:
+    def run_ids() -> list[str]:
+        return [run["run_id"] for run in any_cli.json("runs", "--limit", "1000")]
+
+    before = run_ids()
+    done = any_cli("submit", EXAMPLE, "--input", pair)
+    assert done.returncode == BAD_INPUT, done.stderr
+    assert problem in one_line_error(done)
+    assert run_ids() == before
+
+
+def test_a_repeated_input_key_is_an_error(any_cli: InProcess) -> None:
+    done = any_cli("submit", EXAMPLE, "--input", "rows=1", "-i", "rows=2")
+    assert done.returncode == BAD_INPUT
+    assert "--input rows: given more than once" in one_line_error(done)
+
+
+def test_json_looking_values_parse_and_plain_words_stay_strings(cli: InProcess) -> None:
+    pairs = {
+        "rows": ("8", 8),
+        "ratio": ("-0.5", -0.5),
+        "tags": ('["a", "b"]', ["a", "b"]),
+        "on": ("true", True),
+        "quoted": ('"NaN"', "NaN"),
+        "day": ("2026-01-31", "2026-01-31"),
+        "version": ("1.2.3", "1.2.3"),
+        "source": ("s3://bucket/day", "s3://bucket/day"),
+        "words": ("hello world", "hello world"),
+        "empty": ("", ""),
+    }
+    args = [arg for key, (raw, _) in pairs.items() for arg in ("--input", f"{key}={raw}")]
+    run_id = cli.json("submit", EXAMPLE, *args)["run_id"]
+    assert cli.json("status", run_id)["inputs"] == {k: v for k, (_, v) in pairs.items()}
+
+
+def test_an_argument_that_is_not_utf8_is_refused_naming_its_option(
+    any_cli: InProcess,
+) -> None:
+    done = any_cli("submit", EXAMPLE, "--input", "rows=\udcff", "--input", "a=1")
+    assert done.returncode == BAD_INPUT
+    assert "--input rows=\\xff: not valid UTF-8 text" in one_line_error(done)
+    done = any_cli("submit", EXAMPLE, "--idempotency-key", "k\udcfe")
+    assert "--idempotency-key k\\xfe: not valid UTF-8 text" in one_line_error(done)
+
+
+def test_argument_bytes_that_are_not_utf8_are_refused_by_the_real_command(
+    tmp_path: Path,
+) -> None:
+    # Bytes, as a shell passes them: Python turns the invalid ones into lone surrogates.
+    url = f"sqlite:///{tmp_path / 'flowforge.db'}".encode()
+    env = {k.encode(): v.encode() for k, v in clean_environment().items()}
+    env[b"FLOWFORGE_DATABASE_URL"] = url
+    for args, option in (
+        ([b"--input", b"rows=\xff"], "--input rows=\\xff"),
+        ([b"--idempotency-key", b"k\xfe"], "--idempotency-key k\\xfe"),
+    ):
+        done = subprocess.run(
+            [sys.executable.encode(), b"-m", b"flowforge", b"submit", EXAMPLE.encode(), *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            check=False,
+        )
+        stderr = done.stderr.decode("utf-8", "backslashreplace")
+        assert done.returncode == BAD_INPUT, stderr
+        assert "Traceback" not in stderr
+        assert f"error: {option}: not valid UTF-8 text" in stderr
+
+
+# --- numbers are bounded before any I/O ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("retry", "field"),
+    [
+        ({"max_attempts": 2**31}, "retry.max_attempts"),
+        ({"max_attempts": 2**64}, "retry.max_attempts"),
+        ({"backoff_seconds": 1e300}, "retry.backoff_seconds"),
+        ({"backoff_cap_seconds": 1e300}, "retry.backoff_cap_seconds"),
+    ],
+)
+def test_an_unbounded_number_in_a_workflow_is_bad_input_naming_the_field(
+    any_cli: InProcess, retry: dict[str, float], field: str
+) -> None:
+    path = any_cli.cwd / "big.json"
+    path.write_text(
+        json.dumps({"name": "big", "retry": retry, "tasks": [{"key": "a", "type": "a"}]})
+    )
+    done = any_cli("submit", str(path))
+    assert done.returncode == BAD_INPUT, done.stderr
+    assert f"big.json: {field}: " in one_line_error(done)
+
+
+def test_a_workflow_with_text_that_is_not_unicode_is_bad_input(any_cli: InProcess) -> None:
+    path = any_cli.cwd / "text.json"
+    path.write_text(
+        '{"name": "w", "description": "\\udcff", "tasks": [{"key": "a", "type": "a"}]}'
+    )
+    done = any_cli("submit", str(path))
+    assert done.returncode == BAD_INPUT, done.stderr
+    assert "text.json: description: not valid Unicode text" in one_line_error(done)
+
+
+@pytest.mark.parametrize("lease", ["1e300", "inf", "604801"])
+def test_an_unbounded_lease_in_a_workflow_is_bad_input(any_cli: InProcess, lease: str) -> None:
+    path = any_cli.cwd / "lease.toml"
+    path.write_text(f'name = "w"\nlease_seconds = {lease}\n[[tasks]]\nkey = "a"\ntype = "a"\n')
+    done = any_cli("submit", str(path))
+    assert done.returncode == BAD_INPUT, done.stderr
+    assert "lease.toml: lease_seconds: " in one_line_error(done)
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "problem"),
+    [
+        (["runs", "--limit", "abc"], "--limit", "expected a whole number from 1 to"),
+        (["runs", "--limit", "0"], "--limit", "must be from 1 to"),
+        (["runs", "--limit", str(2**63)], "--limit", "must be from 1 to"),
+        (["run", EXAMPLE, "--timeout", "inf"], "--timeout", "at most"),
+        (["run", EXAMPLE, "--timeout", "nan"], "--timeout", "at most"),
+        (["run", EXAMPLE, "--timeout", "soon"], "--timeout", "expected a number of seconds"),
+        (["run", EXAMPLE, "--workers", "100000"], "--workers", "must be from 1 to"),
+        (["scheduler", "--interval", "1e300"], "--interval", "at most"),
+        (["publisher", "--batch-size", "1e3"], "--batch-size", "expected a whole number"),
+        (["worker", "--tasks", "x", "--concurrency", "-1"], "--concurrency", "from 1 to"),
+    ],
+)
+def test_an_out_of_range_flag_names_the_flag(
+    cli: InProcess, args: list[str], option: str, problem: str
+) -> None:
+    done = cli(*args)
+    assert done.returncode == BAD_INPUT
+    assert f"argument {option}: " in done.stderr
+    assert problem in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "_positive" not in done.stderr
+
+
+# --- smaller things -------------------------------------------------------------------------
+
+
+def test_version_prints_the_installed_version(cli: InProcess) -> None:
+    done = cli("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip().startswith("flowforge ")
+    assert done.stdout.split()[1][0].isdigit()
+
+
+def test_a_broker_error_names_the_flag_when_the_url_came_from_it(cli: InProcess) -> None:
+    url = "amqp://guest:guest@127.0.0.1:1/%2F"  # nothing listens on port 1
+    done = cli("worker", "--tasks", "examples.tasks", "--broker-url", url)
+    line = one_line_error(done)
+    assert "Check --broker-url" in line
+    assert "FLOWFORGE_BROKER_URL" not in line
+    cli.env["FLOWFORGE_BROKER_URL"] = url
+    assert "Check FLOWFORGE_BROKER_URL" in one_line_error(
+        cli("worker", "--tasks", "examples.tasks")
+    )
+    invalid = cli("worker", "--tasks", "examples.tasks", "--broker-url", "http://x")
+    assert one_line_error(invalid).startswith("error: --broker-url must be an amqp://")
+    assert invalid.returncode == BAD_INPUT
+
+
+def test_every_flag_has_help_that_shows_its_default() -> None:
+    from flowforge.cli import parser
+
+    def walk(p: argparse.ArgumentParser) -> list[tuple[str, argparse.Action]]:
+        found: list[tuple[str, argparse.Action]] = []
+        for action in p._actions:
+            if isinstance(action.choices, dict):
+                for name, sub in action.choices.items():
+                    found += [(f"{name} {where}", a) for where, a in walk(sub)]
+            else:
+                found.append((action.dest, action))
+        return found
+
+    missing: list[str] = []
+    no_default: list[str] = []
+    for where, action in walk(parser.build()):
+        if action.dest in ("help", "version"):
+            continue
+        if not action.help:
+            missing.append(where)
+        default = action.default
+        shown = default not in (None, False, [], "==SUPPRESS==")
+        if shown and "default:" not in (action.help or ""):
+            no_default.append(where)
+    assert missing == []
+    assert no_default == []
+
+
+def test_help_shows_each_commands_own_defaults(cli: InProcess) -> None:
+    demo = cli("demo", "--help").stdout
+    assert "--broker-url" not in demo  # demo always dispatches in-process
+    assert "(default: WARNING)" in demo
+    assert "INFO for scheduler" not in demo
+    worker = cli("worker", "--help").stdout
+    assert "--broker-url" in worker
+    assert "(default: INFO)" in worker
