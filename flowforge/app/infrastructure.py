@@ -46,7 +46,7 @@ def parse_database_url(url: str) -> DatabaseLocation:
             url, parts.hostname, parts.port, parts.username, parts.password, parts.path
         )
     if parts.scheme == "sqlite":
-        return _sqlite(url, parts.netloc, parts.path)
+        return _sqlite(url)
     raise errors.ConfigurationError(
         f"database URL {_redact(url)!r} has scheme {parts.scheme!r}; use "
         f"postgresql://user@host:5432/dbname or sqlite:///path/to/flowforge.db"
@@ -88,13 +88,22 @@ def _postgres(
     return DatabaseLocation(url, "postgres", env, f"{host}:{port or 5432}/{dbname}")
 
 
-def _sqlite(url: str, netloc: str, path: str) -> DatabaseLocation:
-    if netloc or not path or path == "/":
+def sqlite_file(url: str) -> Path | None:
+    """The file a ``sqlite:///`` URL names; None for any other URL (or a malformed one,
+    which :func:`parse_database_url` reports)."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or parts.netloc or not parts.path or parts.path == "/":
+        return None
+    return Path(unquote(parts.path[1:]))
+
+
+def _sqlite(url: str) -> DatabaseLocation:
+    file = sqlite_file(url)
+    if file is None:
         raise errors.ConfigurationError(
             f"database URL {url!r} is not a SQLite file URL; use sqlite:///relative/path.db"
             f" or sqlite:////absolute/path.db"
         )
-    file = Path(unquote(path[1:]))
     if not file.parent.exists():
         raise errors.ConfigurationError(
             f"database URL {url!r}: the directory {file.parent} does not exist; create it"

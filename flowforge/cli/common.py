@@ -12,13 +12,12 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from flowforge import config, errors
 from flowforge.aggregates.definition import WorkflowDefinition, load_definition
+from flowforge.app import infrastructure
 from flowforge.app.service import FlowForge
 from flowforge.cli.parser import UsageError
 from flowforge.processes.registry import TaskRegistry
@@ -42,13 +41,32 @@ def settings_from(
     return config.Settings.from_env(merged)
 
 
-def open_app(settings: config.Settings) -> FlowForge:
-    """The application service on the configured database (schema applied)."""
-    if settings.database_url == config.DEFAULT_DATABASE_URL:
+def open_app(settings: config.Settings, *, create: bool = True) -> FlowForge:
+    """The application service on the configured database (schema applied).
+
+    ``create=False`` is for the commands that only read (``runs``, ``status``,
+    ``history``, ``why``): a SQLite file that does not exist is an error naming the
+    path, so a typo in the URL is reported instead of creating an empty database.
+    """
+    file = infrastructure.sqlite_file(settings.database_url)
+    if file is not None and not file.exists() and not create:
+        raise errors.ConfigurationError(
+            f"there is no FlowForge database at {file} ({settings.database_url}); check "
+            f"the path for a typo. Nothing was created: `flowforge db init` creates it, as "
+            f"do `flowforge run`, `submit` and `demo`"
+        )
+    if settings.database_url == config.DEFAULT_DATABASE_URL and file is not None:
         # The embedded default lives in ./.flowforge/; nobody should have to create it.
-        default_file = Path(unquote(urlsplit(config.DEFAULT_DATABASE_URL).path[1:]))
-        default_file.parent.mkdir(parents=True, exist_ok=True)
+        file.parent.mkdir(parents=True, exist_ok=True)
     return FlowForge(settings.database_url)
+
+
+def default_database_missing(settings: config.Settings) -> bool:
+    """True if the settings name the embedded default and nothing has created it yet."""
+    file = infrastructure.sqlite_file(settings.database_url)
+    return settings.database_url == config.DEFAULT_DATABASE_URL and not (
+        file is not None and file.exists()
+    )
 
 
 # --- values from the command line ----------------------------------------------------

@@ -27,8 +27,12 @@ WATCH_POLL_S = 0.5
 
 
 def runs(args: argparse.Namespace) -> int:
-    with common.open_app(common.settings_from(args)) as app:
-        recent = [(run, app.task_runs(run.id)) for run in app.recent_runs(args.limit)]
+    settings = common.settings_from(args)
+    if common.default_database_missing(settings):
+        recent: list[tuple[WorkflowRunRow, list[TaskRunRow]]] = []  # nothing ran here yet
+    else:
+        with common.open_app(settings, create=False) as app:
+            recent = [(run, app.task_runs(run.id)) for run in app.recent_runs(args.limit)]
     now = datetime.now(UTC)
     if args.json:
         print(render.to_json([run_fact(run, tasks, now) for run, tasks in recent]))
@@ -53,7 +57,7 @@ def runs(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
-    with common.open_app(common.settings_from(args)) as app:
+    with common.open_app(common.settings_from(args), create=False) as app:
         run = ids.resolve_run(app, args.run)
         if args.watch:
             run = _watch(app, run.id, quiet=args.json)
@@ -96,7 +100,7 @@ def _print_status(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetim
 
 
 def history(args: argparse.Namespace) -> int:
-    with common.open_app(common.settings_from(args)) as app:
+    with common.open_app(common.settings_from(args), create=False) as app:
         target = ids.resolve_any(app, args.id)
         if isinstance(target, WorkflowRunRow):
             entries = app.run_history(target.id)
@@ -115,7 +119,7 @@ def history(args: argparse.Namespace) -> int:
 
 def why(args: argparse.Namespace) -> int:
     at = parse_time(args.at) if args.at else None
-    with common.open_app(common.settings_from(args)) as app:
+    with common.open_app(common.settings_from(args), create=False) as app:
         task = ids.resolve_task(app, args.task)
         explanation = explain_task.why(app, task.id, at)
     if args.json:

@@ -247,8 +247,10 @@ def _demo(commands: Any) -> None:
         "flowforge demo",
         "flowforge.cli.runs:demo",
         description="Run the example DAG (extract -> clean, enrich, score -> load; enrich "
-        "fails once and succeeds on retry) on a temporary SQLite database (unless "
-        "FLOWFORGE_DATABASE_URL is set) with in-process dispatch, then print its history.",
+        "fails once and succeeds on retry) with in-process dispatch, then print its "
+        "history and the commands that inspect it. The run stays in the database (the "
+        "embedded default .flowforge/flowforge.db unless FLOWFORGE_DATABASE_URL is set), "
+        "where `flowforge runs` finds it.",
     ).add_argument("--workers", type=_positive_int, default=2, metavar="N")
 
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
+import shlex
 import signal
 import sys
-import tempfile
 from datetime import UTC, datetime
 from uuid import UUID
 
-from flowforge import config
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import StartedRun
@@ -163,26 +161,36 @@ def report_outcome(
 
 
 def demo(args: argparse.Namespace) -> int:
+    # The demo's run stays where the next command finds it: the configured database, or
+    # the embedded default that `flowforge runs` reads.
     settings = common.settings_from(args)
-    configured = args.database_url or config.DATABASE_URL_VARIABLE in os.environ
-    with tempfile.TemporaryDirectory(prefix="flowforge-demo-") as scratch:
-        url = settings.database_url if configured else f"sqlite:///{scratch}/demo.db"
-        with FlowForge(url) as app:
-            print(f"demo: workflow {demo_workflow.DEFINITION.name} on {app.database.location}")
-            started = app.submit_workflow_run(demo_workflow.DEFINITION, demo_workflow.INPUTS)
-            final, stopped_by = drive(
-                app,
-                Transport.in_memory(),
-                started.run_id,
-                args.workers,
-                demo_workflow.REGISTRY,
-                None,
-            )
-            code = report_outcome(app, final, stopped_by, None)
-            print("\nhistory (the audit log):")
-            entries = app.run_history(started.run_id)
-            for line in render.table(render.HISTORY_HEADERS, render.history_rows(entries)):
-                print(f"  {line}")
+    with common.open_app(settings) as app:
+        print(
+            f"demo: workflow {demo_workflow.DEFINITION.name} on {app.database.dialect} "
+            f"{app.database.location}, with in-process dispatch"
+        )
+        started = app.submit_workflow_run(demo_workflow.DEFINITION, demo_workflow.INPUTS)
+        final, stopped_by = drive(
+            app,
+            Transport.in_memory(),
+            started.run_id,
+            args.workers,
+            demo_workflow.REGISTRY,
+            None,
+        )
+        code = report_outcome(app, final, stopped_by, None)
+        print("\nhistory (the audit log):")
+        entries = app.run_history(started.run_id)
+        for line in render.table(render.HISTORY_HEADERS, render.history_rows(entries)):
+            print(f"  {line}")
+        print(f"\ninspect it (the run stays in {app.database.location}):")
+    # A --database-url flag must be repeated for the next command to find the run; an
+    # environment variable or the default is found again as it is.
+    program = "flowforge"
+    if args.database_url:
+        program += f" --database-url {shlex.quote(args.database_url)}"
+    for line in render.inspect_commands(started.run_id, program, "enrich"):
+        print(f"  {line}")
     return code
 
 

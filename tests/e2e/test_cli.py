@@ -277,7 +277,7 @@ def test_demo_runs_the_example_and_shows_its_history(tmp_path: Path) -> None:
     assert "succeeded in" in done.stdout
     assert "history (the audit log)" in done.stdout
     assert "schedule_retry" in done.stdout
-    assert not (tmp_path / ".flowforge").exists()  # a temporary database
+    assert (tmp_path / ".flowforge" / "flowforge.db").is_file()  # the default, kept
 
 
 def test_the_demo_runs_the_same_dag_as_the_example_file() -> None:
@@ -348,7 +348,7 @@ def test_an_invalid_workflow_file_names_the_file_and_the_field(cli: Cli) -> None
     assert done.returncode == 2
     line = one_line_error(done)
     assert "bad.toml" in line and "tasks[0].depends_on" in line and "'nope'" in line
-    assert cli.json("runs") == []
+    assert not (cli.cwd / "flowforge.db").exists()  # refused before opening the database
 
 
 @pytest.mark.parametrize(
@@ -381,7 +381,7 @@ def test_run_refuses_a_task_type_no_handler_is_registered_for(cli: Cli) -> None:
     line = one_line_error(done)
     assert "'b' (type 'divine')" in line
     assert "registered types: clean, enrich, extract, load, score" in line
-    assert cli.json("runs") == []  # refused before submitting
+    assert not (cli.cwd / "flowforge.db").exists()  # refused before submitting
 
 
 def test_a_database_of_a_newer_schema_version_is_refused(cli: Cli) -> None:
