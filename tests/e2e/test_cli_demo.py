@@ -1,9 +1,12 @@
 """After a demo, the user can look at what it did; a read-only command never creates a
-database."""
+database; and the main job (`make demo`) says where it runs, falling back to the
+embedded default when its servers are unreachable."""
 
 from __future__ import annotations
 
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,3 +80,47 @@ def test_runs_in_a_fresh_directory_says_there_are_none_and_creates_nothing(
     assert cli.json("runs") == []
     assert not (tmp_path / ".flowforge").exists()
 
+
+# --- the main job (`make demo`) ---------------------------------------------------------
+
+
+def main_job(cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "examples.main_job"],
+        cwd=cwd,
+        env=clean_environment(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "unreachable",
+    [
+        {"FLOWFORGE_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/flowforge_demo"},
+        {"FLOWFORGE_BROKER_URL": "amqp://guest:guest@127.0.0.1:1/%2F"},
+    ],
+    ids=["database", "broker"],
+)
+def test_the_main_job_falls_back_to_the_embedded_default_and_runs_on_it(
+    tmp_path: Path, unreachable: dict[str, str]
+) -> None:
+    done = main_job(tmp_path, **unreachable)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "127.0.0.1:1 is not reachable" in done.stdout
+    assert "falling back to the embedded default" in done.stdout
+    assert "succeeded in" in done.stdout
+    # It ran where it said, and the commands it printed find the run there.
+    (run,) = Cli(tmp_path, clean_environment()).json("runs")
+    assert run["state"] == "succeeded"
+    assert (tmp_path / ".flowforge" / "flowforge.db").is_file()
+
+
+def test_the_main_job_says_which_database_and_broker_it_uses(tmp_path: Path) -> None:
+    done = main_job(tmp_path, FLOWFORGE_DATABASE_URL="postgresql://u:secret@127.0.0.1:1/d")
+    lines = done.stdout.splitlines()
+    assert lines[0] == "database: postgresql://u:***@127.0.0.1:1/d"
+    assert lines[1] == "broker:   amqp://guest:***@127.0.0.1:5672/%2F"
+    assert "secret" not in done.stdout
