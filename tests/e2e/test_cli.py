@@ -361,6 +361,7 @@ def test_an_invalid_workflow_file_names_the_file_and_the_field(cli: Cli) -> None
     ],
 )
 def test_an_unknown_run_id_is_bad_input(cli: Cli, command: list[str]) -> None:
+    assert cli("db", "init").returncode == 0  # a database without that run
     done = cli(*command)
     assert done.returncode == 2
     assert "0f0f0f0f" in one_line_error(done)
