@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -177,12 +177,19 @@ class FlowForge:
         with self._writer() as writer:
             return advance.advance(writer, run_id, rand)
 
-    def schedule_once(self, *, redispatch_after: float = REDISPATCH_AFTER_S) -> ScheduleSummary:
-        """One scheduler pass: reap expired leases, advance every active run, and
-        redispatch ready tasks whose dispatch was lost (see :meth:`redispatch_stalled`)."""
+    def schedule_once(
+        self,
+        *,
+        redispatch_after: float = REDISPATCH_AFTER_S,
+        covers: Callable[[UUID], bool] | None = None,
+    ) -> ScheduleSummary:
+        """One scheduler pass: reap expired leases, advance every active run (only those
+        ``covers`` accepts, if given), and redispatch ready tasks whose dispatch was lost
+        (see :meth:`redispatch_stalled`)."""
         summary = ScheduleSummary(reaped=len(self.reap_expired_leases()))
         for run_id in self._query_ids("select_runs_to_advance", {}):
-            summary.add(self.advance_workflow_run(run_id))
+            if covers is None or covers(run_id):
+                summary.add(self.advance_workflow_run(run_id))
         summary.redispatched = len(self.redispatch_stalled(redispatch_after))
         return summary
 
@@ -290,19 +297,28 @@ class FlowForge:
 
     # --- the outbox ----------------------------------------------------------------------
 
-    def publish_pending_dispatches(self, publisher: DispatchPublisher, limit: int = 500) -> int:
-        """Publish up to ``limit`` pending outbox rows; how many were delivered.
+    def publish_pending_dispatches(
+        self,
+        publisher: DispatchPublisher,
+        limit: int = 500,
+        *,
+        task_types: Collection[str] | None = None,
+    ) -> int:
+        """Publish up to ``limit`` pending outbox rows (only of ``task_types``, if given);
+        how many were delivered.
 
         One transaction selects the rows (``FOR UPDATE SKIP LOCKED``: parallel publishers
         divide them), publishes them with confirms, and marks them delivered only after
         the broker's ack. If the publish raises, the transaction rolls back and every
         row stays pending for the next sweep.
         """
+        params: dict[str, Any] = {"limit": limit}
+        statement = "select_pending_outbox"
+        if task_types is not None:
+            params["task_types"] = sorted(task_types)
+            statement = "select_pending_outbox_of_types"
         with self._writer() as writer:
-            rows = [
-                OutboxRow.from_mapping(r)
-                for r in writer.tx.run("select_pending_outbox", {"limit": limit})
-            ]
+            rows = [OutboxRow.from_mapping(r) for r in writer.tx.run(statement, params)]
             if not rows:
                 return 0
             publisher.publish([dispatch.message_for(row) for row in rows])

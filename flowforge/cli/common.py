@@ -10,6 +10,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -69,6 +70,28 @@ def default_database_missing(settings: config.Settings) -> bool:
     )
 
 
+def program(args: argparse.Namespace) -> str:
+    """``flowforge`` with the flags that find this database and broker again, for the
+    commands printed to paste (an environment variable or the default needs none)."""
+    flags = [
+        f" {flag} {shlex.quote(value)}"
+        for flag, value in (
+            ("--database-url", getattr(args, "database_url", None)),
+            ("--broker-url", getattr(args, "broker_url", None)),
+        )
+        if value
+    ]
+    return "flowforge" + "".join(flags)
+
+
+def handler_modules(args: argparse.Namespace) -> list[str]:
+    """The modules that registered a ``run``'s handlers: ``--tasks``, and the module of
+    a ``module:attr`` workflow."""
+    workflow = getattr(args, "workflow", None) or ""
+    own = [workflow.partition(":")[0]] if _is_module_reference(workflow) else []
+    return [*args.tasks, *(m for m in own if m not in args.tasks)]
+
+
 # --- values from the command line ----------------------------------------------------
 
 
@@ -99,7 +122,7 @@ def load_workflow(source: str) -> WorkflowDefinition:
 
     The attribute may be a definition, a mapping, a path, or a callable returning one.
     """
-    if os.path.exists(source) or not _MODULE_REFERENCE.match(source):
+    if not _is_module_reference(source):
         return load_definition(source)
     module_name, _, attribute = source.partition(":")
     value: Any = import_user_module(module_name, "workflow module")
@@ -116,6 +139,10 @@ def load_workflow(source: str) -> WorkflowDefinition:
         raise errors.InvalidWorkflowDefinitionError(
             "\n".join(f"{source}: {line}" for line in lines)
         ) from exc
+
+
+def _is_module_reference(source: str) -> bool:
+    return not os.path.exists(source) and _MODULE_REFERENCE.match(source) is not None
 
 
 def import_user_module(name: str, purpose: str) -> ModuleType:

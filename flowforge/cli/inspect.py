@@ -119,9 +119,10 @@ def history(args: argparse.Namespace) -> int:
 
 def why(args: argparse.Namespace) -> int:
     at = parse_time(args.at) if args.at else None
-    with common.open_app(common.settings_from(args), create=False) as app:
+    settings = common.settings_from(args)
+    with common.open_app(settings, create=False) as app:
         task = ids.resolve_task(app, args.task)
-        explanation = explain_task.why(app, task.id, at)
+        explanation = explain_task.why(app, task.id, at, embedded=settings.embedded)
     if args.json:
         print(render.to_json(explanation))
         return 0

@@ -28,7 +28,7 @@ exit codes:
   3    a server is unreachable or failed: the database or the broker (host:port named)
   4    refused by the rules: cancelling a finished run; a database created by a newer
        FlowForge schema version; a classic queue where a quorum queue is expected
-  130  interrupted (Ctrl-C; SIGTERM during run and demo); the run is left as it is
+  130  interrupted (Ctrl-C; SIGTERM during run and demo) with the run unfinished
 
 configuration (flags override the environment):
   FLOWFORGE_DATABASE_URL   postgresql://user@host:5432/db or sqlite:///path.db
@@ -137,6 +137,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-i",
@@ -146,6 +153,21 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="a run input; VALUE is parsed as JSON if it parses, else kept as a string "
         "(repeatable)",
+    )
+
+
+#: How long a stop of `run` or `demo` waits for the tasks in hand (flowforge/cli/stopping.py).
+STOP_GRACE_S = 5.0
+
+
+def _add_grace(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--grace",
+        type=_non_negative_float,
+        default=STOP_GRACE_S,
+        metavar="S",
+        help="on a stop, how long the tasks in hand may take to finish before they are "
+        "abandoned (default 5; a second Ctrl-C ends the wait at once)",
     )
 
 
@@ -226,21 +248,34 @@ def _run(commands: Any) -> None:
         """,
         "flowforge.cli.runs:run",
         description="Submit a workflow and run the scheduler, the publisher and N workers "
-        "in this process until the run finishes. Dispatch is in-process unless a broker "
-        "is configured. Exits 0 if the run succeeded, 1 with the failed tasks' errors.",
+        "in this process until the run finishes (--resume RUN: run an existing run "
+        "instead). Dispatch is in-process unless a broker is configured. Only runs whose "
+        "every task type has a handler here are run; other runs are left alone. Exits 0 "
+        "if the run succeeded, 1 with the failed tasks' errors. --timeout or a first "
+        "Ctrl-C stops, letting the tasks in hand finish for up to --grace seconds; a "
+        "second Ctrl-C stops at once.",
     )
-    parser.add_argument("workflow", metavar="FILE|module:attr")
+    parser.add_argument("workflow", metavar="FILE|module:attr", nargs="?")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="run an existing run (id or prefix) to the end instead of submitting one",
+    )
     parser.add_argument("--workers", type=_positive_int, default=2, metavar="N")
     _add_tasks(parser, required=False)
     _add_inputs(parser)
     parser.add_argument("--idempotency-key", metavar="KEY")
     parser.add_argument(
-        "--timeout", type=_positive_float, metavar="S", help="give up waiting after S seconds"
+        "--timeout",
+        type=_positive_float,
+        metavar="S",
+        help="stop after S seconds (the tasks in hand then get --grace seconds to finish)",
     )
+    _add_grace(parser)
 
 
 def _demo(commands: Any) -> None:
-    _command(
+    demo = _command(
         commands,
         "demo",
         "run the example fan-out/fan-in DAG end to end, then show its history",
@@ -251,7 +286,9 @@ def _demo(commands: Any) -> None:
         "history and the commands that inspect it. The run stays in the database (the "
         "embedded default .flowforge/flowforge.db unless FLOWFORGE_DATABASE_URL is set), "
         "where `flowforge runs` finds it.",
-    ).add_argument("--workers", type=_positive_int, default=2, metavar="N")
+    )
+    demo.add_argument("--workers", type=_positive_int, default=2, metavar="N")
+    _add_grace(demo)
 
 
 def _processes(commands: Any) -> None:

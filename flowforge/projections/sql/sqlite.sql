@@ -262,6 +262,13 @@ ORDER BY t.updated_at LIMIT :limit;
 SELECT * FROM dispatch_outbox WHERE published_at IS NULL
 ORDER BY created_at LIMIT :limit;
 
+-- Only the dispatches of the task types a publisher's workers have handlers for (the
+-- embedded runner, flowforge/processes/runner.py): the others wait for their own runner.
+-- name: select_pending_outbox_of_types
+SELECT * FROM dispatch_outbox WHERE published_at IS NULL
+AND task_type IN (SELECT value FROM json_each(:task_types))
+ORDER BY created_at LIMIT :limit;
+
 -- name: mark_outbox_published
 UPDATE dispatch_outbox SET published_at = {now} WHERE dispatch_id = :dispatch_id;
 
