@@ -57,6 +57,20 @@ class BrokerConfig(BaseModel):
             {field: environ[var] for field, var in cls.ENVIRONMENT.items() if var in environ}
         )
 
+    def for_deployment(self, deployment: str) -> BrokerConfig:
+        """This config with every topology name not set explicitly derived from the
+        deployment's id (``flowforge.<id>.tasks`` ...), so deployments sharing a broker
+        never share a queue unless told to.
+
+        The names set explicitly (``FLOWFORGE_DISPATCH_QUEUE`` and the others) win.
+        """
+        derived = {
+            name: template.format(deployment=deployment)
+            for name, template in DEPLOYMENT_TOPOLOGY.items()
+            if name not in self.model_fields_set
+        }
+        return self.model_copy(update=derived)
+
     @model_validator(mode="wrap")
     @classmethod
     def _translate_errors(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
@@ -71,6 +85,16 @@ class BrokerConfig(BaseModel):
             raise errors.ConfigurationError(f"Invalid broker configuration: {problems}.") from exc
         _check_url(config.url)
         return config
+
+
+#: The topology names of a deployment: each topology field's default, with the id in it.
+DEPLOYMENT_TOPOLOGY: Mapping[str, str] = {
+    "exchange": "flowforge.{deployment}",
+    "queue": "flowforge.{deployment}.tasks",
+    "routing_key": "flowforge.{deployment}.tasks",
+    "dead_letter_exchange": "flowforge.{deployment}.dlx",
+    "dead_letter_queue": "flowforge.{deployment}.tasks.dead",
+}
 
 
 def _setting_name(loc: tuple[int | str, ...]) -> str:

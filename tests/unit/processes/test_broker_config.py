@@ -91,3 +91,25 @@ def test_broker_config_rejects_an_empty_name_naming_its_variable() -> None:
 
 def test_broker_config_does_not_show_the_password_in_its_repr() -> None:
     assert "hunter2" not in repr(BrokerConfig(url="amqp://u:hunter2@rabbit.example/"))
+
+
+def test_a_deployment_derives_every_topology_name_not_set_explicitly() -> None:
+    config = BrokerConfig.from_env({"FLOWFORGE_DISPATCH_QUEUE": "shared.tasks"})
+    mine = config.for_deployment("3f2a6c1e0b9d")
+    assert (mine.exchange, mine.queue, mine.routing_key) == (
+        "flowforge.3f2a6c1e0b9d",
+        "shared.tasks",  # set explicitly: kept
+        "flowforge.3f2a6c1e0b9d.tasks",
+    )
+    assert (mine.dead_letter_exchange, mine.dead_letter_queue) == (
+        "flowforge.3f2a6c1e0b9d.dlx",
+        "flowforge.3f2a6c1e0b9d.tasks.dead",
+    )
+    assert (mine.url, mine.delivery_limit) == (config.url, config.delivery_limit)
+
+
+def test_two_deployments_share_no_topology_name_by_default() -> None:
+    names = ("exchange", "queue", "dead_letter_exchange", "dead_letter_queue")
+    first = BrokerConfig().for_deployment("aaaaaaaaaaaa")
+    second = BrokerConfig().for_deployment("bbbbbbbbbbbb")
+    assert not {getattr(first, n) for n in names} & {getattr(second, n) for n in names}
