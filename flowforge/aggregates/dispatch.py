@@ -59,10 +59,8 @@ class DispatchMessage(BaseModel):
         if self.deployment is not None and "schema_version" not in self.model_fields_set:
             object.__setattr__(self, "schema_version", 2)
         if (self.schema_version == 2) != (self.deployment is not None):
-            raise ValueError(
-                f"schema_version {self.schema_version} "
-                + ("requires a deployment" if self.schema_version == 2 else "carries no deployment")
-            )
+            needs = "requires a" if self.schema_version == 2 else "carries no"
+            raise ValueError(f"schema_version {self.schema_version} {needs} deployment")
         return self
 
     def encode(self) -> bytes:

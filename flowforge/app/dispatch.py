@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from flowforge.aggregates.dispatch import DISPATCH_SCHEMA_VERSION, DispatchMessage
+from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.projections.tables import OutboxRow
 
 
 def message_for(row: OutboxRow) -> DispatchMessage:
     return DispatchMessage(
-        schema_version=DISPATCH_SCHEMA_VERSION,
         dispatch_id=row.dispatch_id,
         task_run_id=row.task_run_id,
         task_key=row.task_key,

@@ -5,15 +5,10 @@ run. On SQLite and on PostgreSQL (embedded mode works on both)."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
-import psycopg
 import pytest
 
-from tests import servers
-from tests.e2e.test_cli import EXAMPLE, Cli, clean_environment, make_cli
+from tests.e2e.test_cli import EXAMPLE, Cli
 
 #: A workflow whose task type only this module has a handler for.
 OTHER_MODULE = """
@@ -28,29 +23,10 @@ def divine(ctx):
 """
 
 
-def _admin(dbname: str) -> str:
-    return (
-        f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:"
-        f"{servers.POSTGRES_PORT}/{dbname}"
-    )
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def embedded(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cli]:
-    """The CLI with no broker, on a fresh SQLite file or PostgreSQL database."""
-    (tmp_path / "other_tasks.py").write_text(OTHER_MODULE)
-    if request.param == "sqlite":
-        yield make_cli(tmp_path)
-        return
-    servers.require_postgres()
-    dbname = f"flowforge_scope_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(_admin(servers.POSTGRES_ADMIN_DB), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{dbname}"')
-    try:
-        yield Cli(tmp_path, clean_environment(FLOWFORGE_DATABASE_URL=_admin(dbname)))
-    finally:
-        with psycopg.connect(_admin(servers.POSTGRES_ADMIN_DB), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+@pytest.fixture
+def embedded(embedded_cli: Cli) -> Cli:
+    (embedded_cli.cwd / "other_tasks.py").write_text(OTHER_MODULE)
+    return embedded_cli
 
 
 def test_an_embedded_run_leaves_a_run_it_has_no_handlers_for_alone(embedded: Cli) -> None:

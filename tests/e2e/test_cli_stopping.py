@@ -1,12 +1,13 @@
 """Stopping `flowforge run`: --timeout is honoured, the first Ctrl-C stops gracefully, the
 second at once, and what is printed at the end is what the database holds. Real
-subprocesses and real signals; readiness is read from the database, never slept for."""
+subprocesses and real signals; readiness is read from the database, never slept for. On
+SQLite and on PostgreSQL (the embedded runner works on both)."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_cli import Cli, make_cli
+from tests.e2e.test_cli import Cli
 
 #: A task that runs until the file named by its input `release` exists.
 BLOCKING_MODULE = """
@@ -38,19 +39,17 @@ STARTUP_S = 15.0
 
 
 @pytest.fixture
-def blocking(tmp_path: Path) -> tuple[Cli, Path]:
-    cli = make_cli(tmp_path)
-    (tmp_path / "blocking_tasks.py").write_text(BLOCKING_MODULE)
-    return cli, tmp_path / "release"
+def blocking(embedded_cli: Cli) -> tuple[Cli, Path]:
+    """The CLI (SQLite or PostgreSQL, no broker) with the blocking workflow's module."""
+    (embedded_cli.cwd / "blocking_tasks.py").write_text(BLOCKING_MODULE)
+    return embedded_cli, embedded_cli.cwd / "release"
 
 
-def task_state(cli: Cli) -> str | None:
-    try:
-        with sqlite3.connect(cli.cwd / "flowforge.db") as conn:
-            row = conn.execute("SELECT state FROM task_runs WHERE task_key = 'wait'").fetchone()
-    except sqlite3.OperationalError:  # not created yet
-        return None
-    return None if row is None else str(row[0])
+def task_running(cli: Cli) -> bool:
+    """Whether the run's task is claimed, as the database says (no run yet: False)."""
+    done = cli("runs", "--json")
+    runs = json.loads(done.stdout) if done.returncode == 0 else []
+    return bool(runs) and runs[0]["task_states"].get("running") == 1
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
@@ -78,7 +77,7 @@ def started(blocking: tuple[Cli, Path]) -> Iterator[tuple[Cli, Path, subprocess.
             text=True,
         )
     try:
-        wait_until(lambda: task_state(cli) == "running", "the task to be claimed")
+        wait_until(lambda: task_running(cli), "the task to be claimed")
         yield cli, release, process, log
     finally:
         if process.poll() is None:
