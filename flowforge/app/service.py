@@ -90,6 +90,8 @@ class FlowForge:
                 location,
             )
             self.schema_version = schema.ensure_schema(self.database)
+        #: The deployment this database is (see ``flowforge.config.DEPLOYMENT_TOPOLOGY``).
+        self.deployment_id = schema.deployment_id(self.database)
 
     def close(self) -> None:
         self.events.close()
@@ -321,7 +323,7 @@ class FlowForge:
             rows = [OutboxRow.from_mapping(r) for r in writer.tx.run(statement, params)]
             if not rows:
                 return 0
-            publisher.publish([dispatch.message_for(row) for row in rows])
+            publisher.publish([dispatch.message_for(row, self.deployment_id) for row in rows])
             for row in rows:
                 writer.tx.run("mark_outbox_published", {"dispatch_id": row.dispatch_id})
         return len(rows)

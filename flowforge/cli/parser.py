@@ -202,7 +202,8 @@ def _db(commands: Any) -> None:
         actions,
         "init",
         "create the tables or apply missing migrations (idempotent)",
-        "flowforge db init\n  database sqlite .flowforge/flowforge.db: schema version 1",
+        "flowforge db init\n  database sqlite .flowforge/flowforge.db: schema version 2, "
+        "deployment 3f2a6c1e0b9d",
         "flowforge.cli.db:init",
     )
     _command(

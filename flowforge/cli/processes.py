@@ -39,8 +39,9 @@ def scheduler(args: argparse.Namespace) -> int:
 
 def publisher(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
-    broker = require_broker(settings, "publisher")
+    configured = require_broker(settings, "publisher")
     with common.open_app(settings) as app:
+        broker = configured.for_deployment(app.deployment_id)
         check_broker(broker)
         Publisher(
             app,
@@ -53,9 +54,10 @@ def publisher(args: argparse.Namespace) -> int:
 
 def worker(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
-    broker = require_broker(settings, "worker")
+    configured = require_broker(settings, "worker")
     common.import_task_modules(args.tasks, default_registry)
     with common.open_app(settings) as app:
+        broker = configured.for_deployment(app.deployment_id)
         check_broker(broker)
         base_id = args.worker_id or default_worker_id()
         stop = Stop()
@@ -121,11 +123,12 @@ def check_broker(broker: config.BrokerConfig) -> None:
     connection.close()
 
 
-def transport_for(settings: config.Settings) -> Transport:
-    """In-process dispatch when embedded; RabbitMQ when a broker is configured."""
-    broker = settings.broker
-    if broker is None:
+def transport_for(settings: config.Settings, deployment: str) -> Transport:
+    """In-process dispatch when embedded; RabbitMQ when a broker is configured, on the
+    deployment's own topology unless its names are set explicitly."""
+    if settings.broker is None:
         return Transport.in_memory()
+    broker = settings.broker.for_deployment(deployment)
     check_broker(broker)
     return Transport(
         lambda: rabbitmq.RabbitDispatchPublisher(broker),

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = common.parse_inputs(args.input)
     settings = common.settings_from(args)
     with common.open_app(settings) as app:
-        transport = processes.transport_for(settings)
+        transport = processes.transport_for(settings, app.deployment_id)
         started = app.submit_workflow_run(definition, inputs, idempotency_key=args.idempotency_key)
         run_row = app.get_workflow_run(started.run_id)
         _announce(started, run_row, definition, args.idempotency_key, show_id=True)
@@ -137,7 +137,7 @@ def _resume(args: argparse.Namespace) -> int:
         run_row = ids.resolve_run(app, args.resume)
         definition = WorkflowDefinition.model_validate(run_row.definition)
         common.check_task_types(definition, default_registry)
-        transport = processes.transport_for(settings)
+        transport = processes.transport_for(settings, app.deployment_id)
         print(f"resuming run {run_row.id} of {run_row.workflow_name} ({run_row.state})")
         final, stopped_by = drive(
             app, transport, run_row.id, args.workers, default_registry, args.timeout, args.grace

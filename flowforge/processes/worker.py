@@ -121,6 +121,8 @@ class Worker:
             log.warning("malformed dispatch dead-lettered", extra=self._extra(reason=str(exc)))
             delivery.dead_letter()
             return "dead_lettered"
+        if message.deployment not in (None, self.app.deployment_id):
+            return self._foreign(message, delivery)
         try:
             outcome = self._claim_and_run(message, consumer)
         except errors.UnknownRunError as exc:
@@ -141,6 +143,27 @@ class Worker:
             return "requeued"
         delivery.ack()
         return outcome
+
+    def _foreign(self, message: DispatchMessage, delivery: Delivery) -> str:
+        """A dispatch of another deployment: its task run is in another database.
+
+        Only a shared queue brings one here (both deployments configured with the same
+        explicit names). Requeueing it would hand it back to this worker as often as to
+        its own; dead-lettering puts it, named, where an operator looks, and its own
+        deployment's scheduler redispatches the task after ``REDISPATCH_AFTER_S``.
+        """
+        log.error(
+            "dispatch of another deployment dead-lettered: two deployments share this "
+            "queue; give each its own (unset FLOWFORGE_DISPATCH_* or set them apart)",
+            extra=self._extra(
+                deployment=self.app.deployment_id,
+                message_deployment=message.deployment,
+                task_run_id=str(message.task_run_id),
+                task_key=message.task_key,
+            ),
+        )
+        delivery.dead_letter()
+        return "dead_lettered"
 
     def _claim_and_run(self, message: DispatchMessage, consumer: DispatchConsumer) -> str:
         task = self.app.get_task_run(message.task_run_id)

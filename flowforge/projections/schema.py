@@ -13,7 +13,7 @@ from flowforge import errors
 from flowforge.projections.database import Database, Transaction
 
 #: The migrations in order; the schema version is the length of this tuple.
-MIGRATIONS: tuple[str, ...] = ("migration_001",)
+MIGRATIONS: tuple[str, ...] = ("migration_001", "migration_002")
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -36,6 +36,14 @@ def ensure_schema(database: Database) -> int:
             tx.run_script(migration)
             tx.run("record_schema_version", {"version": number})
     return SCHEMA_VERSION
+
+
+def deployment_id(database: Database) -> str:
+    """The deployment's id, written once by the migration that created it."""
+    tx: Transaction
+    with database.read() as tx:
+        (row,) = tx.run("select_deployment")
+    return str(row["deployment_id"])
 
 
 def schema_version(tx: Transaction) -> int:

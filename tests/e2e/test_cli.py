@@ -159,7 +159,7 @@ def test_with_no_configuration_the_database_is_sqlite_in_dot_flowforge(tmp_path:
     cli = Cli(tmp_path, clean_environment())
     first, second = cli("db", "init"), cli("db", "init")
     assert first.returncode == second.returncode == 0, first.stderr
-    assert "schema version 1" in second.stdout
+    assert "schema version 2, deployment " in second.stdout
     assert (tmp_path / ".flowforge" / "flowforge.db").is_file()
 
 

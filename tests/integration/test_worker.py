@@ -103,7 +103,7 @@ def test_a_duplicate_dispatch_is_acked_without_running_the_handler_again(
 ) -> None:
     run_id = app.start_workflow_run(ONE)
     row = app.dispatches_of(only_task(app, run_id).id)[0]
-    duplicate = message_for(row)
+    duplicate = message_for(row, app.deployment_id)
     channel.publisher().publish([duplicate, duplicate])
     consumer = channel.consumer()
     outcomes = []

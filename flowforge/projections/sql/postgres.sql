@@ -84,6 +84,21 @@ CREATE INDEX dispatch_outbox_pending_idx ON dispatch_outbox (created_at)
     WHERE published_at IS NULL;
 CREATE INDEX dispatch_outbox_task_run_idx ON dispatch_outbox (task_run_id);
 
+-- The deployment's identity: one row, written once by the migration that creates it (at
+-- `flowforge db init`). It names the deployment's dispatch topology and is carried by
+-- every dispatch, so two deployments on one broker never take each other's tasks.
+-- name: migration_002
+CREATE TABLE flowforge_deployment (
+    singleton integer PRIMARY KEY CHECK (singleton = 1),
+    deployment_id text NOT NULL CHECK (length(deployment_id) = 12),
+    created_at timestamptz NOT NULL
+);
+INSERT INTO flowforge_deployment (singleton, deployment_id, created_at)
+VALUES (1, substr(md5(random()::text || clock_timestamp()::text), 1, 12), now());
+
+-- name: select_deployment
+SELECT deployment_id FROM flowforge_deployment;
+
 -- name: db_now
 SELECT now() AS db_now;
 
