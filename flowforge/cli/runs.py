@@ -147,7 +147,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _rerun_hint(args: argparse.Namespace, run: WorkflowRunRow) -> str:
     """What finishes a run this process left unfinished."""
-    if args.broker_url or not common.settings_from(args).embedded:
+    if not common.settings_from(args).embedded:
         return (
             f"the deployment's scheduler, publisher and workers finish it "
             f"(`flowforge status {run.id} --watch` follows it), as does "

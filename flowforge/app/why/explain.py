@@ -159,13 +159,13 @@ def _ready(s: Situation) -> _Answer:
         f"{key} is ready; its dispatch was published at {_clock(latest.published_at)} "
         f"({_ago(latest.published_at, s.at)}) and no worker has claimed it yet{again}",
         [
-            f"a worker that runs task type {s.task.task_type!r} claims it when it is free: "
-            f"are workers running with it (`flowforge worker --tasks MODULE`), and all busy?",
-            "with `flowforge run` the queue lives in that process: if it exited, "
-            f"`flowforge run --resume {s.run.id} --tasks MODULE` dispatches it again",
-        ]
-        if not s.embedded
-        else [_who_runs(s, "")],
+            _who_runs(
+                s,
+                f"a worker that runs task type {s.task.task_type!r} claims it when it is "
+                f"free: are workers running with it (`flowforge worker --tasks MODULE`), "
+                f"and all busy?",
+            )
+        ],
     )
 
 
