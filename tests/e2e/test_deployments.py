@@ -78,7 +78,9 @@ def dead_letters(deployment: Deployment) -> int:
     connection = pika.BlockingConnection(pika.URLParameters(config.url))
     try:
         declared = connection.channel().queue_declare(config.dead_letter_queue, passive=True)
-        return int(declared.method.message_count)
+        count = declared.method.message_count
+        assert count is not None
+        return count
     finally:
         connection.close()
 
