@@ -121,7 +121,7 @@ class Worker:
             log.warning("malformed dispatch dead-lettered", extra=self._extra(reason=str(exc)))
             delivery.dead_letter()
             return "dead_lettered"
-        if message.deployment not in (None, self.app.deployment_id):
+        if message.deployment is not None and message.deployment != self.app.deployment_id:
             return self._foreign(message, delivery)
         try:
             outcome = self._claim_and_run(message, consumer)
