@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench
+.PHONY: demo test lint bench bench-e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,3 +27,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.claim_finish
+
+## End to end with real processes: throughput, ready->claimed latency, a 20-task chain.
+bench-e2e: $(STAMP)
+	$(BIN)/python -m bench.end_to_end

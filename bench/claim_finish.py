@@ -726,7 +726,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench_database(args) as url,
         tempfile.TemporaryDirectory(prefix="flowforge-pgbench-") as tmp,
     ):
-        with FlowForge(url):  # creates the schema, so the bench tables can copy it
+        with FlowForge(url, migrate=True):  # creates the schema, for the bench tables to copy
             pass
         server = pg_value(url, SERVER_VERSION)
         if args.pgbench_scripts:

@@ -94,7 +94,7 @@ def main() -> int:
     except psycopg.OperationalError as exc:
         print(f"the database is not usable ({str(exc).strip().splitlines()[0]})")
         return embedded_demo()
-    app = FlowForge(DATABASE_URL)
+    app = FlowForge(DATABASE_URL, migrate=True)  # a fresh database gets its schema
     run_id = app.start_workflow_run(str(WORKFLOW), {"rows": 8})
     print(f"submitted run {run_id} of {WORKFLOW.name}")
     processes = [

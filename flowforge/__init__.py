@@ -37,17 +37,13 @@ from flowforge.errors import (
 )
 
 if TYPE_CHECKING:
-    from flowforge.aggregates.definition import (
-        RetryPolicy,
-        TaskDefinition,
-        WorkflowDefinition,
-        load_definition,
-    )
+    from flowforge.aggregates.definition import RetryPolicy, TaskDefinition, WorkflowDefinition
+    from flowforge.app.definition_files import load_definition
     from flowforge.app.service import FlowForge
     from flowforge.app.why import Explanation, why
+    from flowforge.bootstrap import ProcessGroup, Transport
     from flowforge.config import BrokerConfig, Settings
     from flowforge.processes.registry import TaskContext, TaskRegistry, default_registry, task
-    from flowforge.processes.runner import ProcessGroup, Transport
 
 #: Each lazily imported name and the module that defines it.
 _LAZY: dict[str, str] = {
@@ -55,13 +51,13 @@ _LAZY: dict[str, str] = {
     "WorkflowDefinition": "flowforge.aggregates.definition",
     "TaskDefinition": "flowforge.aggregates.definition",
     "RetryPolicy": "flowforge.aggregates.definition",
-    "load_definition": "flowforge.aggregates.definition",
+    "load_definition": "flowforge.app.definition_files",
     "task": "flowforge.processes.registry",
     "TaskContext": "flowforge.processes.registry",
     "TaskRegistry": "flowforge.processes.registry",
     "default_registry": "flowforge.processes.registry",
-    "ProcessGroup": "flowforge.processes.runner",
-    "Transport": "flowforge.processes.runner",
+    "ProcessGroup": "flowforge.bootstrap",
+    "Transport": "flowforge.bootstrap",
     "Settings": "flowforge.config",
     "BrokerConfig": "flowforge.config",
     "why": "flowforge.app.why",

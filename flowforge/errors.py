@@ -1,10 +1,23 @@
 """Every error FlowForge raises, rooted at one base class.
 
-Subtrees by kind: domain (a caller asked for something the rules forbid), persistence
-(the database refused or is unreachable), broker (RabbitMQ refused or is unreachable),
-configuration. A class's docstring is its default message; each message says what was
-attempted and what to do about it. Driver errors are translated in one place per adapter
-and chained (``raise ... from exc``), so the original is never lost.
+Subtrees by kind, so that a handler catches a kind and never depends on the order of
+its ``except`` clauses::
+
+    FlowForgeError
+      DomainError          a caller asked for something the rules forbid (a bug or a
+                           refused command; retrying never helps)
+      NotFoundError        no run or task run has that id (bad input; nothing to retry)
+      PersistenceError     the database refused the operation (unclassified driver error)
+        TransientPersistenceError   unreachable, or a conflict: retrying may succeed
+        PermanentPersistenceError   wrong schema: retrying never helps, an operator must act
+      BrokerError          RabbitMQ refused the operation (publish, declare, consume)
+        BrokerUnavailableError      unreachable or connection lost: reconnect with backoff
+      ConfigurationError   a setting is invalid: fix it and start again
+
+A class's docstring is its default message; each message says what was attempted and
+what to do about it. Driver errors are translated in one place per adapter
+(``projections/database.py`` for the databases, ``processes/rabbitmq/errors.py`` for
+pika) and chained (``raise ... from exc``), so the original is never lost.
 
 This module imports nothing but the standard library: the pure core raises these too.
 """
@@ -72,6 +85,14 @@ class InvalidWorkflowDefinitionError(DomainError):
     """The workflow definition is invalid; fix the named field and submit it again."""
 
 
+class RunAlreadyFinishedError(DomainError):
+    """The workflow run is already terminal and can no longer change."""
+
+
+class UnknownTaskTypeError(DomainError):
+    """No handler is registered for the task type; register one with @task(...)."""
+
+
 class CorruptEventLogError(DomainError):
     """An event in the log does not follow from the aggregate's state.
 
@@ -81,27 +102,14 @@ class CorruptEventLogError(DomainError):
     """
 
 
-# --- persistence ----------------------------------------------------------------------
+# --- not found ----------------------------------------------------------------------
 
 
-class PersistenceError(FlowForgeError):
-    """The database refused the operation or could not be reached."""
+class NotFoundError(FlowForgeError):
+    """Nothing has that id; check the id, or list what exists with `flowforge runs`."""
 
 
-class DatabaseUnavailableError(PersistenceError):
-    """The database cannot be reached; check its host, port and that it is running."""
-
-
-class TransactionConflictError(PersistenceError):
-    """The database rolled the transaction back to break a conflict; nothing was
-    written, and it is safe to retry."""
-
-
-class SchemaVersionError(PersistenceError):
-    """The database's schema version does not match this FlowForge."""
-
-
-class UnknownRunError(PersistenceError):
+class UnknownRunError(NotFoundError):
     """No workflow run or task run has that id; list runs with `flowforge runs`."""
 
 
@@ -109,15 +117,42 @@ class UnknownTaskRunError(UnknownRunError):
     """No task run has that id; list a run's tasks with `flowforge status RUN`."""
 
 
-class RunAlreadyFinishedError(DomainError):
-    """The workflow run is already terminal and can no longer change."""
+# --- persistence ----------------------------------------------------------------------
+
+
+class PersistenceError(FlowForgeError):
+    """The database refused the operation; its message says why."""
+
+
+class TransientPersistenceError(PersistenceError):
+    """The database could not complete the operation now; nothing was written, and
+    retrying later may succeed."""
+
+
+class PermanentPersistenceError(PersistenceError):
+    """The database cannot serve this FlowForge as it is; retrying never helps, an
+    operator must act on the message."""
+
+
+class DatabaseUnavailableError(TransientPersistenceError):
+    """The database cannot be reached; check its host, port and that it is running."""
+
+
+class TransactionConflictError(TransientPersistenceError):
+    """The database rolled the transaction back to break a conflict; nothing was
+    written, and it is safe to retry."""
+
+
+class SchemaVersionError(PermanentPersistenceError):
+    """The database's schema version does not match this FlowForge; migrate it, or run
+    the FlowForge version that created it."""
 
 
 # --- broker ---------------------------------------------------------------------------
 
 
 class BrokerError(FlowForgeError):
-    """RabbitMQ refused the operation or could not be reached."""
+    """RabbitMQ refused the operation; its message says what and what to do."""
 
 
 class BrokerUnavailableError(BrokerError):
@@ -136,7 +171,12 @@ class UnroutableDispatchError(BrokerError):
 
 
 class QueueTypeMismatchError(BrokerError):
-    """The dispatch queue exists with another type than quorum."""
+    """The dispatch queue exists with another type or arguments than FlowForge declares.
+
+    Retrying never helps: stop the workers and the publisher, delete the queue, start a
+    worker (it redeclares it as a quorum queue). The full procedure is in
+    docs/delivery.md, "Migrating from a classic queue".
+    """
 
 
 class MalformedDispatchError(BrokerError):
@@ -150,5 +190,13 @@ class ConfigurationError(FlowForgeError):
     """FlowForge's configuration is invalid; fix the named setting."""
 
 
-class UnknownTaskTypeError(DomainError):
-    """No handler is registered for the task type; register one with @task(...)."""
+# --- the schema (store) -----------------------------------------------------------------
+
+
+class SchemaMigrationRequiredError(SchemaVersionError):
+    """The database's schema is older than this FlowForge, or absent: run
+    `flowforge db migrate` (or `flowforge db init`) first."""
+
+
+class DatabaseMissingError(SchemaMigrationRequiredError):
+    """The SQLite database file does not exist: create it with `flowforge db init`."""

@@ -1,7 +1,10 @@
 """Shared fixtures: an application service on PostgreSQL and on SQLite.
 
 The PostgreSQL fixtures use one database per test session (``flowforge_test_<pid>``),
-emptied before each test, so tests never see each other's rows.
+migrated once when it is created and emptied before each test, so tests never see each
+other's rows. Migrations are explicit: each fixture creates its schema with
+``migrate=True``; the services the tests use then only check the version, as every
+production process does.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def postgres_url() -> Iterator[str]:
     with psycopg.connect(_admin_url(servers.POSTGRES_ADMIN_DB), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
+    FlowForge(_admin_url(name), migrate=True).close()
     yield _admin_url(name)
     with psycopg.connect(_admin_url(servers.POSTGRES_ADMIN_DB), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -61,7 +65,8 @@ def sqlite_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def sqlite_app(sqlite_url: str) -> Iterator[FlowForge]:
-    app = FlowForge(sqlite_url)
+    FlowForge(sqlite_url, migrate=True).close()
+    app = FlowForge(sqlite_url, migrate=False)
     yield app
     app.close()
 

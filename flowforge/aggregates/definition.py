@@ -29,25 +29,20 @@ The shape, as TOML (JSON is the same tree)::
     [tasks.retry]                # optional: this task's whole policy (fields not given
     max_attempts = 5             # take RetryPolicy's defaults, not the workflow's)
 
-:func:`load_definition` is the one entry point for user input (a mapping or a ``.toml`` /
-``.json`` file): every failure, from a missing file to a cycle, is an
-``InvalidWorkflowDefinitionError`` with one line per problem, each naming the file and the
-field path, e.g. ``etl.toml: tasks[1].depends_on: unknown dependency 'c' of task 'b'
-(known: a, b)``. Building the models directly raises pydantic's ``ValidationError`` (a
-``ValueError``) with the same text.
+:func:`parse_definition` turns a mapping into a definition: every failure is an
+``InvalidWorkflowDefinitionError`` with one line per problem, each naming the field path,
+e.g. ``tasks[1].depends_on: unknown dependency 'c' of task 'b' (known: a, b)``. Building
+the models directly raises pydantic's ``ValidationError`` (a ``ValueError``) with the
+same text. The graph algorithms live in :mod:`flowforge.aggregates.dag`; reading a
+``.toml`` / ``.json`` file (``load_definition``) in :mod:`flowforge.app.definition_files`.
 
-Pure: nothing here does I/O except :func:`_read_file`, and only when the caller passes a
-path to :func:`load_definition`.
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import heapq
-import json
 import math
-import os
-import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -63,6 +58,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from flowforge.aggregates import dag
 from flowforge.errors import InvalidWorkflowDefinitionError
 
 #: The longest duration any field accepts (a year): anything longer is a typo, and the
@@ -74,7 +70,7 @@ def _problem(*lines: str) -> PydanticCustomError:
     """A validation error whose message is exactly ``lines``, one problem per line.
 
     A plain ``ValueError`` would be shown as "Value error, ..."; this keeps the text
-    the same whether it reaches the user through pydantic or ``load_definition``.
+    the same whether it reaches the user through pydantic or ``parse_definition``.
     """
     return PydanticCustomError(
         "invalid_workflow_definition", "{detail}", {"detail": "\n".join(lines)}
@@ -187,7 +183,7 @@ class WorkflowDefinition(BaseModel):
     @model_validator(mode="after")
     def _is_a_dag(self) -> WorkflowDefinition:
         # All cross-task problems at once, so a user fixes a file in one round.
-        if problems := _graph_problems(self.tasks):
+        if problems := dag.problems(self.tasks):
             raise _problem(*problems)
         return self
 
@@ -196,7 +192,9 @@ class WorkflowDefinition(BaseModel):
         for task in self.tasks:
             if task.key == key:
                 return task
-        raise KeyError(f"no task {key!r} in workflow {self.name!r} (known: {_keys(self.tasks)})")
+        raise KeyError(
+            f"no task {key!r} in workflow {self.name!r} (known: {dag.keys(self.tasks)})"
+        )
 
     def retry_policy_for(self, key: str) -> RetryPolicy:
         """The task's own policy, or else the workflow's."""
@@ -214,7 +212,7 @@ class WorkflowDefinition(BaseModel):
         Deterministic (Kahn's algorithm; among tasks that are ready together, the one
         defined first goes first), so runs of one definition list tasks identically.
         """
-        return tuple(self.tasks[i].key for i in _kahn(self.tasks))
+        return tuple(self.tasks[i].key for i in dag.kahn_order(self.tasks))
 
     def dependents(self, key: str) -> tuple[str, ...]:
         """The tasks that depend directly on ``key``, in definition order."""
@@ -227,159 +225,13 @@ class WorkflowDefinition(BaseModel):
         return self.model_dump(mode="json")
 
 
-# --- graph checks ----------------------------------------------------------------------
+# --- validating user input -----------------------------------------------------------
 
 
-def _keys(tasks: Sequence[TaskDefinition]) -> str:
-    return ", ".join(dict.fromkeys(t.key for t in tasks))
-
-
-def _graph_problems(tasks: Sequence[TaskDefinition]) -> list[str]:
-    first_at: dict[str, int] = {}
-    problems = []
-    for i, task in enumerate(tasks):
-        if task.key in first_at:
-            problems.append(
-                f"tasks[{i}].key: duplicate task key {task.key!r} "
-                f"(also tasks[{first_at[task.key]}].key)"
-            )
-        first_at.setdefault(task.key, i)
-    for i, task in enumerate(tasks):
-        problems.extend(
-            f"tasks[{i}].depends_on: unknown dependency {dependency!r} of task "
-            f"{task.key!r} (known: {_keys(tasks)})"
-            for dependency in task.depends_on
-            if dependency not in first_at
-        )
-    # With duplicate keys an edge's end is ambiguous; the cycle check waits for the fix.
-    if len(first_at) == len(tasks) and (cycle := _cycle(tasks)):
-        path = " -> ".join(tasks[i].key for i in (*cycle, cycle[0]))
-        problems.append(
-            f"tasks[{cycle[0]}].depends_on: dependency cycle {path} "
-            "(each task depends on the next)"
-        )
-    return problems
-
-
-def _kahn(tasks: Sequence[TaskDefinition]) -> list[int]:
-    """Indexes of the tasks in dependency order; tasks on or behind a cycle are left
-    out. Unknown dependencies are ignored (they are reported separately)."""
-    index = {task.key: i for i, task in enumerate(tasks)}
-    waiting = [0] * len(tasks)
-    dependents: list[list[int]] = [[] for _ in tasks]
-    for i, task in enumerate(tasks):
-        for dependency in task.depends_on:
-            if dependency in index:
-                waiting[i] += 1
-                dependents[index[dependency]].append(i)
-    ready = [i for i, count in enumerate(waiting) if count == 0]  # sorted: a valid heap
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for j in dependents[i]:
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                heapq.heappush(ready, j)
-    return order
-
-
-def _cycle(tasks: Sequence[TaskDefinition]) -> list[int]:
-    """One dependency cycle (task indexes, each depending on the next), or ``[]``.
-
-    Every task Kahn's algorithm could not order has a dependency it could not order
-    either, so walking such dependencies must come back to a task already visited.
-    The cycle starts at its earliest-defined task, so the message is deterministic.
-    """
-    stuck = set(range(len(tasks))) - set(_kahn(tasks))
-    if not stuck:
-        return []
-    index = {task.key: i for i, task in enumerate(tasks)}
-    visited: dict[int, int] = {}  # task index -> position in the walk
-    walk: list[int] = []
-    node = min(stuck)
-    while node not in visited:
-        visited[node] = len(walk)
-        walk.append(node)
-        node = next(index[d] for d in tasks[node].depends_on if index.get(d) in stuck)
-    cycle = walk[visited[node] :]
-    start = cycle.index(min(cycle))
-    return cycle[start:] + cycle[:start]
-
-
-# --- loading ---------------------------------------------------------------------------
-
-Source = WorkflowDefinition | Mapping[str, Any] | str | os.PathLike[str]
-
-_PARSERS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
-    ".toml": ("TOML", tomllib.loads),
-    ".json": ("JSON", json.loads),
-}
-
-
-def load_definition(source: Source) -> WorkflowDefinition:
-    """A validated definition from a definition, a mapping, or a ``.toml``/``.json`` path.
-
-    Every failure is an ``InvalidWorkflowDefinitionError``, one line per problem, each
-    naming the file (if any) and the field path.
-    """
-    if isinstance(source, WorkflowDefinition):
-        return source
-    if isinstance(source, Mapping):
-        return _validate(source, origin=None)
-    if isinstance(source, str | os.PathLike):
-        path = os.fspath(source)
-        language, parse = _file_format(path)
-        return _validate(_parse(path, language, parse, _read_file(path)), origin=path)
-    raise InvalidWorkflowDefinitionError(
-        "expected a WorkflowDefinition, a mapping or the path of a .toml or .json file, "
-        f"got {type(source).__name__}"
-    )
-
-
-def _file_format(path: str) -> tuple[str, Callable[[str], Any]]:
-    suffix = os.path.splitext(path)[1]
-    if suffix.lower() not in _PARSERS:
-        raise InvalidWorkflowDefinitionError(
-            f"{path}: unsupported file type {suffix or '(no suffix)'!r}: use .toml or .json"
-        )
-    return _PARSERS[suffix.lower()]
-
-
-def _read_file(path: str) -> str:
-    """The file's text: the only I/O in this module, done because the caller asked.
-
-    ``open`` rather than ``pathlib``: pathlib imports ``urllib``, which the pure core's
-    import check forbids.
-    """
-    try:
-        with open(path, encoding="utf-8") as file:
-            return file.read()
-    except FileNotFoundError as exc:
-        raise InvalidWorkflowDefinitionError(f"{path}: no such file") from exc
-    except UnicodeDecodeError as exc:
-        raise InvalidWorkflowDefinitionError(
-            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-        ) from exc
-    except OSError as exc:
-        raise InvalidWorkflowDefinitionError(
-            f"{path}: cannot read the file: {exc.strerror or exc}"
-        ) from exc
-
-
-def _parse(path: str, language: str, parse: Callable[[str], Any], text: str) -> Mapping[str, Any]:
-    try:
-        data = parse(text)
-    except ValueError as exc:  # TOMLDecodeError and JSONDecodeError; both name the line
-        raise InvalidWorkflowDefinitionError(f"{path}: invalid {language}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise InvalidWorkflowDefinitionError(
-            f"{path}: the top level must be a {language} object, got {type(data).__name__}"
-        )
-    return data
-
-
-def _validate(data: Mapping[str, Any], origin: str | None) -> WorkflowDefinition:
+def parse_definition(data: Mapping[str, Any], origin: str | None = None) -> WorkflowDefinition:
+    """A validated definition from a mapping; else an ``InvalidWorkflowDefinitionError``
+    with one line per problem, each naming the field path (after ``origin``, if given:
+    the file it came from)."""
     try:
         return WorkflowDefinition.model_validate(dict(data))
     except ValidationError as exc:

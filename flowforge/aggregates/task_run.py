@@ -1,9 +1,12 @@
 """The TaskRun aggregate: one task of one workflow run, through every attempt.
 
-Each edge of ``TASK_RUN_MACHINE`` is one event class (``TRANSITION`` names the edge),
-plus ``LeaseRenewed`` for heartbeats. Every event carries the row's whole mutable state
-after it (:data:`MUTABLE_FIELDS`), so the current-state row can be rebuilt from any
-event alone, and the audit log shows each attempt's token, lease and times.
+Its fields are declared once, below (:class:`TaskRunFixed`, :class:`TaskRunChanges`);
+the events, ``MUTABLE_FIELDS``, the store's columns and what ``why`` and the CLI show are
+derived from them (:mod:`flowforge.aggregates.base`). Each edge of ``TASK_RUN_MACHINE``
+is one event class (``TRANSITION`` names the edge), plus ``LeaseRenewed`` for heartbeats.
+Every event carries the row's whole mutable state after it, so the current-state row can
+be rebuilt from any event alone, and the audit log shows each attempt's token, lease and
+times.
 
 The command methods are the pure form of the conditional writes that
 ``flowforge.projections`` runs in SQL: given the database's clock (``at``), each checks
@@ -16,12 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import Annotated, Any
 from uuid import UUID
 
-from eventsourcing.domain import Aggregate
-
 from flowforge import errors
+from flowforge.aggregates import base
+from flowforge.aggregates.base import Fields, Initial, Show
 from flowforge.aggregates.machines import (
     FINISH_TRANSITIONS,
     REAPER_TRANSITION,
@@ -30,27 +33,36 @@ from flowforge.aggregates.machines import (
 )
 from flowforge.aggregates.states import TaskRunState
 
+
+class TaskRunFixed(Fields):
+    """Set when the task run is created, never changed."""
+
+    workflow_run_id: UUID
+    task_key: Annotated[str, Show(brief=True)]
+    task_type: Annotated[str, Show()]
+    depends_on: Annotated[list[str], Show()]
+    max_attempts: Annotated[int, Show()]
+
+
+class TaskRunChanges(Fields):
+    """What changes over a task run's life (besides ``state``); every event carries it."""
+
+    fencing_token: Annotated[int, Show(), Initial(0)]
+    attempt: Annotated[int, Show(brief=True), Initial(1)]
+    lease_owner: Annotated[str | None, Show(brief=True)]
+    lease_expires_at: Annotated[datetime | None, Show(brief=True)]
+    started_at: Annotated[datetime | None, Show()]
+    finished_at: Annotated[datetime | None, Show()]
+    retry_due_at: Annotated[datetime | None, Show(brief=True)]
+    result: Annotated[Any, Show()]
+    error: Annotated[dict[str, str] | None, Show()]
+
+
+DECLARATION = base.declare("TaskRun", TaskRunFixed, TaskRunChanges)
 #: The row columns that change over a task run's life; every event carries them all.
-MUTABLE_FIELDS: tuple[str, ...] = (
-    "state",
-    "fencing_token",
-    "attempt",
-    "lease_owner",
-    "lease_expires_at",
-    "started_at",
-    "finished_at",
-    "retry_due_at",
-    "result",
-    "error",
-)
+MUTABLE_FIELDS: tuple[str, ...] = DECLARATION.mutable
 #: The row columns fixed at creation.
-STATIC_FIELDS: tuple[str, ...] = (
-    "workflow_run_id",
-    "task_key",
-    "task_type",
-    "depends_on",
-    "max_attempts",
-)
+STATIC_FIELDS: tuple[str, ...] = DECLARATION.static
 
 #: Who made a change; recorded on every event.
 ACTOR_SCHEDULER = "scheduler"
@@ -58,38 +70,18 @@ ACTOR_REAPER = "reaper"
 ACTOR_USER = "user"
 
 
-class TaskRun(Aggregate):
+class TaskRun(base.MachineAggregate, TaskRunFixed, TaskRunChanges):
     """A task run: state, fencing token, attempt, lease, times, result and error."""
 
-    class Created(Aggregate.Created):
-        workflow_run_id: UUID
-        task_key: str
-        task_type: str
-        depends_on: list[str]
-        max_attempts: int
+    DECLARATION = DECLARATION
+    MACHINE = TASK_RUN_MACHINE
+
+    class Created(base.CreatedEvent, TaskRunFixed):
         state: str
         actor: str
 
-    class Transitioned(Aggregate.Event):
+    class Transitioned(base.TransitionedEvent, TaskRunChanges):
         """A change of the row; subclasses name the edge (``TRANSITION``)."""
-
-        TRANSITION: ClassVar[str] = ""
-
-        source: str
-        actor: str
-        state: str
-        fencing_token: int
-        attempt: int
-        lease_owner: str | None
-        lease_expires_at: datetime | None
-        started_at: datetime | None
-        finished_at: datetime | None
-        retry_due_at: datetime | None
-        result: Any
-        error: dict[str, str] | None
-
-        def apply(self, aggregate: TaskRun) -> None:
-            aggregate.apply_transitioned(self)
 
     class DependenciesSatisfied(Transitioned):
         TRANSITION = "dependencies_satisfied"
@@ -125,53 +117,6 @@ class TaskRun(Aggregate):
         """A heartbeat: not an edge (running to running), but a fact for the log."""
 
         TRANSITION = "renew_lease"
-
-    def __init__(
-        self,
-        workflow_run_id: UUID,
-        task_key: str,
-        task_type: str,
-        depends_on: list[str],
-        max_attempts: int,
-        state: str,
-        actor: str,
-    ) -> None:
-        self.workflow_run_id = workflow_run_id
-        self.task_key = task_key
-        self.task_type = task_type
-        self.depends_on = list(depends_on)
-        self.max_attempts = max_attempts
-        self.state = TaskRunState(state)
-        self.fencing_token = 0
-        self.attempt = 1
-        self.lease_owner: str | None = None
-        self.lease_expires_at: datetime | None = None
-        self.started_at: datetime | None = None
-        self.finished_at: datetime | None = None
-        self.retry_due_at: datetime | None = None
-        self.result: Any = None
-        self.error: dict[str, str] | None = None
-
-    # --- reconstitution ------------------------------------------------------------
-
-    def apply_transitioned(self, event: TaskRun.Transitioned) -> None:
-        """Set the row state an event carries, after checking it follows from ours."""
-        if event.source != self.state:
-            raise errors.CorruptEventLogError(
-                f"TaskRun {self.id} v{event.originator_version}: {event.TRANSITION!r} "
-                f"from {event.source!r}, but the task run is {self.state.value!r}"
-            )
-        for field in MUTABLE_FIELDS:
-            setattr(self, field, getattr(event, field))
-        self.state = TaskRunState(event.state)
-
-    def snapshot(self) -> dict[str, Any]:
-        """The current-state row this aggregate projects to (without timestamps)."""
-        row = {f: getattr(self, f) for f in (*STATIC_FIELDS, *MUTABLE_FIELDS)}
-        row["state"] = self.state.value
-        row["id"] = self.id
-        row["version"] = self.version
-        return row
 
     # --- commands (pure; ``at`` is the database's clock) ----------------------------
 
@@ -279,33 +224,6 @@ class TaskRun(Aggregate):
             retry_due_at=at + delay,
         )
 
-    # --- internals --------------------------------------------------------------------
-
-    def _take(self, edge: Transition, *, at: datetime, actor: str, **changes: Any) -> bool:
-        self._trigger(
-            EVENT_FOR_TRANSITION[edge.name],
-            source=edge.source,
-            at=at,
-            actor=actor,
-            state=edge.target,
-            **changes,
-        )
-        return True
-
-    def _trigger(
-        self,
-        event_class: type[TaskRun.Transitioned],
-        *,
-        source: str,
-        at: datetime,
-        actor: str,
-        **changes: Any,
-    ) -> None:
-        values = {f: getattr(self, f) for f in MUTABLE_FIELDS}
-        values.update(changes)
-        values["state"] = str(values["state"])
-        self.trigger_event(event_class, timestamp=at, source=str(source), actor=actor, **values)
-
 
 def _is_due(due_at: datetime | None, at: datetime) -> bool:
     return due_at is None or due_at <= at
@@ -339,23 +257,10 @@ def finish_rule(outcome: str) -> Transition:
     return edge
 
 
-EVENT_FOR_TRANSITION: Mapping[str, type[TaskRun.Transitioned]] = {
-    cls.TRANSITION: cls
-    for cls in (
-        TaskRun.DependenciesSatisfied,
-        TaskRun.PendingCancelled,
-        TaskRun.Claimed,
-        TaskRun.ReadyCancelled,
-        TaskRun.Succeeded,
-        TaskRun.Failed,
-        TaskRun.RunningCancelled,
-        TaskRun.LeaseReaped,
-        TaskRun.RetryScheduled,
-        TaskRun.RetryReady,
-    )
-}
-if set(EVENT_FOR_TRANSITION) != {t.name for t in TASK_RUN_MACHINE}:
-    raise ValueError("TaskRun: every edge needs exactly one event class")
+EVENT_FOR_TRANSITION: Mapping[str, type[TaskRun.Transitioned]] = base.events_by_transition(
+    TaskRun, TaskRun.Transitioned
+)
+TaskRun.EVENTS = EVENT_FOR_TRANSITION
 
 
 def event_from_row(
@@ -365,20 +270,8 @@ def event_from_row(
     source: str,
     actor: str,
 ) -> TaskRun.Transitioned:
-    """The event a conditional write just made true, built from the row it returned.
-
-    The row is the database's answer (its clock, its token), so the event records
-    exactly what the row now says; ``row["version"]`` is the event's version.
-    """
-    values: dict[str, Any] = {f: row[f] for f in MUTABLE_FIELDS}
-    values.update(
-        originator_id=row["id"],
-        originator_version=row["version"],
-        timestamp=row["updated_at"],
-        source=source,
-        actor=actor,
-    )
-    return event_class(**values)
+    """The event a conditional write just made true, built from the row it returned."""
+    return base.event_from_row(DECLARATION, event_class, row, source=source, actor=actor)
 
 
 def created_event(

@@ -1,53 +1,56 @@
 """The WorkflowRun aggregate: one run of a workflow definition.
 
-Each edge of ``WORKFLOW_RUN_MACHINE`` is one event class (``TRANSITION`` names the edge);
-every event carries the row's whole mutable state after it (:data:`MUTABLE_FIELDS`).
-A run never goes backwards and never leaves a terminal state.
+Its fields are declared once, below (:class:`WorkflowRunFixed`,
+:class:`WorkflowRunChanges`); see :mod:`flowforge.aggregates.base` for what is derived
+from them. Each edge of ``WORKFLOW_RUN_MACHINE`` is one event class (``TRANSITION``
+names the edge); every event carries the row's whole mutable state after it
+(:data:`MUTABLE_FIELDS`). A run never goes backwards and never leaves a terminal state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Annotated, Any
 from uuid import UUID
 
-from eventsourcing.domain import Aggregate
-
-from flowforge import errors
+from flowforge.aggregates import base
+from flowforge.aggregates.base import Fields, Show
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE, Transition
-from flowforge.aggregates.states import WorkflowRunState
-
-MUTABLE_FIELDS: tuple[str, ...] = ("state", "started_at", "finished_at")
-STATIC_FIELDS: tuple[str, ...] = (
-    "workflow_name",
-    "definition",
-    "inputs",
-    "idempotency_key",
-)
 
 
-class WorkflowRun(Aggregate):
+class WorkflowRunFixed(Fields):
+    """Set when the run is submitted, never changed."""
+
+    workflow_name: Annotated[str, Show("workflow")]
+    definition: dict[str, Any]
+    inputs: Annotated[dict[str, Any], Show()]
+    idempotency_key: Annotated[str | None, Show()]
+
+
+class WorkflowRunChanges(Fields):
+    """What changes over a run's life (besides ``state``); every event carries it."""
+
+    started_at: Annotated[datetime | None, Show()]
+    finished_at: Annotated[datetime | None, Show()]
+
+
+DECLARATION = base.declare("WorkflowRun", WorkflowRunFixed, WorkflowRunChanges)
+MUTABLE_FIELDS: tuple[str, ...] = DECLARATION.mutable
+STATIC_FIELDS: tuple[str, ...] = DECLARATION.static
+
+
+class WorkflowRun(base.MachineAggregate, WorkflowRunFixed, WorkflowRunChanges):
     """A workflow run: its definition, inputs, state and times."""
 
-    class Created(Aggregate.Created):
-        workflow_name: str
-        definition: dict[str, Any]
-        inputs: dict[str, Any]
-        idempotency_key: str | None
+    DECLARATION = DECLARATION
+    MACHINE = WORKFLOW_RUN_MACHINE
+
+    class Created(base.CreatedEvent, WorkflowRunFixed):
         actor: str
 
-    class Transitioned(Aggregate.Event):
-        TRANSITION: ClassVar[str] = ""
-
-        source: str
-        actor: str
-        state: str
-        started_at: datetime | None
-        finished_at: datetime | None
-
-        def apply(self, aggregate: WorkflowRun) -> None:
-            aggregate.apply_transitioned(self)
+    class Transitioned(base.TransitionedEvent, WorkflowRunChanges):
+        """A change of the row; subclasses name the edge (``TRANSITION``)."""
 
     class Started(Transitioned):
         TRANSITION = "start"
@@ -64,55 +67,14 @@ class WorkflowRun(Aggregate):
     class Cancelled(Transitioned):
         TRANSITION = "cancel"
 
-    def __init__(
-        self,
-        workflow_name: str,
-        definition: dict[str, Any],
-        inputs: dict[str, Any],
-        idempotency_key: str | None,
-        actor: str,
-    ) -> None:
-        self.workflow_name = workflow_name
-        self.definition = definition
-        self.inputs = inputs
-        self.idempotency_key = idempotency_key
-        self.state = WorkflowRunState.PENDING
-        self.started_at: datetime | None = None
-        self.finished_at: datetime | None = None
-
-    def apply_transitioned(self, event: WorkflowRun.Transitioned) -> None:
-        if event.source != self.state:
-            raise errors.CorruptEventLogError(
-                f"WorkflowRun {self.id} v{event.originator_version}: "
-                f"{event.TRANSITION!r} from {event.source!r}, but the run is "
-                f"{self.state.value!r}"
-            )
-        self.started_at = event.started_at
-        self.finished_at = event.finished_at
-        self.state = WorkflowRunState(event.state)
-
-    def snapshot(self) -> dict[str, Any]:
-        row = {f: getattr(self, f) for f in (*STATIC_FIELDS, *MUTABLE_FIELDS)}
-        row["state"] = self.state.value
-        row["id"] = self.id
-        row["version"] = self.version
-        return row
-
     def transition(self, name: str, *, at: datetime, actor: str) -> bool:
         """Take edge ``name`` if the run is in its source state (pure; ``at`` is the
         database's clock). ``IllegalTransitionError`` for a name not in the table."""
         edge = WORKFLOW_RUN_MACHINE.get(name)
         if self.state != edge.source:
             return False
-        self.trigger_event(
-            EVENT_FOR_TRANSITION[edge.name],
-            timestamp=at,
-            source=edge.source.value,
-            actor=actor,
-            **next_times(edge, self.started_at, self.finished_at, at),
-            state=edge.target.value,
-        )
-        return True
+        times = next_times(edge, self.started_at, self.finished_at, at)
+        return self._take(edge, at=at, actor=actor, **times)
 
 
 def next_times(
@@ -128,18 +90,10 @@ def next_times(
     }
 
 
-EVENT_FOR_TRANSITION: Mapping[str, type[WorkflowRun.Transitioned]] = {
-    cls.TRANSITION: cls
-    for cls in (
-        WorkflowRun.Started,
-        WorkflowRun.CancelledBeforeStart,
-        WorkflowRun.Succeeded,
-        WorkflowRun.Failed,
-        WorkflowRun.Cancelled,
-    )
-}
-if set(EVENT_FOR_TRANSITION) != {t.name for t in WORKFLOW_RUN_MACHINE}:
-    raise ValueError("WorkflowRun: every edge needs exactly one event class")
+EVENT_FOR_TRANSITION: Mapping[str, type[WorkflowRun.Transitioned]] = base.events_by_transition(
+    WorkflowRun, WorkflowRun.Transitioned
+)
+WorkflowRun.EVENTS = EVENT_FOR_TRANSITION
 
 
 def event_from_row(
@@ -150,15 +104,7 @@ def event_from_row(
     actor: str,
 ) -> WorkflowRun.Transitioned:
     """The event a conditional write on ``workflow_runs`` just made true."""
-    values: dict[str, Any] = {f: row[f] for f in MUTABLE_FIELDS}
-    values.update(
-        originator_id=row["id"],
-        originator_version=row["version"],
-        timestamp=row["updated_at"],
-        source=source,
-        actor=actor,
-    )
-    return event_class(**values)
+    return base.event_from_row(DECLARATION, event_class, row, source=source, actor=actor)
 
 
 def created_event(

@@ -37,7 +37,7 @@ _FINISH_RUN = {
     WorkflowRunState.FAILED: WORKFLOW_RUN_MACHINE.get("fail"),
     WorkflowRunState.CANCELLED: WORKFLOW_RUN_MACHINE.get("cancel"),
 }
-_RETRY_READY = TASK_RUN_MACHINE.get("retry_ready")
+_PROMOTE = TASK_RUN_MACHINE.get("dependencies_satisfied")
 #: How a terminal run cancels a leftover task, by the task's state.
 _CANCEL_LEFTOVER = {
     _T.PENDING: TASK_RUN_MACHINE.get("cancel_pending"),
@@ -66,15 +66,14 @@ def advance(writer: Writer, run_id: UUID, rand: Callable[[], float]) -> AdvanceR
 
 
 def load_run(writer: Writer, run_id: UUID, *, lock: bool = False) -> WorkflowRunRow:
-    rows = writer.tx.run("lock_workflow_run" if lock else "select_workflow_run", {"id": run_id})
-    if not rows:
+    run = writer.store.lock_run(run_id) if lock else writer.store.workflow_run(run_id)
+    if run is None:
         raise errors.UnknownRunError(f"no workflow run {run_id}; list runs with `flowforge runs`")
-    return WorkflowRunRow.from_mapping(rows[0])
+    return run
 
 
 def _tasks(writer: Writer, run_id: UUID) -> list[TaskRunRow]:
-    rows = writer.tx.run("select_task_runs_of_run", {"workflow_run_id": run_id})
-    return sorted((TaskRunRow.from_mapping(r) for r in rows), key=lambda t: t.id)
+    return sorted(writer.store.task_runs_of(run_id), key=lambda t: t.id)
 
 
 def _step_tasks(
@@ -88,19 +87,17 @@ def _step_tasks(
     succeeded = {t.task_key for t in tasks if t.task_state is _T.SUCCEEDED}
     for task in tasks:
         if task.task_state is _T.PENDING and succeeded.issuperset(task.depends_on):
-            edge = TASK_RUN_MACHINE.get("dependencies_satisfied")
-            if writer.take_task_edge(edge, task.id, actor=ACTOR_SCHEDULER):
+            if writer.move_task(_PROMOTE, task.id, actor=ACTOR_SCHEDULER):
                 result.promoted.append(task.task_key)
         elif task.task_state is _T.FAILED and task.attempt < task.max_attempts:
             delay = definition.retry_policy_for(task.task_key).delay_for(task.attempt, rand())
-            edge = TASK_RUN_MACHINE.get("schedule_retry")
             seconds = delay.total_seconds()
-            if writer.take_task_edge(edge, task.id, actor=ACTOR_SCHEDULER, delay_seconds=seconds):
+            if writer.schedule_retry(task.id, seconds, actor=ACTOR_SCHEDULER):
                 result.retried.append(task.task_key)
         elif (
             task.task_state is _T.RETRYING
             and _is_due(task.retry_due_at, now)
-            and writer.take_task_edge(_RETRY_READY, task.id, actor=ACTOR_SCHEDULER)
+            and writer.retry_ready(task.id, actor=ACTOR_SCHEDULER)
         ):
             result.made_ready.append(task.task_key)
 
@@ -143,13 +140,15 @@ def _cancel_leftovers(
         if (
             state is _T.RETRYING
             and _is_due(task.retry_due_at, now)
-            and writer.take_task_edge(_RETRY_READY, task.id, actor=ACTOR_SCHEDULER)
+            and writer.retry_ready(task.id, actor=ACTOR_SCHEDULER)
         ):
             state = _T.READY
         edge = _CANCEL_LEFTOVER.get(state)
         if edge is None:
             continue
-        params = {"fencing_token": task.fencing_token, "result": None, "error": None}
-        extra = params if edge.requires_lease else {}
-        if writer.take_task_edge(edge, task.id, actor=ACTOR_SCHEDULER, **extra):
+        if edge.requires_lease:
+            cancelled = writer.finish(edge, task.id, task.fencing_token, actor=ACTOR_SCHEDULER)
+        else:
+            cancelled = writer.move_task(edge, task.id, actor=ACTOR_SCHEDULER)
+        if cancelled:
             result.cancelled.append(task.task_key)

@@ -34,8 +34,27 @@ class DatabaseLocation:
     env: dict[str, str]
     display: str
 
-    def eventsourcing_env(self) -> dict[str, str]:
-        return dict(self.env)
+    def eventsourcing_env(self, *, create_tables: bool) -> dict[str, str]:
+        """The library's settings; it creates its event table only when migrating."""
+        return {**self.env, "CREATE_TABLE": "y" if create_tables else "n"}
+
+    def require_directory(self) -> None:
+        """Refuse to create a SQLite database in a directory that does not exist."""
+        directory = Path(self.display).parent
+        if self.dialect == "sqlite" and not directory.exists():
+            raise errors.ConfigurationError(
+                f"database URL {self.url!r}: the directory {directory} does not exist; create it"
+            )
+
+    def require_existing_file(self) -> None:
+        """Refuse to open a SQLite database that does not exist: opening would create
+        an empty file, and only a migrating command should create one."""
+        if self.dialect == "sqlite" and not Path(self.display).exists():
+            raise errors.DatabaseMissingError(
+                f"there is no SQLite database at {self.display}; create it with "
+                f"`flowforge db init --database-url {self.url}` (or run a workflow with "
+                f"`flowforge run`, which creates it)"
+            )
 
 
 def parse_database_url(url: str) -> DatabaseLocation:
@@ -46,7 +65,7 @@ def parse_database_url(url: str) -> DatabaseLocation:
             url, parts.hostname, parts.port, parts.username, parts.password, parts.path
         )
     if parts.scheme == "sqlite":
-        return _sqlite(url)
+        return _sqlite(url, parts.netloc, parts.path)
     raise errors.ConfigurationError(
         f"database URL {_redact(url)!r} has scheme {parts.scheme!r}; use "
         f"postgresql://user@host:5432/dbname or sqlite:///path/to/flowforge.db"
@@ -83,36 +102,21 @@ def _postgres(
         # The publisher holds its sweep's transaction open while the broker confirms
         # (up to 30 s); the library's default would kill that connection after 5 s.
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "120",
-        "CREATE_TABLE": "y",
     }
     return DatabaseLocation(url, "postgres", env, f"{host}:{port or 5432}/{dbname}")
 
 
-def sqlite_file(url: str) -> Path | None:
-    """The file a ``sqlite:///`` URL names; None for any other URL (or a malformed one,
-    which :func:`parse_database_url` reports)."""
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite" or parts.netloc or not parts.path or parts.path == "/":
-        return None
-    return Path(unquote(parts.path[1:]))
-
-
-def _sqlite(url: str) -> DatabaseLocation:
-    file = sqlite_file(url)
-    if file is None:
+def _sqlite(url: str, netloc: str, path: str) -> DatabaseLocation:
+    if netloc or not path or path == "/":
         raise errors.ConfigurationError(
             f"database URL {url!r} is not a SQLite file URL; use sqlite:///relative/path.db"
             f" or sqlite:////absolute/path.db"
         )
-    if not file.parent.exists():
-        raise errors.ConfigurationError(
-            f"database URL {url!r}: the directory {file.parent} does not exist; create it"
-        )
+    file = Path(unquote(path[1:]))
     env = {
         "PERSISTENCE_MODULE": "eventsourcing.sqlite",
         "SQLITE_DBNAME": str(file),
         "SQLITE_LOCK_TIMEOUT": "30",
-        "CREATE_TABLE": "y",
     }
     return DatabaseLocation(url, "sqlite", env, str(file))
 

@@ -1,9 +1,11 @@
-"""The conditional writes of one transaction, each with its event and outbox row.
+"""The one rule, step by step, inside one open store transaction.
 
-A :class:`Writer` wraps one open transaction. Each method is one step of the one rule:
-the conditional write on the current-state row (0 rows: return ``None``, append nothing),
-the event built from the row that write returned, at the row's new version, and an outbox
-row when the task became ready. The transaction commits all of it or none of it.
+A :class:`Writer` wraps the store's :class:`~flowforge.projections.writes.Writes` for one
+transaction. Each transition method is one step of the rule: the store's conditional
+write on the current-state row (``None``: lost, append nothing), the event built from the
+row that write returned, at the row's new version, and an outbox row when the task became
+ready. The transaction commits all of it or none of it. Which SQL runs is the store's
+business; this module decides which events and outbox rows follow from a row.
 """
 
 from __future__ import annotations
@@ -13,153 +15,123 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import Mapper
-
 from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.definition import WorkflowDefinition
-from flowforge.aggregates.machines import (
-    TASK_RUN_MACHINE,
-    WORKFLOW_RUN_MACHINE,
-    Transition,
-)
+from flowforge.aggregates.machines import REAPER_TRANSITION, TASK_RUN_MACHINE, Transition
 from flowforge.aggregates.rules import initial_task_run_state
 from flowforge.aggregates.states import TaskRunState
-from flowforge.projections import projector
-from flowforge.projections.database import Transaction
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from flowforge.projections.writes import MOVE_EDGES, Writes
 
-#: Which conditional write takes each TaskRun edge (``sql/*.sql``).
-TASK_STATEMENTS: Mapping[str, str] = {
-    "dependencies_satisfied": "task_move",
-    "cancel_pending": "task_move",
-    "cancel_ready": "task_move",
-    "claim": "task_claim",
-    "succeed": "task_finish",
-    "fail": "task_finish",
-    "cancel_running": "task_finish",
-    "reap_lease": "task_reclaim",
-    "schedule_retry": "task_schedule_retry",
-    "retry_ready": "task_retry_ready",
-}
-if set(TASK_STATEMENTS) != {t.name for t in TASK_RUN_MACHINE}:
-    raise ValueError("every TaskRun edge needs exactly one conditional write")
-
-_RUNNING = TaskRunState.RUNNING
+_READY = TaskRunState.READY
+_CLAIM = TASK_RUN_MACHINE.get("claim")
+_SCHEDULE_RETRY = TASK_RUN_MACHINE.get("schedule_retry")
+_RETRY_READY = TASK_RUN_MACHINE.get("retry_ready")
 
 
 class Writer:
-    """Conditional writes inside one open transaction."""
+    """The transitions of one open transaction, each with its event and outbox row."""
 
-    def __init__(self, tx: Transaction, mapper: Mapper[UUID]) -> None:
-        self.tx = tx
-        self._mapper = mapper
+    def __init__(self, writes: Writes) -> None:
+        self.store = writes
 
     def now(self) -> datetime:
-        (row,) = self.tx.run("db_now")
-        value: datetime = row["db_now"]
-        return value
+        return self.store.now()
 
     # --- task runs ---------------------------------------------------------------------
 
-    def take_task_edge(
-        self, edge: Transition, task_run_id: UUID, *, actor: str, **params: Any
+    def move_task(self, edge: Transition, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
+        return self._record_task(self.store.move_task(task_run_id, edge), edge, actor)
+
+    def claim(self, task_run_id: UUID, worker_id: str, lease_seconds: float) -> TaskRunRow | None:
+        row = self.store.claim(task_run_id, worker_id, lease_seconds)
+        return self._record_task(row, _CLAIM, worker_id)
+
+    def finish(
+        self,
+        edge: Transition,
+        task_run_id: UUID,
+        fencing_token: int,
+        *,
+        actor: str,
+        result: Any = None,
+        error: Mapping[str, str] | None = None,
     ) -> TaskRunRow | None:
-        """Take ``edge`` if the row matches its condition; the new row, or None (lost)."""
-        rows = self.tx.run(
-            TASK_STATEMENTS[edge.name],
-            {
-                "id": task_run_id,
-                "source": edge.source.value,
-                "target": edge.target.value,
-                "terminal": TASK_RUN_MACHINE.is_terminal(edge.target),
-                **params,
-            },
-        )
-        if not rows:
-            return None
-        event_class = task_run.EVENT_FOR_TRANSITION[edge.name]
-        return self._record_task(rows[0], event_class, edge.source.value, actor)
+        row = self.store.finish(task_run_id, edge, fencing_token, result=result, error=error)
+        return self._record_task(row, edge, actor)
 
     def renew_lease(
         self, task_run_id: UUID, fencing_token: int, lease_seconds: float, *, actor: str
     ) -> TaskRunRow | None:
-        rows = self.tx.run(
-            "task_renew_lease",
-            {
-                "id": task_run_id,
-                "source": _RUNNING.value,
-                "fencing_token": fencing_token,
-                "lease_seconds": lease_seconds,
-            },
-        )
-        if not rows:
+        row = self.store.renew_lease(task_run_id, fencing_token, lease_seconds)
+        if row is None:
             return None
-        return self._record_task(rows[0], task_run.TaskRun.LeaseRenewed, _RUNNING.value, actor)
+        event_class = task_run.TaskRun.LeaseRenewed
+        return self._record(row, event_class, TaskRunState.RUNNING.value, actor)
+
+    def reclaim(self, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
+        return self._record_task(self.store.reclaim(task_run_id), REAPER_TRANSITION, actor)
+
+    def schedule_retry(
+        self, task_run_id: UUID, delay_seconds: float, *, actor: str
+    ) -> TaskRunRow | None:
+        row = self.store.schedule_retry(task_run_id, delay_seconds)
+        return self._record_task(row, _SCHEDULE_RETRY, actor)
+
+    def retry_ready(self, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
+        return self._record_task(self.store.retry_ready(task_run_id), _RETRY_READY, actor)
+
+    def take_task_edge(
+        self, edge: Transition, task_run_id: UUID, *, actor: str, delay_seconds: float = 0.0
+    ) -> TaskRunRow | None:
+        """An edge that needs neither a lease nor a worker (``transition_task_run``)."""
+        if edge.name in MOVE_EDGES:
+            return self.move_task(edge, task_run_id, actor=actor)
+        if edge.name == _SCHEDULE_RETRY.name:
+            return self.schedule_retry(task_run_id, delay_seconds, actor=actor)
+        if edge.name == _RETRY_READY.name:
+            return self.retry_ready(task_run_id, actor=actor)
+        raise ValueError(f"take_task_edge does not take {edge.name!r}")
 
     def _record_task(
+        self, row: TaskRunRow | None, edge: Transition, actor: str
+    ) -> TaskRunRow | None:
+        if row is None:
+            return None
+        event_class = task_run.EVENT_FOR_TRANSITION[edge.name]
+        return self._record(row, event_class, edge.source.value, actor)
+
+    def _record(
         self,
-        row: Mapping[str, Any],
+        row: TaskRunRow,
         event_class: type[task_run.TaskRun.Transitioned],
         source: str,
         actor: str,
     ) -> TaskRunRow:
-        event = task_run.event_from_row(event_class, row, source=source, actor=actor)
-        self.append([event])
-        new = TaskRunRow.from_mapping(row)
-        if new.state == TaskRunState.READY and source != TaskRunState.READY:
-            self.enqueue_dispatch(
-                new.id, new.task_key, new.task_type, new.fencing_token, at=event.timestamp
+        event = task_run.event_from_row(event_class, row.values(), source=source, actor=actor)
+        self.store.append([event])
+        if row.state == _READY and source != _READY:
+            self.store.enqueue_dispatch(
+                row.id, row.task_key, row.task_type, row.fencing_token, at=event.timestamp
             )
-        return new
-
-    def enqueue_dispatch(
-        self,
-        task_run_id: UUID,
-        task_key: str,
-        task_type: str,
-        fencing_token: int,
-        *,
-        at: datetime,
-    ) -> None:
-        """The outbox row that makes a ready task's dispatch durable with its event."""
-        self.tx.run(
-            "insert_outbox",
-            {
-                "dispatch_id": uuid4(),
-                "task_run_id": task_run_id,
-                "task_key": task_key,
-                "task_type": task_type,
-                "fencing_token": fencing_token,
-                "created_at": at,
-            },
-        )
+        return row
 
     # --- workflow runs -----------------------------------------------------------------
 
     def take_run_edge(
         self, edge: Transition, run_id: UUID, *, actor: str
     ) -> WorkflowRunRow | None:
-        rows = self.tx.run(
-            "run_move",
-            {
-                "id": run_id,
-                "source": edge.source.value,
-                "target": edge.target.value,
-                "starts": edge.name == "start",
-                "terminal": WORKFLOW_RUN_MACHINE.is_terminal(edge.target),
-            },
-        )
-        if not rows:
+        row = self.store.move_run(run_id, edge)
+        if row is None:
             return None
         event = workflow_run.event_from_row(
             workflow_run.EVENT_FOR_TRANSITION[edge.name],
-            rows[0],
+            row.values(),
             source=edge.source.value,
             actor=actor,
         )
-        self.append([event])
-        return WorkflowRunRow.from_mapping(rows[0])
+        self.store.append([event])
+        return row
 
     def create_run(
         self,
@@ -180,12 +152,10 @@ class Writer:
             idempotency_key=idempotency_key,
             actor=actor,
         )
-        if not projector.apply_event(self.tx, created):
-            (existing,) = self.tx.run(
-                "select_run_by_idempotency_key", {"idempotency_key": idempotency_key}
-            )
-            return existing["id"], False
-        self.append([created])
+        if not self.store.insert_workflow_run(created):
+            assert idempotency_key is not None  # only a key can conflict
+            return self.store.run_id_by_idempotency_key(idempotency_key), False
+        self.store.append([created])
         for task in definition.tasks:
             self._create_task(run_id, definition, task.key, at=at, actor=actor)
         return run_id, True
@@ -206,10 +176,7 @@ class Writer:
             state=state,
             actor=actor,
         )
-        projector.apply_event(self.tx, event)
-        self.append([event])
+        self.store.insert_task_run(event)
+        self.store.append([event])
         if state is TaskRunState.READY:
-            self.enqueue_dispatch(event.originator_id, task.key, task.type, 0, at=at)
-
-    def append(self, events: list[DomainEventProtocol[UUID]]) -> None:
-        projector.append_events(self.tx, self._mapper, events)
+            self.store.enqueue_dispatch(event.originator_id, task.key, task.type, 0, at=at)

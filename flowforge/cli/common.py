@@ -13,12 +13,14 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from flowforge import config, errors
-from flowforge.aggregates.definition import WorkflowDefinition, load_definition
-from flowforge.app import infrastructure
+from flowforge.aggregates.definition import WorkflowDefinition
+from flowforge.app.definition_files import load_definition
 from flowforge.app.service import FlowForge
 from flowforge.cli.parser import UsageError
 from flowforge.processes.registry import TaskRegistry
@@ -26,6 +28,9 @@ from flowforge.processes.registry import TaskRegistry
 #: ``package.module:attribute`` (the attribute may be dotted), as for console scripts.
 _MODULE_REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
+
+#: The embedded default's file (``./.flowforge/flowforge.db``).
+_DEFAULT_FILE = Path(unquote(urlsplit(config.DEFAULT_DATABASE_URL).path[1:]))
 
 # --- settings and the application service --------------------------------------------
 
@@ -42,32 +47,22 @@ def settings_from(
     return config.Settings.from_env(merged)
 
 
-def open_app(settings: config.Settings, *, create: bool = True) -> FlowForge:
-    """The application service on the configured database (schema applied).
+def open_app(settings: config.Settings, *, migrate: bool = False) -> FlowForge:
+    """The application service on the configured database.
 
-    ``create=False`` is for the commands that only read (``runs``, ``status``,
-    ``history``, ``why``): a SQLite file that does not exist is an error naming the
-    path, so a typo in the URL is reported instead of creating an empty database.
+    Only ``db init`` / ``db migrate``, ``run`` and ``demo`` pass ``migrate=True`` (create
+    the schema, apply missing migrations). Every other command only checks the schema
+    version and refuses with the command to run; it never creates a SQLite file.
     """
-    file = infrastructure.sqlite_file(settings.database_url)
-    if file is not None and not file.exists() and not create:
-        raise errors.ConfigurationError(
-            f"there is no FlowForge database at {file} ({settings.database_url}); check "
-            f"the path for a typo. Nothing was created: `flowforge db init` creates it, as "
-            f"do `flowforge run`, `submit` and `demo`"
-        )
-    if settings.database_url == config.DEFAULT_DATABASE_URL and file is not None:
+    if migrate and settings.database_url == config.DEFAULT_DATABASE_URL:
         # The embedded default lives in ./.flowforge/; nobody should have to create it.
-        file.parent.mkdir(parents=True, exist_ok=True)
-    return FlowForge(settings.database_url)
+        _DEFAULT_FILE.parent.mkdir(parents=True, exist_ok=True)
+    return FlowForge(settings.database_url, migrate=migrate)
 
 
 def default_database_missing(settings: config.Settings) -> bool:
     """True if the settings name the embedded default and nothing has created it yet."""
-    file = infrastructure.sqlite_file(settings.database_url)
-    return settings.database_url == config.DEFAULT_DATABASE_URL and not (
-        file is not None and file.exists()
-    )
+    return settings.database_url == config.DEFAULT_DATABASE_URL and not _DEFAULT_FILE.exists()
 
 
 def program(args: argparse.Namespace) -> str:

@@ -1,4 +1,9 @@
-"""``flowforge db init`` and ``flowforge db rebuild``.
+"""``flowforge db init``, ``db migrate`` and ``db rebuild``.
+
+Migrations are explicit: ``db init`` and ``db migrate`` (the same operation under two
+names: create the schema, or apply what is missing) are, with ``run`` and ``demo``, the
+only commands that change the schema; every other command checks the version and
+refuses with the command to run.
 
 The rebuild is checked, not trusted: after the tables are rebuilt from the log, every
 row is compared with its aggregate reconstituted from the log, field by field. The
@@ -21,9 +26,9 @@ ALL_ROWS = 2**31 - 1
 
 
 def init(args: argparse.Namespace) -> int:
-    # Opening the service applies every missing migration, under a lock.
+    """Create the schema, or apply the missing migrations (idempotent, under a lock)."""
     settings = common.settings_from(args)
-    with common.open_app(settings) as app:
+    with common.open_app(settings, migrate=True) as app:
         database = app.database
         print(
             f"database {database.dialect} {database.location}: schema version "
@@ -35,6 +40,10 @@ def init(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+#: ``db migrate`` is ``db init``: both bring the schema to this FlowForge's version.
+migrate = init
 
 
 def rebuild(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app import why as explain_task
 from flowforge.app.service import FlowForge
@@ -31,7 +32,7 @@ def runs(args: argparse.Namespace) -> int:
     if common.default_database_missing(settings):
         recent: list[tuple[WorkflowRunRow, list[TaskRunRow]]] = []  # nothing ran here yet
     else:
-        with common.open_app(settings, create=False) as app:
+        with common.open_app(settings) as app:
             recent = [(run, app.task_runs(run.id)) for run in app.recent_runs(args.limit)]
     now = datetime.now(UTC)
     if args.json:
@@ -57,7 +58,7 @@ def runs(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
-    with common.open_app(common.settings_from(args), create=False) as app:
+    with common.open_app(common.settings_from(args)) as app:
         run = ids.resolve_run(app, args.run)
         if args.watch:
             run = _watch(app, run.id, quiet=args.json)
@@ -100,7 +101,7 @@ def _print_status(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetim
 
 
 def history(args: argparse.Namespace) -> int:
-    with common.open_app(common.settings_from(args), create=False) as app:
+    with common.open_app(common.settings_from(args)) as app:
         target = ids.resolve_any(app, args.id)
         if isinstance(target, WorkflowRunRow):
             entries = app.run_history(target.id)
@@ -120,7 +121,7 @@ def history(args: argparse.Namespace) -> int:
 def why(args: argparse.Namespace) -> int:
     at = parse_time(args.at) if args.at else None
     settings = common.settings_from(args)
-    with common.open_app(settings, create=False) as app:
+    with common.open_app(settings) as app:
         task = ids.resolve_task(app, args.task)
         explanation = explain_task.why(app, task.id, at, embedded=settings.embedded)
     if args.json:
@@ -147,16 +148,12 @@ def parse_time(text: str) -> datetime:
 
 
 def run_fact(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> dict[str, Any]:
+    """A run as ``--json`` shows it: its declared shown fields, and what they imply."""
     return {
         "run_id": run.id,
-        "workflow": run.workflow_name,
-        "state": run.state,
+        **workflow_run.DECLARATION.shown_values(run),
         "created_at": run.created_at,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
         "duration_s": _seconds(run.started_at, run.finished_at, now),
-        "idempotency_key": run.idempotency_key,
-        "inputs": run.inputs,
         "task_states": {
             state: sum(t.state == state for t in tasks)
             for state in sorted({t.state for t in tasks})
@@ -165,23 +162,11 @@ def run_fact(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) ->
 
 
 def task_fact(task: TaskRunRow) -> dict[str, Any]:
+    """A task run as ``--json`` shows it: its declared shown fields, and its duration."""
     return {
-        "task_key": task.task_key,
         "task_run_id": task.id,
-        "task_type": task.task_type,
-        "depends_on": task.depends_on,
-        "state": task.state,
-        "attempt": task.attempt,
-        "max_attempts": task.max_attempts,
-        "fencing_token": task.fencing_token,
-        "lease_owner": task.lease_owner,
-        "lease_expires_at": task.lease_expires_at,
-        "retry_due_at": task.retry_due_at,
-        "started_at": task.started_at,
-        "finished_at": task.finished_at,
+        **task_run.DECLARATION.shown_values(task),
         "duration_s": _seconds(task.started_at, task.finished_at, datetime.now(UTC)),
-        "result": task.result,
-        "error": task.error,
     }
 
 

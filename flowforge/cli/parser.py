@@ -192,9 +192,10 @@ def _add_tasks(parser: argparse.ArgumentParser, *, required: bool) -> None:
 def _db(commands: Any) -> None:
     db = commands.add_parser(
         "db",
-        help="create or rebuild the database",
-        description="Database maintenance.",
-        epilog="example:\n  flowforge db init\n  flowforge db rebuild",
+        help="create, migrate or rebuild the database",
+        description="Database maintenance. Only db init / db migrate (and run, demo) "
+        "change the schema; every other command checks its version.",
+        epilog="example:\n  flowforge db init\n  flowforge db migrate\n  flowforge db rebuild",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = db.add_subparsers(title="actions", metavar="ACTION", required=True)
@@ -205,6 +206,13 @@ def _db(commands: Any) -> None:
         "flowforge db init\n  database sqlite .flowforge/flowforge.db: schema version 2, "
         "deployment 3f2a6c1e0b9d",
         "flowforge.cli.db:init",
+    )
+    _command(
+        actions,
+        "migrate",
+        "apply the migrations the database lacks (the same as init; idempotent)",
+        "flowforge db migrate\n  database postgres 127.0.0.1:5432/flowforge: schema version 1",
+        "flowforge.cli.db:migrate",
     )
     _command(
         actions,

@@ -9,102 +9,45 @@ unpublished rows pending. A server that is unreachable at start is a one-line er
 from __future__ import annotations
 
 import argparse
-import logging
-import threading
-from collections.abc import Callable
 
-from flowforge import config
+from flowforge import bootstrap, config
 from flowforge.cli import common
 from flowforge.cli.parser import UsageError
-from flowforge.processes import rabbitmq
-from flowforge.processes.loop import Stop
-from flowforge.processes.publisher import Publisher
 from flowforge.processes.registry import default_registry
-from flowforge.processes.runner import Transport
-from flowforge.processes.scheduler import Scheduler
-from flowforge.processes.worker import Worker, default_worker_id
-
-log = logging.getLogger(__name__)
-
-#: How often the main thread checks on the worker threads while it waits for a stop.
-WATCH_INTERVAL_S = 0.5
+from flowforge.processes.worker import default_worker_id
 
 
 def scheduler(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
     with common.open_app(settings) as app:
-        Scheduler(app, interval=args.interval).run()
+        # The scheduler never touches the queue: it gets no transport to check.
+        processes = bootstrap.bootstrap(
+            settings, app=app, transport=bootstrap.Transport.in_memory()
+        )
+        processes.scheduler(interval=args.interval).run()
     return 0
 
 
 def publisher(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
-    configured = require_broker(settings, "publisher")
+    require_broker(settings, "publisher")
     with common.open_app(settings) as app:
-        broker = configured.for_deployment(app.deployment_id)
-        check_broker(broker)
-        Publisher(
-            app,
-            lambda: rabbitmq.RabbitDispatchPublisher(broker),
-            batch_size=args.batch_size,
-            interval=args.interval,
-        ).run()
+        processes = bootstrap.bootstrap(settings, app=app)
+        processes.publisher(batch_size=args.batch_size, interval=args.interval).run()
     return 0
 
 
 def worker(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
-    configured = require_broker(settings, "worker")
+    require_broker(settings, "worker")
     common.import_task_modules(args.tasks, default_registry)
     with common.open_app(settings) as app:
-        broker = configured.for_deployment(app.deployment_id)
-        check_broker(broker)
+        processes = bootstrap.bootstrap(settings, app=app, registry=default_registry)
         base_id = args.worker_id or default_worker_id()
-        stop = Stop()
-        workers = [
-            Worker(
-                app,
-                lambda: rabbitmq.RabbitDispatchConsumer(broker),
-                registry=default_registry,
-                worker_id=base_id if args.concurrency == 1 else f"{base_id}-{number}",
-                stop=stop,
-            )
-            for number in range(1, args.concurrency + 1)
-        ]
-        run_threads([(w.worker_id, w.run) for w in workers], stop)
+        count = args.concurrency
+        ids = [base_id] if count == 1 else [f"{base_id}-{n}" for n in range(1, count + 1)]
+        processes.run_workers(ids)
     return 0
-
-
-def run_threads(targets: list[tuple[str, Callable[[], None]]], stop: Stop) -> None:
-    """Run each target in a thread until ``stop``; re-raise the first thread's failure.
-
-    The signal handlers are installed here, once, in the main thread: the Worker class
-    installs them from ``run()``, which is a no-op outside the main thread.
-    """
-    stop.install_signal_handlers()
-    failures: list[BaseException] = []
-
-    def watched(name: str, target: Callable[[], None]) -> None:
-        try:
-            target()
-        except BaseException as exc:
-            # One failed thread stops the process: a half-running worker hides the fault.
-            log.exception("worker thread failed", extra={"worker_thread": name})
-            failures.append(exc)
-            stop.set(f"{name} failed")
-
-    threads = [
-        threading.Thread(target=watched, args=(name, target), name=name)
-        for name, target in targets
-    ]
-    for thread in threads:
-        thread.start()
-    while any(thread.is_alive() for thread in threads):
-        if stop.wait(WATCH_INTERVAL_S):
-            for thread in threads:
-                thread.join()
-    if failures:
-        raise failures[0]
 
 
 def require_broker(settings: config.Settings, command: str) -> config.BrokerConfig:
@@ -115,22 +58,3 @@ def require_broker(settings: config.Settings, command: str) -> config.BrokerConf
             f"process with in-process dispatch"
         )
     return settings.broker
-
-
-def check_broker(broker: config.BrokerConfig) -> None:
-    """Fail fast, with one line naming host and port, if the broker is unreachable now."""
-    connection = rabbitmq.connect(broker, name="flowforge-startup-check")
-    connection.close()
-
-
-def transport_for(settings: config.Settings, deployment: str) -> Transport:
-    """In-process dispatch when embedded; RabbitMQ when a broker is configured, on the
-    deployment's own topology unless its names are set explicitly."""
-    if settings.broker is None:
-        return Transport.in_memory()
-    broker = settings.broker.for_deployment(deployment)
-    check_broker(broker)
-    return Transport(
-        lambda: rabbitmq.RabbitDispatchPublisher(broker),
-        lambda: rabbitmq.RabbitDispatchConsumer(broker),
-    )

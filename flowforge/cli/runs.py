@@ -9,17 +9,17 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from uuid import UUID
 
+from flowforge import bootstrap
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import StartedRun
 from flowforge.app.service import FlowForge
-from flowforge.cli import common, ids, processes, render, stopping
+from flowforge.cli import common, ids, render, stopping
 from flowforge.cli import demo as demo_workflow
 from flowforge.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED
 from flowforge.cli.parser import UsageError
 from flowforge.cli.progress import Progress
 from flowforge.processes.registry import TaskRegistry, default_registry
-from flowforge.processes.runner import ProcessGroup, Transport
 from flowforge.projections.tables import WorkflowRunRow
 
 
@@ -109,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
     common.check_task_types(definition, default_registry)
     inputs = common.parse_inputs(args.input)
     settings = common.settings_from(args)
-    with common.open_app(settings) as app:
-        transport = processes.transport_for(settings, app.deployment_id)
+    with common.open_app(settings, migrate=True) as app:
+        transport = bootstrap.transport_for(settings, app.deployment_id)
         started = app.submit_workflow_run(definition, inputs, idempotency_key=args.idempotency_key)
         run_row = app.get_workflow_run(started.run_id)
         _announce(started, run_row, definition, args.idempotency_key, show_id=True)
@@ -133,11 +133,11 @@ def _resume(args: argparse.Namespace) -> int:
             "--resume runs an existing run: give no workflow, --input or --idempotency-key"
         )
     settings = common.settings_from(args)
-    with common.open_app(settings, create=False) as app:
+    with common.open_app(settings) as app:
         run_row = ids.resolve_run(app, args.resume)
         definition = WorkflowDefinition.model_validate(run_row.definition)
         common.check_task_types(definition, default_registry)
-        transport = processes.transport_for(settings, app.deployment_id)
+        transport = bootstrap.transport_for(settings, app.deployment_id)
         print(f"resuming run {run_row.id} of {run_row.workflow_name} ({run_row.state})")
         final, stopped_by = drive(
             app, transport, run_row.id, args.workers, default_registry, args.timeout, args.grace
@@ -158,7 +158,7 @@ def _rerun_hint(args: argparse.Namespace, run: WorkflowRunRow) -> str:
 
 def drive(
     app: FlowForge,
-    transport: Transport,
+    transport: bootstrap.Transport,
     run_id: UUID,
     workers: int,
     registry: TaskRegistry,
@@ -169,7 +169,7 @@ def drive(
     the timeout (see :mod:`flowforge.cli.stopping`); the run as the database then holds
     it, and what stopped the wait early ('timeout', 'SIGINT', 'SIGTERM'; '' if the run
     ended)."""
-    group = ProcessGroup(app, transport, workers=workers, registry=registry)
+    group = bootstrap.ProcessGroup(app, transport, workers=workers, registry=registry)
     progress = Progress(sys.stdout)
     with stopping.Interrupts(group.stop) as interrupts:
         group.start()
@@ -199,7 +199,7 @@ def drive(
     return final, stopped_by
 
 
-def _stop_cause(group: ProcessGroup, run_id: UUID) -> str:
+def _stop_cause(group: bootstrap.ProcessGroup, run_id: UUID) -> str:
     if group.stop.is_set():
         return group.stop.reason
     terminal = WORKFLOW_RUN_MACHINE.is_terminal(group.app.get_workflow_run(run_id).run_state)
@@ -257,7 +257,7 @@ def demo(args: argparse.Namespace) -> int:
     # The demo's run stays where the next command finds it: the configured database, or
     # the embedded default that `flowforge runs` reads.
     settings = common.settings_from(args)
-    with common.open_app(settings) as app:
+    with common.open_app(settings, migrate=True) as app:
         print(
             f"demo: workflow {demo_workflow.DEFINITION.name} on {app.database.dialect} "
             f"{app.database.location}, with in-process dispatch"
@@ -265,7 +265,7 @@ def demo(args: argparse.Namespace) -> int:
         started = app.submit_workflow_run(demo_workflow.DEFINITION, demo_workflow.INPUTS)
         final, stopped_by = drive(
             app,
-            Transport.in_memory(),
+            bootstrap.Transport.in_memory(),
             started.run_id,
             args.workers,
             demo_workflow.REGISTRY,

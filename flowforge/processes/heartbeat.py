@@ -5,6 +5,10 @@ holds. When a renewal returns False the lease was lost (reaped, the token moved 
 heartbeat stops, and the worker's eventual finish is rejected as stale. A renewal never
 makes a legitimate finish lose: the finish's condition is the state and the token, which
 a renewal does not change.
+
+A renewal that fails for a transient database error is retried at the next beat (the
+lease may still be ours). Any other error stops the heartbeat and is reported: logged
+with its traceback and kept in :attr:`Heartbeat.error`, never a silently dead thread.
 """
 
 from __future__ import annotations
@@ -12,24 +16,54 @@ from __future__ import annotations
 import logging
 import threading
 from types import TracebackType
+from typing import Protocol
+from uuid import UUID
 
 from flowforge import errors
 from flowforge.app.results import Claim
-from flowforge.app.service import FlowForge
 
 log = logging.getLogger(__name__)
+
+
+class LeaseRenewer(Protocol):
+    """What the heartbeat needs of the application (``FlowForge.renew_lease``)."""
+
+    def renew_lease(
+        self,
+        task_run_id: UUID,
+        fencing_token: int,
+        lease_seconds: float,
+        *,
+        actor: str | None = None,
+    ) -> bool: ...
+
+
+def renewal_retryable(exc: BaseException) -> bool:
+    """Whether a failed renewal is tried again at the next beat.
+
+    A database error that is not known to be permanent may pass (the database comes
+    back, the conflict clears). A permanent one, an unknown task run or a bug will not:
+    retrying it every beat would only hide it.
+    """
+    return isinstance(exc, errors.PersistenceError) and not isinstance(
+        exc, errors.PermanentPersistenceError
+    )
 
 
 class Heartbeat:
     """Renews one claim's lease until exited or the lease is lost."""
 
-    def __init__(self, app: FlowForge, claim: Claim, lease_seconds: float, worker_id: str) -> None:
+    def __init__(
+        self, app: LeaseRenewer, claim: Claim, lease_seconds: float, worker_id: str
+    ) -> None:
         self._app = app
         self._claim = claim
         self._lease_seconds = lease_seconds
         self._worker_id = worker_id
         self._done = threading.Event()
         self.lost = False
+        #: The error that stopped the heartbeat, if one did.
+        self.error: BaseException | None = None
         self.renewals = 0
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
 
@@ -57,10 +91,16 @@ class Heartbeat:
                     self._lease_seconds,
                     actor=self._worker_id,
                 )
-            except errors.PersistenceError as exc:
-                # The lease may still be ours; the next beat tries again.
-                log.warning("lease renewal failed", extra=self._extra(error=str(exc)))
-                continue
+            except Exception as exc:
+                if renewal_retryable(exc):
+                    # The lease may still be ours; the next beat tries again.
+                    log.warning("lease renewal failed", extra=self._extra(error=str(exc)))
+                    continue
+                self.error = exc
+                log.exception(
+                    "heartbeat failed; lease no longer renewed", extra=self._extra(error=str(exc))
+                )
+                return
             if not renewed:
                 self.lost = True
                 log.warning("lease lost; heartbeat stopped", extra=self._extra())

@@ -57,7 +57,9 @@ class Scheduler:
         while not self.stop.is_set():
             try:
                 self.run_once()
-            except errors.PersistenceError as exc:
+            except (errors.PersistenceError, errors.NotFoundError) as exc:
+                # NotFoundError: a run that vanished mid-pass (its rows being rebuilt) is
+                # simply advanced by the next pass, as a database hiccup is.
                 log.warning("scheduler pass failed; retrying", extra={"error": str(exc)})
             self.stop.wait(self.interval)
         log.info("scheduler stopped", extra={"reason": self.stop.reason})

@@ -30,28 +30,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 from flowforge import errors
 from flowforge.aggregates.dispatch import DispatchMessage
+from flowforge.app.ports import DispatchPublisher as DispatchPublisher  # noqa: PLC0414 - re-export
 
 logger = logging.getLogger(__name__)
-
-
-@runtime_checkable
-class DispatchPublisher(Protocol):
-    """Puts dispatches on the dispatch queue."""
-
-    def publish(self, messages: Sequence[DispatchMessage]) -> None:
-        """Return only when the broker has confirmed every message.
-
-        Raises ``UnroutableDispatchError`` (no queue bound), ``PublishNotConfirmedError``
-        (the broker refused or did not confirm) or ``BrokerUnavailableError``. After an
-        error some messages may still have been delivered: the caller keeps all of them
-        pending and publishes them again, and the worker's claim makes a duplicate
-        harmless.
-        """
-        ...
-
-    def close(self) -> None:
-        """Release the connection; a later ``publish`` opens a new one."""
-        ...
 
 
 @runtime_checkable
@@ -225,7 +206,8 @@ class InMemoryDispatchChannel:
             self._held[consumer] = tag
             return InMemoryDelivery(self, consumer, tag, entry.body, entry.returns > 0)
 
-    def _settle(self, consumer: InMemoryDispatchConsumer, tag: int, outcome: Outcome) -> None:
+    def settle(self, consumer: InMemoryDispatchConsumer, tag: int, outcome: Outcome) -> None:
+        """Settle ``consumer``'s delivery ``tag``: the port its deliveries settle through."""
         with self._changed:
             entry = self._unsettled.pop(tag, None)
             if entry is None:
@@ -308,4 +290,4 @@ class InMemoryDelivery(SettleOnce):
         self._tag = tag
 
     def _settle(self, outcome: Outcome) -> None:
-        self._channel._settle(self._consumer, self._tag, outcome)
+        self._channel.settle(self._consumer, self._tag, outcome)

@@ -25,10 +25,12 @@ from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.aggregates.states import TaskRunState
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
+from flowforge.processes import settle
 from flowforge.processes.handler_call import HandlerCall, error_details
 from flowforge.processes.heartbeat import Heartbeat
 from flowforge.processes.loop import Stop, backoff_delay
 from flowforge.processes.registry import TaskContext, TaskRegistry, default_registry
+from flowforge.processes.settle import Settlement
 from flowforge.processes.transport import Delivery, DispatchConsumer
 from flowforge.projections.tables import TaskRunRow
 
@@ -114,47 +116,35 @@ class Worker:
     # --- one message ------------------------------------------------------------------
 
     def handle(self, delivery: Delivery, consumer: DispatchConsumer) -> str:
-        """Settle one delivery; returns what happened (for logs and tests)."""
+        """Settle one delivery exactly once; returns what happened (for logs and tests).
+
+        The code paths compute the settlement; the ``finally`` performs it, on every
+        path. An exception nobody expected leaves ``settlement`` unset: the message is
+        requeued and the exception goes on up.
+        """
+        settlement: Settlement | None = None
+        try:
+            settlement = self._process(delivery, consumer)
+            return settlement.result
+        finally:
+            self._settle(delivery, settlement)
+
+    def _process(self, delivery: Delivery, consumer: DispatchConsumer) -> Settlement:
         try:
             message = decode_dispatch(delivery.body)
         except errors.MalformedDispatchError as exc:
-            log.warning("malformed dispatch dead-lettered", extra=self._extra(reason=str(exc)))
-            delivery.dead_letter()
-            return "dead_lettered"
+            return self._unsettled(settle.for_error(exc), exc)
         if message.deployment is not None and message.deployment != self.app.deployment_id:
-            return self._foreign(message, delivery)
+            return self._foreign(message)
         try:
-            outcome = self._claim_and_run(message, consumer)
-        except errors.UnknownRunError as exc:
-            log.warning(
-                "dispatch for an unknown task run dead-lettered",
-                extra=self._extra(task_run_id=str(message.task_run_id), reason=str(exc)),
-            )
-            delivery.dead_letter()
-            return "dead_lettered"
-        except errors.PersistenceError as exc:
-            # Never ack what is not durable: the broker redelivers, the claim decides.
-            log.warning(
-                "database unavailable; dispatch requeued",
-                extra=self._extra(task_run_id=str(message.task_run_id), error=str(exc)),
-            )
-            delivery.requeue()
-            self.stop.wait(POLL_INTERVAL_S)
-            return "requeued"
-        delivery.ack()
-        return outcome
+            return settle.done(self._claim_and_run(message, consumer))
+        except (errors.NotFoundError, errors.PersistenceError) as exc:
+            return self._unsettled(settle.for_error(exc), exc, task_run_id=message.task_run_id)
 
-    def _foreign(self, message: DispatchMessage, delivery: Delivery) -> str:
-        """A dispatch of another deployment: its task run is in another database.
-
-        Only a shared queue brings one here (both deployments configured with the same
-        explicit names). Requeueing it would hand it back to this worker as often as to
-        its own; dead-lettering puts it, named, where an operator looks, and its own
-        deployment's scheduler redispatches the task after ``REDISPATCH_AFTER_S``.
-        """
+    def _foreign(self, message: DispatchMessage) -> Settlement:
+        """A dispatch of another deployment: logged as an error naming both."""
         log.error(
-            "dispatch of another deployment dead-lettered: two deployments share this "
-            "queue; give each its own (unset FLOWFORGE_DISPATCH_* or set them apart)",
+            settle.FOREIGN.reason,
             extra=self._extra(
                 deployment=self.app.deployment_id,
                 message_deployment=message.deployment,
@@ -162,8 +152,29 @@ class Worker:
                 task_key=message.task_key,
             ),
         )
-        delivery.dead_letter()
-        return "dead_lettered"
+        return settle.FOREIGN
+
+    def _unsettled(
+        self, settlement: Settlement, exc: BaseException, task_run_id: uuid.UUID | None = None
+    ) -> Settlement:
+        fields: dict[str, Any] = {"reason": str(exc)}
+        if task_run_id is not None:
+            fields["task_run_id"] = str(task_run_id)
+        log.warning(settlement.reason, extra=self._extra(**fields))
+        return settlement
+
+    def _settle(self, delivery: Delivery, settlement: Settlement | None) -> None:
+        if settlement is None:
+            try:
+                settle.perform(delivery, settle.UNEXPECTED.outcome)
+            except errors.BrokerError as exc:
+                # The connection is gone too: the broker requeues the message itself.
+                # The error on its way up is the one that matters.
+                log.debug("requeue after an error failed", extra=self._extra(error=str(exc)))
+            return
+        settle.perform(delivery, settlement.outcome)
+        if settlement.back_off:
+            self.stop.wait(POLL_INTERVAL_S)
 
     def _claim_and_run(self, message: DispatchMessage, consumer: DispatchConsumer) -> str:
         task = self.app.get_task_run(message.task_run_id)

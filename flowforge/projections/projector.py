@@ -14,7 +14,6 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import Mapper, StoredEvent
 
 from flowforge import errors
 from flowforge.aggregates import task_run, workflow_run
@@ -66,37 +65,3 @@ def _update(tx: Transaction, statement: str, event: Any, fields: tuple[str, ...]
             f"{type(event).__qualname__} v{event.originator_version} of "
             f"{event.originator_id} does not follow the row's version"
         )
-
-
-def append_events(
-    tx: Transaction, mapper: Mapper[UUID], events: list[DomainEventProtocol[UUID]]
-) -> None:
-    """Store events in the ``eventsourcing`` library's table, inside ``tx``.
-
-    The table's primary key (originator_id, originator_version) is the second guard: two
-    events can never claim the same version of one aggregate.
-    """
-    for event in events:
-        stored = mapper.to_stored_event(event)
-        tx.run(
-            "insert_stored_event",
-            {
-                "originator_id": stored.originator_id,
-                "originator_version": stored.originator_version,
-                "topic": stored.topic,
-                "state": stored.state,
-            },
-        )
-
-
-def read_stored_events(tx: Transaction) -> list[StoredEvent]:
-    """Every stored event, in the order the log recorded them."""
-    return [
-        StoredEvent(
-            originator_id=row["originator_id"],
-            originator_version=row["originator_version"],
-            topic=row["topic"],
-            state=bytes(row["state"]),
-        )
-        for row in tx.run("select_stored_events")
-    ]

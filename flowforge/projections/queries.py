@@ -1,4 +1,14 @@
-"""SQL as data: the named blocks of ``sql/<dialect>.sql``, loaded once per dialect."""
+"""SQL as data: the ``sql/`` files rendered for one dialect, loaded once per dialect.
+
+``common.sql`` holds every statement both databases run, written once, with macros in
+braces; ``sql/<dialect>.sql`` holds only what differs: the text each macro stands for
+(``-- macro: <name>`` blocks, each commented with why it differs) and the few statements
+one database needs and the other does not (``-- name: <name>``). A name defined twice is
+an error at load time, so a statement cannot quietly exist in two versions.
+
+The schema is a file too: ``schema.sql`` (the current schema, the statement ``schema``)
+and ``migrations/NNN_<what>.sql`` (the statements ``migration_NNN``), with the same macros.
+"""
 
 from __future__ import annotations
 
@@ -8,38 +18,119 @@ from functools import cache
 from importlib import resources
 from types import MappingProxyType
 
+from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 
-_BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+DIALECTS = ("postgres", "sqlite")
 
-#: Microseconds since the epoch by SQLite's clock (julianday is exact to the millisecond).
-_SQLITE_NOW = "(CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS integer) * 1000)"
+_BLOCK = re.compile(r"^-- (name|macro): (\w+)\s*$", re.MULTILINE)
+_MIGRATION_FILE = re.compile(r"^(\d{3})_\w+\.sql$")
+#: ``:name`` but not ``::type`` (no casts in our SQL; kept safe anyway).
+_PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
+
+
+class _Seconds:
+    """``{seconds[p]}``: the dialect's duration text with ``:param`` naming ``p``."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __getitem__(self, parameter: str) -> str:
+        return self._text.replace(":param", f":{parameter}")
 
 
 def _quoted(values: list[str]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
-def _macros(dialect: str) -> dict[str, str]:
-    # The state CHECKs are filled from the enums, so the schema cannot drift from them.
-    return {
+def _assignments(fields: tuple[str, ...]) -> str:
+    return ", ".join(f"{f} = :{f}" for f in fields)
+
+
+def code_macros() -> dict[str, str]:
+    """The macros filled from the code's one declaration of each thing."""
+    macros = {
+        # The state CHECKs are filled from the enums, so the schema cannot drift from them.
         "task_run_states": _quoted([s.value for s in TaskRunState]),
         "workflow_run_states": _quoted([s.value for s in WorkflowRunState]),
-        "now": _SQLITE_NOW if dialect == "sqlite" else "now()",
+        # The column lists an event fills, from the aggregates' field declarations.
+        "task_run_assignments": _assignments(task_run.MUTABLE_FIELDS),
+        "workflow_run_assignments": _assignments(workflow_run.MUTABLE_FIELDS),
     }
+    for name, fields in (
+        ("task_run", task_run.STATIC_FIELDS),
+        ("workflow_run", workflow_run.STATIC_FIELDS),
+    ):
+        macros[f"{name}_static_columns"] = ", ".join(fields)
+        macros[f"{name}_static_values"] = ", ".join(f":{f}" for f in fields)
+    return macros
+
+
+def _blocks(text: str) -> list[tuple[str, str, str]]:
+    """``(kind, name, body)`` for each block, comments stripped."""
+    parts = _BLOCK.split(text)
+    return [
+        (kind, name, _strip_comments(body))
+        for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True)
+    ]
+
+
+def _read(file: str) -> str:
+    return resources.files("flowforge.projections").joinpath(f"sql/{file}").read_text()
+
+
+def _migration_files() -> list[str]:
+    folder = resources.files("flowforge.projections").joinpath("sql/migrations")
+    return sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".sql"))
+
+
+@cache
+def migration_names() -> tuple[str, ...]:
+    """``migration_001``, ``migration_002``, ... in order; numbered 1 to N without gaps."""
+    names = []
+    for number, file in enumerate(_migration_files(), start=1):
+        match = _MIGRATION_FILE.match(file)
+        if match is None or int(match.group(1)) != number:
+            raise ValueError(
+                f"sql/migrations/{file}: expected {number:03d}_<what>.sql (numbered from "
+                f"001, no gaps)"
+            )
+        names.append(f"migration_{number:03d}")
+    return tuple(names)
+
+
+def _schema_blocks() -> list[tuple[str, str, str]]:
+    blocks = [("name", "schema", _strip_comments(_read("schema.sql")))]
+    for name, file in zip(migration_names(), _migration_files(), strict=True):
+        blocks.append(("name", name, _strip_comments(_read(f"migrations/{file}"))))
+    return blocks
 
 
 @cache
 def load(dialect: str) -> Mapping[str, str]:
-    """The statements of ``dialect`` ("postgres" or "sqlite") by name."""
-    text = resources.files("flowforge.projections").joinpath(f"sql/{dialect}.sql").read_text()
-    parts = _BLOCK.split(text)
-    macros = _macros(dialect)
-    blocks = {
-        name: _strip_comments(body).format_map(macros)
-        for name, body in zip(parts[1::2], parts[2::2], strict=True)
-    }
-    return MappingProxyType(blocks)
+    """The statements of ``dialect`` ("postgres" or "sqlite") by name, fully rendered."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown SQL dialect {dialect!r}; expected one of {DIALECTS}")
+    macros: dict[str, object] = dict(code_macros())
+    raw: dict[str, str] = {}
+    dialect_blocks = _blocks(_read(f"{dialect}.sql"))
+    for kind, name, body in dialect_blocks + _blocks(_read("common.sql")) + _schema_blocks():
+        if kind == "macro":
+            # A macro may use the ones defined before it ({touched_at} is {now} on SQLite).
+            text = body.format_map(macros)
+            macros[name] = _Seconds(text) if name == "seconds" else text
+            continue
+        if name in raw:
+            raise ValueError(f"SQL statement {name!r} is defined twice ({dialect})")
+        raw[name] = body
+    rendered = {name: _render(body.format_map(macros), dialect) for name, body in raw.items()}
+    return MappingProxyType(rendered)
+
+
+def _render(statement: str, dialect: str) -> str:
+    if dialect == "postgres":
+        return _PARAMETER.sub(r"%(\1)s", statement)
+    return statement
 
 
 def statements(block: str) -> list[str]:

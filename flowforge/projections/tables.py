@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any, Self
 from uuid import UUID
 
+from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 
 
@@ -50,6 +51,22 @@ COLUMN_KINDS: Mapping[str, Kind] = {
 }
 
 
+#: The columns every projected row has besides its aggregate's fields.
+ROW_KEYS: tuple[str, ...] = ("id",)
+ROW_BOOKKEEPING: tuple[str, ...] = ("version", "created_at", "updated_at")
+
+
+def row_columns(static: tuple[str, ...], mutable: tuple[str, ...]) -> tuple[str, ...]:
+    """A projected table's columns, in order, from its aggregate's field declaration."""
+    return (*ROW_KEYS, *static, *mutable, *ROW_BOOKKEEPING)
+
+
+#: Each table's columns, derived from the aggregates' ``STATIC_FIELDS`` and
+#: ``MUTABLE_FIELDS``: the one place a column is declared.
+TASK_RUN_COLUMNS = row_columns(task_run.STATIC_FIELDS, task_run.MUTABLE_FIELDS)
+WORKFLOW_RUN_COLUMNS = row_columns(workflow_run.STATIC_FIELDS, workflow_run.MUTABLE_FIELDS)
+
+
 class _Row:
     @classmethod
     def from_mapping(cls, row: Mapping[str, Any]) -> Self:
@@ -58,6 +75,26 @@ class _Row:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
+
+    def values(self) -> dict[str, Any]:
+        """The row's columns by name, without ``as_dict``'s deep copy."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+
+def check_columns(row_type: type[_Row], columns: tuple[str, ...]) -> None:
+    """Refuse (at import) a row type whose fields are not the declared columns.
+
+    The row types are typed dataclasses so mypy can check every use; their field
+    NAMES come from the aggregate's declaration, and this check keeps the two equal:
+    a column added to the aggregate and not to the row (or the reverse) fails at import.
+    """
+    names = tuple(f.name for f in dataclasses.fields(row_type))  # type: ignore[arg-type]
+    if set(names) != set(columns):
+        missing, extra = set(columns) - set(names), set(names) - set(columns)
+        raise TypeError(
+            f"{row_type.__name__} does not match its aggregate's fields: "
+            f"missing {sorted(missing)}, not declared {sorted(extra)}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +141,10 @@ class WorkflowRunRow(_Row):
     @property
     def run_state(self) -> WorkflowRunState:
         return WorkflowRunState(self.state)
+
+
+check_columns(TaskRunRow, TASK_RUN_COLUMNS)
+check_columns(WorkflowRunRow, WORKFLOW_RUN_COLUMNS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +24,7 @@ from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.service import FlowForge
 from flowforge.projections.tables import WorkflowRunRow
 from tests import servers, topology
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -45,7 +45,7 @@ class Cluster:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         with admin() as conn:
             conn.execute(f'CREATE DATABASE "{self.dbname}"')
-        self.app = FlowForge(self.database_url)
+        self.app = FlowForge(self.database_url, migrate=True)
 
     @property
     def env(self) -> dict[str, str]:
@@ -132,17 +132,6 @@ def _terminal(run: WorkflowRunRow) -> WorkflowRunRow | None:
     return run if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state) else None
 
 
-def wait_until(probe: Callable[[], T | None], timeout: float, message: str) -> T:
-    """Poll ``probe`` until it returns something, within a bounded deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(message)
-
-
 @contextmanager
 def admin() -> Iterator[psycopg.Connection[Any]]:
     url = (
@@ -151,7 +140,3 @@ def admin() -> Iterator[psycopg.Connection[Any]]:
     )
     with psycopg.connect(url, autocommit=True) as conn:
         yield conn
-
-
-def rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=120)

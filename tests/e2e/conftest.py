@@ -17,12 +17,20 @@ def embedded_cli(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cli
     """The CLI with no broker (embedded mode), on a fresh SQLite file or PostgreSQL
     database: the embedded runner's behaviour holds on both backends."""
     if request.param == "sqlite":
-        yield make_cli(tmp_path)
+        yield initialised(make_cli(tmp_path))
         return
     servers.require_postgres()
     dbname = f"flowforge_scope_{uuid.uuid4().hex[:10]}"
     servers.admin(f'CREATE DATABASE "{dbname}"')
     try:
-        yield Cli(tmp_path, clean_environment(FLOWFORGE_DATABASE_URL=servers.postgres_url(dbname)))
+        url = servers.postgres_url(dbname)
+        yield initialised(Cli(tmp_path, clean_environment(FLOWFORGE_DATABASE_URL=url)))
     finally:
         servers.admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+def initialised(cli: Cli) -> Cli:
+    """Migrations are explicit: the database gets its schema as a user's would."""
+    done = cli("db", "init")
+    assert done.returncode == 0, done.stderr
+    return cli

@@ -26,7 +26,7 @@ import pika
 import psycopg
 import pytest
 
-from flowforge.aggregates.definition import load_definition
+from flowforge.app.definition_files import load_definition
 from flowforge.cli import demo, exits
 from tests import servers
 
@@ -37,6 +37,7 @@ TASK_KEYS = {"extract", "clean", "enrich", "score", "load"}
 COMMANDS = (
     ["db"],
     ["db", "init"],
+    ["db", "migrate"],
     ["db", "rebuild"],
     ["submit"],
     ["run"],
@@ -116,8 +117,18 @@ def make_cli(directory: Path) -> Cli:
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Cli:
+def bare_cli(tmp_path: Path) -> Cli:
+    """A CLI on a SQLite file that does not exist yet."""
     return make_cli(tmp_path)
+
+
+@pytest.fixture
+def cli(bare_cli: Cli) -> Cli:
+    """A CLI on an initialised SQLite database: migrations are explicit, so only
+    `db init`/`db migrate`, `run` and `demo` create the schema."""
+    done = bare_cli("db", "init")
+    assert done.returncode == 0, done.stderr
+    return bare_cli
 
 
 @pytest.fixture(scope="module")
@@ -163,12 +174,37 @@ def test_with_no_configuration_the_database_is_sqlite_in_dot_flowforge(tmp_path:
     assert (tmp_path / ".flowforge" / "flowforge.db").is_file()
 
 
-def test_a_flag_overrides_the_environment(cli: Cli, tmp_path: Path) -> None:
+def test_a_flag_overrides_the_environment(bare_cli: Cli, tmp_path: Path) -> None:
     other = tmp_path / "other.db"
-    done = cli("db", "init", "--database-url", f"sqlite:///{other}")
+    done = bare_cli("db", "init", "--database-url", f"sqlite:///{other}")
     assert done.returncode == 0, done.stderr
     assert other.is_file()
     assert not (tmp_path / "flowforge.db").exists()
+
+
+@pytest.mark.parametrize("command", [["runs"], ["status", "0f0f"], ["submit", EXAMPLE]])
+def test_a_command_on_a_missing_sqlite_file_names_it_and_creates_nothing(
+    bare_cli: Cli, command: list[str]
+) -> None:
+    done = bare_cli(*command)
+    assert done.returncode == 4
+    line = one_line_error(done)
+    assert str(bare_cli.cwd / "flowforge.db") in line and "flowforge db init" in line
+    assert not (bare_cli.cwd / "flowforge.db").exists()
+
+
+def test_a_database_without_the_schema_is_refused_naming_the_migrate_command(
+    bare_cli: Cli,
+) -> None:
+    sqlite3.connect(bare_cli.cwd / "flowforge.db").close()  # an empty database file
+    done = bare_cli("runs")
+    assert done.returncode == 4
+    line = one_line_error(done)
+    assert "no FlowForge schema" in line and "flowforge db migrate" in line
+    migrated = bare_cli("db", "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "schema version 2" in migrated.stdout
+    assert bare_cli.json("runs") == []
 
 
 def test_a_bad_database_url_is_one_line_and_bad_input(cli: Cli) -> None:

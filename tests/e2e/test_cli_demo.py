@@ -64,9 +64,9 @@ def test_a_read_only_command_on_a_missing_sqlite_file_names_it_and_creates_nothi
     typo = tmp_path / "flowforg.db"
     cli = Cli(tmp_path, clean_environment(FLOWFORGE_DATABASE_URL=f"sqlite:///{typo}"))
     done = cli(*command)
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 4, done.stderr
     line = one_line_error(done)
-    assert str(typo) in line and "no FlowForge database" in line
+    assert str(typo) in line and "no SQLite database" in line
     assert not typo.exists()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from uuid import UUID
 
@@ -21,7 +21,8 @@ from flowforge.app.dispatch import message_for
 from flowforge.app.service import FlowForge
 from flowforge.processes.rabbitmq import RabbitDispatchPublisher
 from tests import servers
-from tests.e2e.cluster import Cluster, admin, rabbitmqctl, wait_until
+from tests.e2e.cluster import Cluster, admin
+from tests.helpers import rabbitmqctl, wait_until
 
 LEASE_S = 2
 
@@ -222,21 +223,26 @@ def test_a_poison_message_is_dead_lettered_and_the_run_is_unaffected(cluster: Cl
 
 def _dead_letters(cluster: Cluster) -> list[bytes]:
     connection = pika.BlockingConnection(pika.URLParameters(cluster.broker.url))
-    bodies = []
+    bodies: list[bytes] = []
     try:
         channel = connection.channel()
         while True:
             method, _, body = channel.basic_get(cluster.broker.dead_letter_queue, auto_ack=True)
             if method is None:
                 return bodies
+            assert isinstance(body, bytes)
             bodies.append(body)
     finally:
         connection.close()
+
+
+def _log_says(cluster: Cluster, name: str, text: str) -> Callable[[], bool]:
+    return lambda: text in _log(cluster, name)
 
 
 def test_processes_stop_cleanly_on_sigterm(cluster: Cluster) -> None:
     cluster.start_all(workers=1)
     for name in ("scheduler", "publisher", "worker-1"):
         started = f"{name.split('-')[0]} started"
-        wait_until(lambda n=name, s=started: s in _log(cluster, n), 30, f"{name} not up")
+        wait_until(_log_says(cluster, name, started), 30, f"{name} not up")
     assert set(cluster.stop_all().values()) == {0}

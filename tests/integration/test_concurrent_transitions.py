@@ -14,24 +14,23 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 from uuid import UUID
 
 import pytest
 
-from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
 from flowforge.projections.database import Transaction
+from flowforge.projections.reads import Reads
+from tests.helpers import claim, wait_until_expired
 
 pytestmark = pytest.mark.postgres
 
 LEASE_S = 30.0
 TINY_LEASE_S = 0.05
-CLOCK_DEADLINE_S = 5.0
-POLL_S = 0.01
 #: How long a racer may wait at the barrier or a test for its racers, before it fails.
 RACE_TIMEOUT_S = 30.0
 CLAIMERS = 16
@@ -98,20 +97,6 @@ def start_chain(app: FlowForge) -> tuple[UUID, UUID, UUID]:
     return run_id, tasks["root"], tasks["child"]
 
 
-def claim(app: FlowForge, task_run_id: UUID, worker: str, lease_s: float = LEASE_S) -> Claim:
-    won = app.claim_task_run(task_run_id, worker, lease_s)
-    assert won is not None, f"{worker} lost a claim nobody else was making"
-    return won
-
-
-def wait_until_expired(app: FlowForge, *task_run_ids: UUID) -> None:
-    """Poll until the database's clock says every one of these leases has expired."""
-    deadline = time.monotonic() + CLOCK_DEADLINE_S
-    while not set(task_run_ids) <= set(app.expired_leases()):
-        assert time.monotonic() < deadline, f"leases of {task_run_ids} never expired"
-        time.sleep(POLL_S)
-
-
 def transitions(app: FlowForge, task_run_id: UUID) -> list[str]:
     return [e.transition for e in app.history(task_run_id)]
 
@@ -124,7 +109,7 @@ class TestClaimRace:
             before = pg_app.get_task_run(task_run_id)
             workers = [f"worker-{i}" for i in range(CLAIMERS)]
             claims = race(
-                *(lambda w=w, t=task_run_id: pg_app.claim_task_run(t, w, LEASE_S) for w in workers)
+                *(partial(pg_app.claim_task_run, task_run_id, w, LEASE_S) for w in workers)
             )
 
             won = [(w, c) for w, c in zip(workers, claims, strict=True) if c is not None]
@@ -151,8 +136,8 @@ class TestReaperRaces:
         wait_until_expired(pg_app, *task_run_ids)
         for task_run_id in task_run_ids:
             reaped = race(
-                lambda t=task_run_id: pg_app.reclaim_task_run(t),
-                lambda t=task_run_id: pg_app.reclaim_task_run(t),
+                partial(pg_app.reclaim_task_run, task_run_id),
+                partial(pg_app.reclaim_task_run, task_run_id),
             )
             assert sorted(reaped) == [False, True]
             row = pg_app.get_task_run(task_run_id)
@@ -174,8 +159,8 @@ class TestReaperRaces:
         for task_run_id in task_run_ids:
             token = tokens[task_run_id]
             reaped, renewed = race(
-                lambda t=task_run_id: pg_app.reclaim_task_run(t),
-                lambda t=task_run_id, n=token: pg_app.renew_lease(t, n, LEASE_S),
+                partial(pg_app.reclaim_task_run, task_run_id),
+                partial(pg_app.renew_lease, task_run_id, token, LEASE_S),
             )
             assert reaped != renewed, "the reaper and the renew both won, or both lost"
             row, log = pg_app.get_task_run(task_run_id), transitions(pg_app, task_run_id)
@@ -206,8 +191,8 @@ class TestReaperRaces:
         for task_run_id in task_run_ids:
             token = tokens[task_run_id]
             reaped, finished = race(
-                lambda t=task_run_id: pg_app.reclaim_task_run(t),
-                lambda t=task_run_id, n=token: pg_app.finish_task_run(t, n, "succeed", {"n": n}),
+                partial(pg_app.reclaim_task_run, task_run_id),
+                partial(pg_app.finish_task_run, task_run_id, token, "succeed", {"n": token}),
             )
             assert reaped != finished, "the reaper and the finish both won, or both lost"
             row, log = pg_app.get_task_run(task_run_id), transitions(pg_app, task_run_id)
@@ -233,10 +218,8 @@ class TestHeartbeatAgainstFinish:
         for round_, task_run_id in enumerate(task_run_ids):
             token = tokens[task_run_id]
             renewed, finished = race(
-                lambda t=task_run_id, n=token: pg_app.renew_lease(t, n, LEASE_S),
-                lambda t=task_run_id, n=token, r=round_: pg_app.finish_task_run(
-                    t, n, "succeed", {"round": r}
-                ),
+                partial(pg_app.renew_lease, task_run_id, token, LEASE_S),
+                partial(pg_app.finish_task_run, task_run_id, token, "succeed", {"round": round_}),
             )
             assert finished is True, f"round {round_}: the heartbeat made the finish lose"
             row = pg_app.get_task_run(task_run_id)
@@ -263,8 +246,8 @@ class TestPromotionAgainstCancel:
         for _ in range(ROUNDS):
             _, _, child = start_chain(pg_app)
             promoted, cancelled = race(
-                lambda c=child: pg_app.transition_task_run(c, "dependencies_satisfied"),
-                lambda c=child: pg_app.transition_task_run(c, "cancel_pending"),
+                partial(pg_app.transition_task_run, child, "dependencies_satisfied"),
+                partial(pg_app.transition_task_run, child, "cancel_pending"),
             )
             assert promoted != cancelled, "promotion and cancellation both won, or both lost"
             winner = "dependencies_satisfied" if promoted else "cancel_pending"
@@ -280,8 +263,8 @@ class TestPromotionAgainstCancel:
             won = claim(pg_app, root, "worker-1")
             assert pg_app.finish_task_run(root, won.fencing_token, "succeed")
             advanced, cancelled = race(
-                lambda r=run_id: pg_app.advance_workflow_run(r),
-                lambda c=child: pg_app.transition_task_run(c, "cancel_pending"),
+                partial(pg_app.advance_workflow_run, run_id),
+                partial(pg_app.transition_task_run, child, "cancel_pending"),
             )
             promoted = "child" in advanced.promoted
             assert promoted != cancelled, "promotion and cancellation both won, or both lost"
@@ -398,7 +381,7 @@ class TestAuditOrder:
         @contextlib.contextmanager
         def stalled_after_begin() -> Iterator[Transaction]:
             with begin() as tx:
-                tx.run("db_now")  # the transaction is open: its now() is fixed from here
+                Reads(tx).now()  # the transaction is open: its now() is fixed from here
                 began.set()
                 assert resume.wait(RACE_TIMEOUT_S)
                 yield tx

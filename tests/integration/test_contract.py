@@ -27,10 +27,10 @@ import pytest
 
 from flowforge import errors
 from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
-from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.projections.tables import TaskRunRow
+from tests.helpers import claim, wait_until_expired
 
 LEASE_S = 30.0
 #: A lease that has run out by the time the next statement runs, or a few polls later.
@@ -62,20 +62,6 @@ def start_run(app: FlowForge, *, max_attempts: int = 3) -> tuple[UUID, dict[str,
     """A new run of ROOT -> CHILD: ROOT is created ready, CHILD pending."""
     run_id = app.start_workflow_run(_definition(max_attempts))
     return run_id, {t.task_key: t for t in app.task_runs(run_id)}
-
-
-def wait_until_expired(app: FlowForge, *task_run_ids: UUID) -> None:
-    """Poll until the database's clock says every one of these leases has expired."""
-    deadline = time.monotonic() + CLOCK_DEADLINE_S
-    while not set(task_run_ids) <= set(app.expired_leases()):
-        assert time.monotonic() < deadline, f"leases of {task_run_ids} never expired"
-        time.sleep(POLL_S)
-
-
-def claim(app: FlowForge, task_run_id: UUID, worker: str, lease_s: float = LEASE_S) -> Claim:
-    won = app.claim_task_run(task_run_id, worker, lease_s)
-    assert won is not None, f"{worker} lost a claim nobody else was making"
-    return won
 
 
 def task_in(app: FlowForge, state: str, *, lease_s: float = LEASE_S) -> tuple[UUID, int]:

@@ -8,7 +8,6 @@ need no broker.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.config import BrokerConfig
 from flowforge.processes import rabbitmq, transport
 from tests import servers, topology
+from tests.helpers import rabbitmqctl, wait_until
 
 #: How long a test waits for something the broker does asynchronously (dead-lettering,
 #: restarting). Polling stops as soon as it happens; the bound only ends a broken test.
@@ -39,25 +39,6 @@ def dispatch(task_key: str = "extract", fencing_token: int = 1) -> DispatchMessa
         task_type="http_get",
         fencing_token=fencing_token,
     )
-
-
-def poll(check: Callable[[], Any], what: str, deadline_s: float = DEADLINE_S) -> Any:
-    """``check()``'s first truthy result, polled until a deadline."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {deadline_s} s waiting for {what}")
-        time.sleep(0.05)
-
-
-def rabbitmqctl(*args: str) -> str:
-    completed = subprocess.run(
-        ["rabbitmqctl", *args], capture_output=True, text=True, check=True, timeout=180
-    )
-    return completed.stdout
 
 
 # --- against the broker ---------------------------------------------------------------
@@ -361,10 +342,11 @@ def test_settling_a_delivery_twice_raises(
 
 
 def dead_letter(admin: Admin) -> tuple[Any, bytes]:
-    result: tuple[Any, bytes] = poll(
-        lambda: admin.take(admin.config.dead_letter_queue), "a message on the dead-letter queue"
+    return wait_until(
+        lambda: admin.take(admin.config.dead_letter_queue),
+        DEADLINE_S,
+        "a message on the dead-letter queue",
     )
-    return result
 
 
 def test_a_dead_lettered_delivery_lands_on_the_dead_letter_queue_intact(
@@ -486,8 +468,12 @@ def test_the_publisher_fails_while_the_broker_is_down_and_publishes_once_it_is_b
         rabbitmqctl("await_startup")
 
     after = dispatch("after")
-    poll(lambda: _published(publisher, after), "the publisher to publish after the restart")
-    bodies = set()
+    wait_until(
+        lambda: _published(publisher, after),
+        DEADLINE_S,
+        "the publisher to publish after the restart",
+    )
+    bodies: set[bytes] = set()
     while (delivery := consumer.get(DEADLINE_S if len(bodies) < 2 else QUIET_S)) is not None:
         bodies.add(delivery.body)
         delivery.ack()

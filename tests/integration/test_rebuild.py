@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import closing
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -203,11 +204,11 @@ def run_threads(
         return run
 
     threads = [
-        threading.Thread(target=guarded(lambda i=i: worker(i)), name=f"workload-{i}")
+        threading.Thread(target=guarded(partial(worker, i)), name=f"workload-{i}")
         for i in range(THREADS)
     ]
     threads += [
-        threading.Thread(target=guarded(lambda fn=fn: fn(barrier)), name="extra") for fn in extra
+        threading.Thread(target=guarded(partial(fn, barrier)), name="extra") for fn in extra
     ]
     for thread in threads:
         thread.start()

@@ -35,11 +35,11 @@ from hypothesis.stateful import (
 
 from flowforge import errors
 from flowforge.aggregates import task_run, workflow_run
-from flowforge.aggregates.definition import load_definition
 from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.states import TaskRunState
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
+from flowforge.app.definition_files import load_definition
 from flowforge.app.service import FlowForge
 from tests.conftest import empty_postgres
 
@@ -176,9 +176,9 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
         sometimes any task run (where it must lose)."""
         everyone = list(self.task_models)  # creation order: replays draw the same task
         likely = [t for t in everyone if self.model(t).state in states]
-        if due is not None and data.draw(st.integers(0, 2), label="due"):
+        if due is not None and data.draw(st.integers(0, 2), label="due") > 0:
             likely = [t for t in likely if self.is_due(t, due)]
-        if likely and data.draw(st.integers(0, 4), label="likely"):
+        if likely and data.draw(st.integers(0, 4), label="likely") > 0:
             return data.draw(st.sampled_from(likely), label="task")
         return data.draw(st.sampled_from(everyone), label="task")
 
@@ -510,10 +510,7 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             "finish": lambda: self.app.finish_task_run(missing, 1, "succeed"),
             "retry_ready": lambda: self.app.retry_ready(missing),
             "schedule_retry": lambda: self.app.schedule_retry(missing),
-            **{
-                name: lambda name=name: self.app.transition_task_run(missing, name)
-                for name in MOVES
-            },
+            **{name: self._move(missing, name) for name in MOVES},
             "run": lambda: self.app.transition_workflow_run(missing, "start"),
         }
         name = data.draw(st.sampled_from(list(commands)), label="command")
@@ -538,6 +535,9 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             assert {k: row[k] for k in snapshot} == snapshot
             assert self.app.workflow_run_aggregate(run).snapshot() == snapshot
             assert list(self.log_of(run)) == events
+
+    def _move(self, task: UUID, name: str) -> Callable[[], object]:
+        return lambda: self.app.transition_task_run(task, name)
 
     def log_of(self, aggregate_id: UUID) -> Iterator[DomainEventProtocol[UUID]]:
         events = self.app.events

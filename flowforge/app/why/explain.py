@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from flowforge.aggregates import task_run
 from flowforge.app.results import AuditEntry
 from flowforge.app.service import FlowForge
 from flowforge.app.why.facts import (
@@ -337,15 +338,8 @@ def _phrase(t: TaskView, at: datetime) -> str:
 
 
 def _upstream_fact(t: TaskView) -> dict[str, Any]:
-    return {
-        "task_key": t.task_key,
-        "task_run_id": t.id,
-        "state": t.state,
-        "attempt": t.attempt,
-        "lease_owner": t.lease_owner,
-        "lease_expires_at": t.lease_expires_at,
-        "retry_due_at": t.retry_due_at,
-    }
+    """What ``why --json`` says of each upstream task: the declared brief fields."""
+    return {"task_run_id": t.id, **task_run.DECLARATION.shown_values(t, brief=True)}
 
 
 def _attempt_lines(log: Sequence[AuditEntry]) -> list[str]:

@@ -15,9 +15,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from flowforge.aggregates import task_run, workflow_run
+from flowforge.aggregates.base import view
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
-from flowforge.aggregates.task_run import TaskRun
-from flowforge.aggregates.workflow_run import WorkflowRun
+from flowforge.aggregates.task_run import TaskRun, TaskRunChanges, TaskRunFixed
+from flowforge.aggregates.workflow_run import WorkflowRun, WorkflowRunChanges, WorkflowRunFixed
 from flowforge.app.results import AuditEntry
 from flowforge.app.service import FlowForge
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
@@ -29,66 +31,33 @@ TERMINAL_RUN_STATES = frozenset(state.value for state in WORKFLOW_RUN_MACHINE.te
 # --- the facts ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class TaskView:
-    """One task run as ``why`` needs it: from its row, or its reconstituted aggregate."""
+@view
+class TaskView(TaskRunFixed, TaskRunChanges):
+    """One task run as ``why`` needs it: every declared field, from its row or its
+    reconstituted aggregate (so a newly declared field is here without an edit)."""
 
     id: UUID
-    task_key: str
-    task_type: str
-    depends_on: tuple[str, ...]
     state: str
-    attempt: int
-    max_attempts: int
-    fencing_token: int
-    lease_owner: str | None
-    lease_expires_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    retry_due_at: datetime | None
-    error: dict[str, str] | None
 
     @classmethod
     def of(cls, source: TaskRunRow | TaskRun) -> TaskView:
-        return cls(
-            id=source.id,
-            task_key=source.task_key,
-            task_type=source.task_type,
-            depends_on=tuple(source.depends_on),
-            state=str(source.state),
-            attempt=source.attempt,
-            max_attempts=source.max_attempts,
-            fencing_token=source.fencing_token,
-            lease_owner=source.lease_owner,
-            lease_expires_at=source.lease_expires_at,
-            started_at=source.started_at,
-            finished_at=source.finished_at,
-            retry_due_at=source.retry_due_at,
-            error=source.error,
-        )
+        return cls(id=source.id, **task_run.DECLARATION.values(source))
 
     @property
     def failed_for_good(self) -> bool:
         return self.state == "failed" and self.attempt >= self.max_attempts
 
 
-@dataclass(frozen=True, slots=True)
-class RunView:
+@view
+class RunView(WorkflowRunFixed, WorkflowRunChanges):
+    """One workflow run as ``why`` needs it: every declared field."""
+
     id: UUID
-    workflow_name: str
     state: str
-    started_at: datetime | None
-    finished_at: datetime | None
 
     @classmethod
     def of(cls, source: WorkflowRunRow | WorkflowRun) -> RunView:
-        return cls(
-            source.id,
-            source.workflow_name,
-            str(source.state),
-            source.started_at,
-            source.finished_at,
-        )
+        return cls(id=source.id, **workflow_run.DECLARATION.values(source))
 
 
 @dataclass(frozen=True, slots=True)

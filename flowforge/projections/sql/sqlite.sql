@@ -1,294 +1,75 @@
--- FlowForge's projected tables and every statement that touches them, for SQLite
--- (the embedded default).
--- Blocks are "-- name: <name>"; flowforge.projections.queries loads them once.
--- Parameters are :name; a parameter named like a column carries that column's value.
--- {task_run_states} and {workflow_run_states} are filled from the enums in
--- flowforge.aggregates.states when the schema is created, so the CHECKs cannot drift.
--- {now} is the database's clock in integer microseconds since the epoch (the unit every
--- timestamp column stores): SQLite's 'now' is fixed for one statement, as now() is for
--- one PostgreSQL transaction. uuids and JSON are stored as text.
+-- What SQLite (the embedded default) needs that PostgreSQL does not: the macros
+-- common.sql uses, and the statements that exist only here. Every statement both
+-- databases run is in common.sql. A "-- macro: <name>" block is the text {name} stands
+-- for in common.sql.
 
--- name: create_schema_table
-CREATE TABLE IF NOT EXISTS flowforge_schema (
-    version integer PRIMARY KEY,
-    applied_at integer NOT NULL
-);
+-- Microseconds since the epoch by SQLite's clock, the unit every timestamp column
+-- stores (julianday is exact to the millisecond). SQLite's 'now' is fixed for one
+-- statement, as now() is for one PostgreSQL transaction.
+-- macro: now
+(CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS integer) * 1000)
 
+-- No greatest() here, unlike PostgreSQL. There, now() is read when the transaction
+-- starts, which can be before a concurrent writer of the same row commits. Here every
+-- write transaction starts with BEGIN IMMEDIATE (SqliteDatabase.transaction in
+-- database.py), which takes the database's write lock before the first statement, and
+-- the clock is read inside the UPDATE itself: the previous writer of the row committed
+-- before this one got the lock, so this clock read comes after that one's. Per row, the
+-- timestamps follow the versions as long as the machine's clock does not step back;
+-- two versions in the same millisecond get equal timestamps, which the audit log
+-- orders by version.
+-- macro: touched_at
+{now}
+
+-- macro: seconds
+CAST(:param * 1000000 AS integer)
+
+-- SQLite has no uuid, json or timestamp type: uuids and JSON are text, timestamps
+-- integer microseconds (flowforge/projections/database.py encodes and decodes them).
+-- macro: uuid
+text
+
+-- macro: json
+text
+
+-- macro: timestamp
+integer
+
+-- macro: bigint
+integer
+
+-- The eventsourcing library's SQLite recorder: its fixed table, in insertion order.
+-- macro: events_table
+stored_events
+
+-- macro: event_order
+rowid
+
+-- No row locks in SQLite: BEGIN IMMEDIATE already holds the whole database's write lock
+-- for the transaction, so one advance of a run at a time and one publisher sweep at a
+-- time follow from it.
+-- macro: for_update
+
+
+-- macro: for_update_skip_locked
+
+
+-- A new deployment's id (flowforge_deployment): 12 random hex digits.
+-- macro: random_deployment_id
+lower(hex(randomblob(6)))
+
+-- The task types a runner has handlers for, given as a JSON array (:task_types).
+-- macro: task_types_list
+SELECT value FROM json_each(:task_types)
+
+-- The write lock (BEGIN IMMEDIATE) already serialises schema creation.
 -- name: lock_schema
 SELECT 1;
 
--- name: select_schema_version
-SELECT coalesce(max(version), 0) AS version FROM flowforge_schema;
-
--- name: record_schema_version
-INSERT INTO flowforge_schema (version, applied_at) VALUES (:version, {now});
-
--- name: migration_001
-CREATE TABLE workflow_runs (
-    id text PRIMARY KEY,
-    workflow_name text NOT NULL,
-    definition text NOT NULL,
-    inputs text NOT NULL,
-    idempotency_key text CONSTRAINT workflow_runs_idempotency_key_unique UNIQUE,
-    state text NOT NULL
-        CONSTRAINT workflow_runs_state_enum CHECK (state IN ({workflow_run_states})),
-    started_at integer,
-    finished_at integer,
-    version integer NOT NULL CONSTRAINT workflow_runs_version_positive CHECK (version >= 1),
-    created_at integer NOT NULL,
-    updated_at integer NOT NULL
-);
-CREATE INDEX workflow_runs_created_at_idx ON workflow_runs (created_at DESC);
-CREATE INDEX workflow_runs_active_idx ON workflow_runs (state)
-    WHERE state IN ('pending', 'running');
-CREATE TABLE task_runs (
-    id text PRIMARY KEY,
-    workflow_run_id text NOT NULL REFERENCES workflow_runs (id),
-    task_key text NOT NULL,
-    task_type text NOT NULL,
-    depends_on text NOT NULL,
-    max_attempts integer NOT NULL
-        CONSTRAINT task_runs_max_attempts_positive CHECK (max_attempts >= 1),
-    state text NOT NULL CONSTRAINT task_runs_state_enum CHECK (state IN ({task_run_states})),
-    fencing_token integer NOT NULL
-        CONSTRAINT task_runs_fencing_token_non_negative CHECK (fencing_token >= 0),
-    attempt integer NOT NULL CONSTRAINT task_runs_attempt_positive CHECK (attempt >= 1),
-    lease_owner text,
-    lease_expires_at integer,
-    started_at integer,
-    finished_at integer,
-    retry_due_at integer,
-    result text,
-    error text,
-    version integer NOT NULL CONSTRAINT task_runs_version_positive CHECK (version >= 1),
-    created_at integer NOT NULL,
-    updated_at integer NOT NULL,
-    CONSTRAINT task_runs_workflow_run_task_key_unique UNIQUE (workflow_run_id, task_key),
-    CONSTRAINT taskrun_lease_iff_running
-        CHECK ((state = 'running') = (lease_expires_at IS NOT NULL))
-);
-CREATE INDEX task_runs_lease_expires_at_idx ON task_runs (lease_expires_at)
-    WHERE state = 'running';
-CREATE INDEX task_runs_unfinished_idx ON task_runs (workflow_run_id)
-    WHERE state IN ('pending', 'ready', 'running', 'retrying', 'failed');
-CREATE TABLE dispatch_outbox (
-    dispatch_id text PRIMARY KEY,
-    task_run_id text NOT NULL,
-    task_key text NOT NULL,
-    task_type text NOT NULL,
-    fencing_token integer NOT NULL
-        CONSTRAINT dispatch_outbox_fencing_token_non_negative CHECK (fencing_token >= 0),
-    created_at integer NOT NULL,
-    published_at integer
-);
-CREATE INDEX dispatch_outbox_pending_idx ON dispatch_outbox (created_at)
-    WHERE published_at IS NULL;
-CREATE INDEX dispatch_outbox_task_run_idx ON dispatch_outbox (task_run_id);
-
--- The deployment's identity: one row, written once by the migration that creates it (at
--- `flowforge db init`). It names the deployment's dispatch topology and is carried by
--- every dispatch, so two deployments on one broker never take each other's tasks.
--- name: migration_002
-CREATE TABLE flowforge_deployment (
-    singleton integer PRIMARY KEY CHECK (singleton = 1),
-    deployment_id text NOT NULL CHECK (length(deployment_id) = 12),
-    created_at integer NOT NULL
-);
-INSERT INTO flowforge_deployment (singleton, deployment_id, created_at)
-VALUES (1, lower(hex(randomblob(6))), {now});
-
--- name: select_deployment
-SELECT deployment_id FROM flowforge_deployment;
-
--- name: db_now
-SELECT {now} AS db_now;
-
--- name: insert_stored_event
-INSERT INTO stored_events (originator_id, originator_version, topic, state)
-VALUES (:originator_id, :originator_version, :topic, :state);
-
--- name: select_stored_events
-SELECT originator_id, originator_version, topic, state
-FROM stored_events ORDER BY rowid;
-
--- name: insert_workflow_run
-INSERT INTO workflow_runs (id, workflow_name, definition, inputs, idempotency_key, state,
-                           started_at, finished_at, version, created_at, updated_at)
-VALUES (:id, :workflow_name, :definition, :inputs, :idempotency_key,
-        :state, NULL, NULL, :version, :created_at, :created_at)
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id;
-
--- name: select_run_by_idempotency_key
-SELECT id FROM workflow_runs WHERE idempotency_key = :idempotency_key;
-
--- name: insert_task_run
-INSERT INTO task_runs (id, workflow_run_id, task_key, task_type, depends_on, max_attempts,
-                       state, fencing_token, attempt, version, created_at, updated_at)
-VALUES (:id, :workflow_run_id, :task_key, :task_type, :depends_on,
-        :max_attempts, :state, 0, 1, :version, :created_at, :created_at);
-
--- name: apply_task_run_event
-UPDATE task_runs
-SET state = :state, fencing_token = :fencing_token, attempt = :attempt,
-    lease_owner = :lease_owner, lease_expires_at = :lease_expires_at,
-    started_at = :started_at, finished_at = :finished_at,
-    retry_due_at = :retry_due_at, result = :result, error = :error,
-    version = :version, updated_at = :updated_at
-WHERE id = :id AND version = :version - 1
-RETURNING id;
-
--- name: apply_workflow_run_event
-UPDATE workflow_runs
-SET state = :state, started_at = :started_at, finished_at = :finished_at,
-    version = :version, updated_at = :updated_at
-WHERE id = :id AND version = :version - 1
-RETURNING id;
-
--- name: delete_task_runs
-DELETE FROM task_runs;
-
--- name: delete_workflow_runs
-DELETE FROM workflow_runs;
-
+-- The write lock already keeps writers out during a rebuild.
 -- name: lock_projected_tables
 SELECT 1;
 
--- name: insert_outbox
-INSERT INTO dispatch_outbox (dispatch_id, task_run_id, task_key, task_type, fencing_token,
-                             created_at)
-VALUES (:dispatch_id, :task_run_id, :task_key, :task_type, :fencing_token,
-        :created_at);
-
--- The conditional writes. Each is ONE statement: the WHERE clause is the whole
--- condition, the database decides the race, and 0 rows means "lost" (not an error).
--- They compute the new row in the database (its clock, its token) and return it whole.
-
--- name: task_move
-UPDATE task_runs
-SET state = :target,
-    finished_at = CASE WHEN :terminal THEN {now} ELSE finished_at END,
-    retry_due_at = NULL, version = version + 1, updated_at = {now}
-WHERE id = :id AND state = :source
-RETURNING *;
-
--- name: task_retry_ready
-UPDATE task_runs
-SET state = :target, retry_due_at = NULL, version = version + 1, updated_at = {now}
-WHERE id = :id AND state = :source
-  AND (retry_due_at IS NULL OR retry_due_at <= {now})
-RETURNING *;
-
--- name: task_claim
-UPDATE task_runs
-SET state = :target, fencing_token = fencing_token + 1,
-    lease_owner = :worker_id,
-    lease_expires_at = {now} + CAST(:lease_seconds * 1000000 AS integer),
-    started_at = coalesce(started_at, {now}),
-    version = version + 1, updated_at = {now}
-WHERE id = :id AND state = :source
-RETURNING *;
-
--- name: task_finish
-UPDATE task_runs
-SET state = :target, lease_owner = NULL, lease_expires_at = NULL, finished_at = {now},
-    result = :result, error = :error, version = version + 1, updated_at = {now}
-WHERE id = :id AND state = :source AND fencing_token = :fencing_token
-RETURNING *;
-
--- name: task_renew_lease
-UPDATE task_runs
-SET lease_expires_at = {now} + CAST(:lease_seconds * 1000000 AS integer),
-    version = version + 1, updated_at = {now}
-WHERE id = :id AND state = :source AND fencing_token = :fencing_token
-RETURNING *;
-
--- name: task_reclaim
-UPDATE task_runs
-SET state = :target, fencing_token = fencing_token + 1, lease_owner = NULL,
-    lease_expires_at = NULL, version = version + 1, updated_at = {now}
-WHERE id = :id AND state = :source AND lease_expires_at < {now}
-RETURNING *;
-
--- name: task_schedule_retry
-UPDATE task_runs
-SET state = :target, attempt = attempt + 1, finished_at = NULL, lease_owner = NULL,
-    lease_expires_at = NULL,
-    retry_due_at = {now} + CAST(:delay_seconds * 1000000 AS integer),
-    version = version + 1, updated_at = {now}
-WHERE id = :id AND state = :source AND attempt < max_attempts
-RETURNING *;
-
--- name: run_move
-UPDATE workflow_runs
-SET state = :target,
-    started_at = CASE WHEN :starts THEN {now} ELSE started_at END,
-    finished_at = CASE WHEN :terminal THEN {now} ELSE finished_at END,
-    version = version + 1, updated_at = {now}
-WHERE id = :id AND state = :source
-RETURNING *;
-
--- Queries the processes read. They read the projected tables, never the event log.
-
--- name: select_task_run
-SELECT * FROM task_runs WHERE id = :id;
-
--- name: select_workflow_run
-SELECT * FROM workflow_runs WHERE id = :id;
-
--- SQLite's write transaction (BEGIN IMMEDIATE) already holds the database's lock.
--- name: lock_workflow_run
-SELECT * FROM workflow_runs WHERE id = :id;
-
--- name: select_task_runs_of_run
-SELECT * FROM task_runs WHERE workflow_run_id = :workflow_run_id ORDER BY created_at, task_key;
-
--- name: select_recent_runs
-SELECT * FROM workflow_runs ORDER BY created_at DESC, id LIMIT :limit;
-
--- name: select_ready_task_runs
-SELECT * FROM task_runs WHERE state = 'ready' ORDER BY updated_at LIMIT :limit;
-
--- name: select_expired_leases
-SELECT id FROM task_runs
-WHERE state = 'running' AND lease_expires_at < {now}
-ORDER BY lease_expires_at LIMIT :limit;
-
--- name: select_runs_to_advance
-SELECT id FROM workflow_runs WHERE state IN ('pending', 'running')
-UNION
-SELECT DISTINCT workflow_run_id FROM task_runs
-WHERE state IN ('pending', 'ready', 'running', 'retrying');
-
--- A ready task whose dispatch was lost (dead-lettered past the delivery limit, or held
--- in memory by an embedded process that exited) would wait forever: the safety net
--- finds ready tasks that have waited longer than :older_than seconds with no dispatch
--- pending or recently published.
--- name: select_stalled_ready
-SELECT t.* FROM task_runs t
-WHERE t.state = 'ready' AND t.updated_at <= {now} - CAST(:older_than * 1000000 AS integer)
-  AND NOT EXISTS (
-      SELECT 1 FROM dispatch_outbox o
-      WHERE o.task_run_id = t.id
-        AND (o.published_at IS NULL OR o.published_at > {now} - CAST(:older_than * 1000000 AS integer)))
-ORDER BY t.updated_at LIMIT :limit;
-
--- name: select_pending_outbox
-SELECT * FROM dispatch_outbox WHERE published_at IS NULL
-ORDER BY created_at LIMIT :limit;
-
--- Only the dispatches of the task types a publisher's workers have handlers for (the
--- embedded runner, flowforge/processes/runner.py): the others wait for their own runner.
--- name: select_pending_outbox_of_types
-SELECT * FROM dispatch_outbox WHERE published_at IS NULL
-AND task_type IN (SELECT value FROM json_each(:task_types))
-ORDER BY created_at LIMIT :limit;
-
--- name: mark_outbox_published
-UPDATE dispatch_outbox SET published_at = {now} WHERE dispatch_id = :dispatch_id;
-
--- name: select_outbox_of_task_run
-SELECT * FROM dispatch_outbox WHERE task_run_id = :task_run_id ORDER BY created_at;
-
--- name: count_pending_outbox
-SELECT count(*) AS pending FROM dispatch_outbox WHERE published_at IS NULL;
+-- Whether the schema was ever created, asked without creating anything (the catalog).
+-- name: schema_table_exists
+SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = 'flowforge_schema';

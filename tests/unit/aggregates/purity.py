@@ -23,7 +23,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,7 +146,7 @@ def find_forbidden_imports(source: str, filename: str) -> list[Violation]:
         for name in _imported_names(node, module, is_package):
             root = forbidden_root(name)
             if root is not None:
-                violations.append(Violation(filename, node.lineno, name, root))
+                violations.append(Violation(filename, getattr(node, "lineno", 0), name, root))
     return sorted(violations, key=lambda v: (v.lineno, v.name))
 
 
@@ -217,8 +217,8 @@ def _dynamic_import_names(call: ast.Call, package: str) -> Iterator[str]:
         else:
             yield name
         return
-    level = _argument(call, 4, "level")
-    base = _resolve_relative(package, level, name) if isinstance(level, int) and level else name
+    given = _argument(call, 4, "level")
+    base = _resolve_relative(package, given, name) if isinstance(given, int) and given else name
     if base is None:
         return
     yield base
@@ -406,6 +406,8 @@ def _warm_up() -> None:
 
     Sent to the subprocess as source, like :func:`_harness`.
     """
+    from typing import Self
+
     from eventsourcing.domain import Aggregate, event
     from pydantic import (
         BaseModel,
@@ -425,11 +427,11 @@ def _warm_up() -> None:
 
         @field_validator("name")
         @classmethod
-        def _strip(cls, value):
+        def _strip(cls, value: str) -> str:
             return value.strip()
 
         @model_validator(mode="after")
-        def _whole(self):
+        def _whole(self) -> Self:
             return self
 
     model = Model.model_validate({"name": " a ", "tags": ["x"]})
@@ -443,11 +445,11 @@ def _warm_up() -> None:
         exc.errors()
 
     class Thing(Aggregate):
-        def __init__(self, name):
+        def __init__(self, name: str) -> None:
             self.name = name
 
         @event("Renamed")
-        def rename(self, name):
+        def rename(self, name: str) -> None:
             self.name = name
 
     thing = Thing(name="a")
@@ -455,14 +457,17 @@ def _warm_up() -> None:
     thing.collect_events()
 
 
-def _harness(warm_up) -> None:
+def _harness(warm_up: Callable[[], None]) -> None:
     """The subprocess's program: its source is sent with ``python -c``, so it is
     self-contained and imports only what it needs (all of it before the baseline)."""
     import importlib
+    import importlib.abc
     import importlib.machinery
     import json
     import sys
     import traceback
+    from types import FrameType
+    from typing import Any
 
     config = json.loads(sys.argv[1])
     forbidden = tuple(config["forbidden"])
@@ -470,7 +475,7 @@ def _harness(warm_up) -> None:
     checked_roots = tuple(sorted({name.partition(".")[0] for name in config["modules"]}))
     machinery = frozenset({"importlib", "importlib._bootstrap", "importlib._bootstrap_external"})
 
-    def under(name, roots):
+    def under(name: str, roots: tuple[str, ...]) -> str | None:
         matches = [root for root in roots if name == root or name.startswith(root + ".")]
         return max(matches, key=len) if matches else None
 
@@ -479,9 +484,9 @@ def _harness(warm_up) -> None:
     warm_up()
     baseline = frozenset(sys.modules) - {"__main__"}
 
-    kept = {}
+    kept: dict[str, Any] = {}
 
-    def purge():
+    def purge() -> None:
         for name in list(sys.modules):
             if under(name, forbidden):
                 kept[name] = sys.modules.pop(name)
@@ -489,7 +494,7 @@ def _harness(warm_up) -> None:
     purge()
     purged = sorted(kept)
 
-    def responsible(frame):
+    def responsible(frame: FrameType | None) -> tuple[str, str | None, str | None]:
         """('checked' | 'allowed', the module that ran the import, the one answerable)."""
         importer = None
         while frame is not None:
@@ -506,25 +511,25 @@ def _harness(warm_up) -> None:
             frame = frame.f_back  # loaded during the run: answerable is whoever imported it
         return "checked", importer, None
 
-    class Reuse:
+    class Reuse(importlib.abc.Loader):
         """Hands an allowed library the very module object it had before the purge."""
 
-        def __init__(self, module):
+        def __init__(self, module: Any) -> None:
             self.module = module
             self.spec = getattr(module, "__spec__", None)
 
-        def create_module(self, spec):
+        def create_module(self, spec: Any) -> Any:
             return self.module
 
-        def exec_module(self, module):
+        def exec_module(self, module: Any) -> None:
             if self.spec is not None:
                 module.__spec__ = self.spec
 
-    current = {"module": None}
-    attempts = []
+    current: dict[str, str | None] = {"module": None}
+    attempts: list[dict[str, Any]] = []
 
     class Blocker:
-        def find_spec(self, fullname, path=None, target=None):
+        def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
             verdict, importer, answerable = responsible(sys._getframe(1))
             if verdict == "checked":
                 purge()
@@ -550,11 +555,12 @@ def _harness(warm_up) -> None:
 
     blocker = Blocker()
     sys.meta_path.insert(0, blocker)
-    results = []
+    results: list[dict[str, Any]] = []
     for module in config["modules"]:
         purge()
         current["module"] = module
         first = len(attempts)
+        error: str | None
         try:
             importlib.import_module(module)
         except BaseException as exc:

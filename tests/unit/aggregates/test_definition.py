@@ -1,5 +1,5 @@
 """The workflow definition model: every rule has a bad definition that breaks it, and the
-message must name the offence (field path, keys, cycle members, file)."""
+message must name the offence (field path, keys, cycle members)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import itertools
 import json
 import re
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,26 +18,9 @@ from flowforge.aggregates.definition import (
     RetryPolicy,
     TaskDefinition,
     WorkflowDefinition,
-    load_definition,
+    parse_definition,
 )
 from flowforge.errors import InvalidWorkflowDefinitionError
-
-ETL_TOML = """\
-name = "etl"
-lease_seconds = 30
-[retry]
-max_attempts = 3
-[[tasks]]
-key = "extract"
-type = "extract"
-[[tasks]]
-key = "load"
-type = "load"
-depends_on = ["extract"]
-lease_seconds = 120
-[tasks.retry]
-max_attempts = 5
-"""
 
 CYCLE = re.compile(r"dependency cycle (\w+(?: -> \w+)+)")
 
@@ -52,9 +34,9 @@ def workflow(*tasks: dict[str, Any], **fields: Any) -> dict[str, Any]:
 
 
 def problems(data: Any) -> list[str]:
-    """The lines of the error ``load_definition`` raises for ``data``."""
+    """The lines of the error ``parse_definition`` raises for ``data``."""
     with pytest.raises(InvalidWorkflowDefinitionError) as caught:
-        load_definition(data)
+        parse_definition(data)
     return str(caught.value).splitlines()
 
 
@@ -320,7 +302,7 @@ def test_building_a_workflow_directly_raises_the_same_clear_text() -> None:
 
 
 def test_a_workflow_cannot_be_changed_after_it_is_built() -> None:
-    definition = load_definition(workflow(task("a")))
+    definition = parse_definition(workflow(task("a")))
     with pytest.raises(ValidationError):
         definition.name = "other"  # type: ignore[misc]
     assert definition.name == "wf"
@@ -330,18 +312,18 @@ def test_a_workflow_cannot_be_changed_after_it_is_built() -> None:
 
 
 def test_task_finds_a_task_by_key() -> None:
-    definition = load_definition(workflow(task("a"), task("b", "a")))
+    definition = parse_definition(workflow(task("a"), task("b", "a")))
     assert definition.task("b").depends_on == ("a",)
 
 
 def test_an_unknown_task_key_is_a_key_error_listing_the_known_keys() -> None:
-    definition = load_definition(workflow(task("a"), task("b")))
+    definition = parse_definition(workflow(task("a"), task("b")))
     with pytest.raises(KeyError, match=r"no task 'zz' in workflow 'wf' \(known: a, b\)"):
         definition.task("zz")
 
 
 def test_a_task_without_its_own_retry_policy_or_lease_uses_the_workflows() -> None:
-    definition = load_definition(
+    definition = parse_definition(
         workflow(
             task("a"),
             task("b", retry={"max_attempts": 7}, lease_seconds=5),
@@ -356,20 +338,20 @@ def test_a_task_without_its_own_retry_policy_or_lease_uses_the_workflows() -> No
 
 
 def test_the_topological_order_breaks_ties_by_definition_order() -> None:
-    definition = load_definition(workflow(task("x", "y"), task("y"), task("z")))
+    definition = parse_definition(workflow(task("x", "y"), task("y"), task("z")))
     # y and z are ready at once: y is defined first; x is ready after y and before z.
     assert definition.topological_order() == ("y", "x", "z")
 
 
 def test_the_topological_order_puts_every_task_after_its_dependencies() -> None:
-    definition = load_definition(
+    definition = parse_definition(
         workflow(task("d", "b", "c"), task("c", "a"), task("b", "a"), task("a"))
     )
     assert definition.topological_order() == ("a", "c", "b", "d")
 
 
 def test_dependents_are_the_direct_dependents_in_definition_order() -> None:
-    definition = load_definition(
+    definition = parse_definition(
         workflow(task("a"), task("c", "a"), task("b", "a"), task("d", "b"))
     )
     assert definition.dependents("a") == ("c", "b")
@@ -378,11 +360,11 @@ def test_dependents_are_the_direct_dependents_in_definition_order() -> None:
 
 def test_dependents_of_an_unknown_task_is_a_key_error() -> None:
     with pytest.raises(KeyError, match="no task 'q'"):
-        load_definition(workflow(task("a"))).dependents("q")
+        parse_definition(workflow(task("a"))).dependents("q")
 
 
 def test_to_dict_is_json_and_round_trips_to_an_equal_definition() -> None:
-    definition = load_definition(
+    definition = parse_definition(
         workflow(task("a", retry={"jitter": 0}), task("b", "a", lease_seconds=3))
     )
     data = json.loads(json.dumps(definition.to_dict()))
@@ -390,108 +372,9 @@ def test_to_dict_is_json_and_round_trips_to_an_equal_definition() -> None:
     assert WorkflowDefinition.model_validate(data) == definition
 
 
-# --- loading -------------------------------------------------------------------------
-
-
-def test_a_definition_passes_through_load_definition_unchanged() -> None:
-    definition = load_definition(workflow(task("a")))
-    assert load_definition(definition) is definition
-
-
-def test_the_issues_toml_shape_loads(tmp_path: Path) -> None:
-    path = tmp_path / "etl.toml"
-    path.write_text(ETL_TOML)
-    definition = load_definition(path)
-    assert definition.name == "etl"
-    assert definition.topological_order() == ("extract", "load")
-    assert definition.retry_policy_for("extract").max_attempts == 3
-    assert definition.retry_policy_for("load").max_attempts == 5
-    assert definition.lease_seconds_for("load") == 120
-
-
-def test_a_json_file_loads_from_a_string_path(tmp_path: Path) -> None:
-    path = tmp_path / "wf.json"
-    path.write_text(json.dumps(workflow(task("a"), task("b", "a"))))
-    assert load_definition(str(path)).dependents("a") == ("b",)
-
-
-def test_a_bad_toml_definition_names_the_file_and_the_field(tmp_path: Path) -> None:
-    path = tmp_path / "bad.toml"
-    path.write_text(ETL_TOML.replace('depends_on = ["extract"]', 'depends_on = ["c"]'))
-    assert problems(path) == [
-        f"{path}: tasks[1].depends_on: unknown dependency 'c' of task 'load' "
-        "(known: extract, load)"
-    ]
-
-
-def test_a_bad_json_definition_names_the_file_and_each_field(tmp_path: Path) -> None:
-    path = tmp_path / "bad.json"
-    bad = workflow({"key": "a", "type": "work", "dependson": []}, retry={"jitter": 3})
-    path.write_text(json.dumps(bad))
-    lines = problems(path)
-    assert lines[0] == f"{path}: tasks[0].dependson: Extra inputs are not permitted"
-    assert lines[1].startswith(f"{path}: retry.jitter: ")
-    assert len(lines) == 2
-
-
-def test_invalid_toml_is_reported_with_the_file_and_line(tmp_path: Path) -> None:
-    path = tmp_path / "broken.toml"
-    path.write_text('name = "etl"\n[[tasks]\n')
-    (line,) = problems(path)
-    assert line.startswith(f"{path}: invalid TOML: ")
-    assert "line 2" in line
-
-
-def test_invalid_json_is_reported_with_the_file_and_line(tmp_path: Path) -> None:
-    path = tmp_path / "broken.json"
-    path.write_text('{\n  "name": "etl",\n  "tasks": [,]\n}')
-    (line,) = problems(path)
-    assert line.startswith(f"{path}: invalid JSON: ")
-    assert "line 3" in line
-
-
-def test_a_json_file_whose_top_level_is_not_an_object_is_rejected(tmp_path: Path) -> None:
-    path = tmp_path / "list.json"
-    path.write_text("[]")
-    assert problems(path) == [f"{path}: the top level must be a JSON object, got list"]
-
-
-def test_a_missing_file_is_reported_by_name(tmp_path: Path) -> None:
-    path = tmp_path / "nowhere.toml"
-    assert problems(path) == [f"{path}: no such file"]
-
-
-def test_an_unreadable_file_is_reported_by_name(tmp_path: Path) -> None:
-    path = tmp_path / "a_directory.json"
-    path.mkdir()
-    (line,) = problems(path)
-    assert line.startswith(f"{path}: cannot read the file: ")
-
-
-def test_a_file_that_is_not_utf8_is_reported_by_name(tmp_path: Path) -> None:
-    path = tmp_path / "latin1.toml"
-    path.write_bytes('name = "caf\u00e9"'.encode("latin-1"))
-    (line,) = problems(path)
-    assert line.startswith(f"{path}: not UTF-8 text")
-
-
-@pytest.mark.parametrize("name", ["wf.yaml", "wf"])
-def test_an_unsupported_file_type_is_rejected_naming_its_suffix(tmp_path: Path, name: str) -> None:
-    path = tmp_path / name
-    path.write_text("name: wf")
-    (line,) = problems(path)
-    assert line.startswith(f"{path}: unsupported file type ")
-    assert (path.suffix or "(no suffix)") in line
-
-
-def test_load_definition_rejects_a_source_of_the_wrong_kind() -> None:
-    (line,) = problems(42)
-    assert line.endswith("got int")
-
-
 def test_a_validation_failure_keeps_pydantics_error_as_its_cause() -> None:
     with pytest.raises(InvalidWorkflowDefinitionError) as caught:
-        load_definition(workflow())
+        parse_definition(workflow())
     assert isinstance(caught.value.__cause__, ValidationError)
 
 
@@ -516,7 +399,7 @@ def dags(draw: st.DrawFn) -> list[dict[str, Any]]:
 def test_a_random_dag_is_accepted_and_ordered_after_every_dependency(
     tasks: list[dict[str, Any]],
 ) -> None:
-    definition = load_definition(workflow(*tasks))
+    definition = parse_definition(workflow(*tasks))
     order = definition.topological_order()
     assert sorted(order) == sorted(t["key"] for t in tasks)
     position = {key: i for i, key in enumerate(order)}
@@ -554,7 +437,7 @@ def test_a_back_edge_closing_a_cycle_is_rejected_naming_a_real_cycle(
 @settings(max_examples=50)
 @given(dags())
 def test_a_random_dag_round_trips_through_to_dict(tasks: list[dict[str, Any]]) -> None:
-    definition = load_definition(workflow(*tasks))
+    definition = parse_definition(workflow(*tasks))
     restored = WorkflowDefinition.model_validate(json.loads(json.dumps(definition.to_dict())))
     assert restored == definition
     assert restored.topological_order() == definition.topological_order()

@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from flowforge.aggregates import task_run, workflow_run
 from flowforge.app import why
+from flowforge.cli import inspect
+from flowforge.projections.tables import TaskRunRow
+from tests.unit.aggregates.test_task_run import new_task
 
 # --- why's cases that a short run does not reach (pure: no database) -------------------
 
 AT = datetime(2026, 1, 31, 12, 3, 0, tzinfo=UTC)
+RUN_ID = uuid.uuid5(uuid.NAMESPACE_DNS, "run")
 
 
 def view(key: str, state: str, **fields: Any) -> why.TaskView:
     values: dict[str, Any] = {
         "id": uuid.uuid5(uuid.NAMESPACE_DNS, key),
+        "workflow_run_id": RUN_ID,
         "task_key": key,
         "task_type": key,
-        "depends_on": (),
+        "depends_on": [],
         "state": state,
         "attempt": 1,
         "max_attempts": 3,
@@ -28,6 +35,7 @@ def view(key: str, state: str, **fields: Any) -> why.TaskView:
         "started_at": None,
         "finished_at": None,
         "retry_due_at": None,
+        "result": None,
         "error": None,
         **fields,
     }
@@ -35,7 +43,17 @@ def view(key: str, state: str, **fields: Any) -> why.TaskView:
 
 
 def situation(task: why.TaskView, *others: why.TaskView, **fields: Any) -> why.Situation:
-    run = why.RunView(uuid.uuid4(), "etl", "running", AT - timedelta(minutes=1), None)
+    run_values: dict[str, Any] = {
+        "id": RUN_ID,
+        "workflow_name": "etl",
+        "definition": {},
+        "inputs": {},
+        "idempotency_key": None,
+        "state": "running",
+        "started_at": AT - timedelta(minutes=1),
+        "finished_at": None,
+    }
+    run = why.RunView(**run_values)
     values: dict[str, Any] = {
         "at": AT,
         "live": True,
@@ -113,3 +131,37 @@ def test_why_says_a_due_retry_waits_for_a_scheduler() -> None:
     answer = why.explain(situation(task))
     assert answer.reason == "retry_due"
     assert answer.headline.startswith("extract is retrying: attempt 1 failed (TimeoutError: slow)")
+
+
+# --- every declared field reaches why and the CLI without an edit ------------------------
+
+
+def a_task_run_row() -> TaskRunRow:
+    task = new_task()
+    return TaskRunRow.from_mapping({**task.snapshot(), "created_at": AT, "updated_at": AT})
+
+
+def test_why_sees_every_declared_field_of_a_task_run_and_of_a_workflow_run() -> None:
+    task_fields = {f.name for f in dataclasses.fields(why.TaskView)}
+    run_fields = {f.name for f in dataclasses.fields(why.RunView)}
+
+    assert set(task_run.DECLARATION.names) <= task_fields
+    assert set(workflow_run.DECLARATION.names) <= run_fields
+
+
+def test_status_json_shows_every_shown_field_of_a_task_run_under_its_label() -> None:
+    fact = inspect.task_fact(a_task_run_row())
+
+    for name, label in task_run.DECLARATION.shown.items():
+        assert label in fact, f"{name} is declared shown but `status --json` lacks {label!r}"
+    assert set(fact) == {"task_run_id", "duration_s", *task_run.DECLARATION.shown.values()}
+
+
+def test_why_json_names_every_brief_field_of_each_upstream_task() -> None:
+    upstream = view("extract", "running", lease_owner="worker-1")
+    load = view("load", "pending", depends_on=["extract"])
+
+    (fact,) = why.explain(situation(load, upstream)).upstream
+
+    assert set(fact) == {"task_run_id", *task_run.DECLARATION.brief.values()}
+    assert fact["lease_owner"] == "worker-1"

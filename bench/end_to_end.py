@@ -1,0 +1,405 @@
+"""End to end: FlowForge as production runs it, measured the way ../shared/peers measures.
+
+    python -m bench.end_to_end                           # all four measurements, ~3 minutes
+    python -m bench.end_to_end throughput --shape runs --n 5000 --workers 4
+    python -m bench.end_to_end throughput --shape fanout --n 10000
+    python -m bench.end_to_end latency --rate 100 --seconds 20
+    python -m bench.end_to_end chain --length 20
+
+Every measurement starts the scheduler, the publisher and the workers as real processes
+(``python -m flowforge scheduler|publisher|worker``) against PostgreSQL and RabbitMQ, on a
+fresh database (``flowforge_bench_e2e``, dropped at the end unless ``--keep``) and a
+RabbitMQ topology of its own (deleted at the end).
+
+* **throughput** (the peers' method): enqueue N tasks with no process running (``runs``:
+  N one-task runs, one ``start_workflow_run`` each; ``fanout``: one run of N independent
+  tasks, one call), then start the processes; processing ends at the latest ``finished_at``
+  of a succeeded task, read from the database. Reports enqueue/s, process/s, end to end/s,
+  and per task: commits (``pg_stat_database.xact_commit``, this script's own statements
+  subtracted) and events.
+* **latency**: the processes run first; one producer submits one-task runs at a fixed
+  rate (open loop) for a while. Ready -> claimed per task from the audit log (both times
+  are the database's clock): p50, p99, max. Run it at about half of peak throughput.
+* **chain**: one run of a chain of ``--length`` no-op tasks with the processes already
+  running; wall time from the run's first event to its ``finished_at``.
+
+Nothing here asserts a time: the numbers are printed (and written as JSON with
+``--out``), not checked; the only checks are that every task succeeded exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pika
+import psycopg
+
+from flowforge import FlowForge, load_definition
+
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DATABASE = "flowforge_bench_e2e"
+BROKER_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+HANDLERS = "bench.noop_tasks"
+ROOT = Path(__file__).resolve().parent.parent
+#: How long a measurement may take before it is declared stuck.
+DEADLINE_S = 900.0
+
+
+@dataclass
+class Topology:
+    """A RabbitMQ topology of this measurement's own, passed to the processes."""
+
+    name: str = field(default_factory=lambda: f"ffbench-{uuid.uuid4().hex[:8]}")
+
+    def environment(self) -> dict[str, str]:
+        return {
+            "FLOWFORGE_DISPATCH_EXCHANGE": self.name,
+            "FLOWFORGE_DISPATCH_QUEUE": f"{self.name}.tasks",
+            "FLOWFORGE_DISPATCH_ROUTING_KEY": f"{self.name}.tasks",
+            "FLOWFORGE_DEAD_LETTER_EXCHANGE": f"{self.name}.dlx",
+            "FLOWFORGE_DEAD_LETTER_QUEUE": f"{self.name}.dead",
+        }
+
+    def delete(self, broker_url: str) -> None:
+        connection = pika.BlockingConnection(pika.URLParameters(broker_url))
+        try:
+            channel = connection.channel()
+            names = self.environment()
+            for queue in ("FLOWFORGE_DISPATCH_QUEUE", "FLOWFORGE_DEAD_LETTER_QUEUE"):
+                channel.queue_delete(names[queue])
+            for exchange in ("FLOWFORGE_DISPATCH_EXCHANGE", "FLOWFORGE_DEAD_LETTER_EXCHANGE"):
+                channel.exchange_delete(names[exchange])
+        finally:
+            connection.close()
+
+
+def database_url(name: str) -> str:
+    return ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+
+
+def recreate_database(name: str) -> None:
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def drop_database(name: str) -> None:
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class Probe:
+    """This script's own autocommit connection: it counts its statements, each a commit
+    that ``pg_stat_database`` sees and the per-task figure must not."""
+
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.statements = 0
+
+    def one(self, sql: str) -> tuple[Any, ...]:
+        self.statements += 1
+        row = self.conn.execute(sql).fetchone()
+        assert row is not None
+        return row
+
+    def commits(self) -> int:
+        (value,) = self.one(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+        return int(value)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class Processes:
+    """The production processes, each in its own process group, logs in a temp dir."""
+
+    def __init__(self, environment: dict[str, str]) -> None:
+        self.environment = environment
+        self.logs = Path(tempfile.mkdtemp(prefix="flowforge-bench-"))
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *args: str) -> None:
+        with (self.logs / f"{name}.log").open("wb") as log:
+            self.running[name] = subprocess.Popen(
+                [sys.executable, "-m", "flowforge", *args],
+                env=self.environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def start_all(self, workers: int, concurrency: int) -> None:
+        self.start("scheduler", "scheduler")
+        self.start("publisher", "publisher")
+        for index in range(workers):
+            self.start(
+                f"worker-{index}",
+                "worker",
+                "--tasks",
+                HANDLERS,
+                "--concurrency",
+                str(concurrency),
+            )
+
+    def check_alive(self) -> None:
+        for name, process in self.running.items():
+            if process.poll() is not None:
+                tail = (self.logs / f"{name}.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{name} exited with {process.returncode}:\n{tail}")
+
+    def stop(self) -> dict[str, int]:
+        for process in self.running.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        codes = {}
+        for name, process in self.running.items():
+            try:
+                codes[name] = process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                codes[name] = process.wait()
+        return codes
+
+
+@dataclass
+class Deployment:
+    """One fresh database + topology + (optionally) the running processes."""
+
+    url: str
+    broker_url: str
+    topology: Topology
+    processes: Processes
+    app: FlowForge
+    probe: Probe
+
+
+@contextmanager
+def deployment(options: argparse.Namespace) -> Iterator[Deployment]:
+    recreate_database(DATABASE)
+    url = database_url(DATABASE)
+    topology = Topology()
+    environment = dict(
+        os.environ,
+        FLOWFORGE_DATABASE_URL=url,
+        FLOWFORGE_BROKER_URL=options.broker_url,
+        PYTHONPATH=str(ROOT),
+        **topology.environment(),
+    )
+    subprocess.run([sys.executable, "-m", "flowforge", "db", "init"], env=environment, check=True)
+    processes = Processes(environment)
+    app = FlowForge(url)
+    probe = Probe(url)
+    try:
+        yield Deployment(url, options.broker_url, topology, processes, app, probe)
+    finally:
+        codes = processes.stop()
+        app.close()
+        probe.close()
+        topology.delete(options.broker_url)
+        if not options.keep:
+            drop_database(DATABASE)
+        bad = {name: code for name, code in codes.items() if code != 0}
+        if bad:
+            print(f"processes exited with {bad}; logs in {processes.logs}", file=sys.stderr)
+
+
+def wait_until(probe: Probe, processes: Processes, sql: str, expected: int) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while probe.one(sql)[0] < expected:
+        processes.check_alive()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{sql!r} did not reach {expected} within {DEADLINE_S} s")
+        time.sleep(0.02)
+
+
+SUCCEEDED_TASKS = "SELECT count(*) FROM task_runs WHERE state = 'succeeded'"
+FINISHED_RUNS = "SELECT count(*) FROM workflow_runs WHERE finished_at IS NOT NULL"
+ONE_TASK = {"name": "bench_one", "tasks": [{"key": "noop", "type": "noop"}]}
+
+
+def throughput(options: argparse.Namespace) -> dict[str, Any]:
+    n = options.n
+    with deployment(options) as d:
+        commits_before = d.probe.commits()
+        started = time.time()
+        if options.shape == "runs":
+            definition = load_definition(ONE_TASK)
+            for index in range(n):
+                d.app.start_workflow_run(definition, {"i": index})
+        else:
+            tasks = [{"key": f"t{i}", "type": "noop"} for i in range(n)]
+            d.app.start_workflow_run({"name": "bench_fanout", "tasks": tasks})
+        enqueued = time.time()
+        d.processes.start_all(options.workers, options.concurrency)
+        wait_until(d.probe, d.processes, SUCCEEDED_TASKS, n)
+        wait_until(d.probe, d.processes, FINISHED_RUNS, n if options.shape == "runs" else 1)
+        (last,) = d.probe.one(
+            "SELECT extract(epoch FROM max(finished_at)) FROM task_runs WHERE state = 'succeeded'"
+        )
+        (attempts,) = d.probe.one("SELECT max(attempt) FROM task_runs")
+        (events,) = d.probe.one("SELECT count(*) FROM flowforge_events")
+        codes = d.processes.stop()
+        time.sleep(1.0)  # the exited backends' statistics reach pg_stat_database
+        commits = d.probe.commits() - commits_before - d.probe.statements
+    last = float(last)
+    return {
+        "measurement": "throughput",
+        "shape": options.shape,
+        "n": n,
+        "workers": options.workers,
+        "concurrency": options.concurrency,
+        "enqueue_per_s": n / (enqueued - started),
+        "process_per_s": n / (last - enqueued),
+        "end_to_end_per_s": n / (last - started),
+        "commits_per_task": commits / n,
+        "events_per_task": events / n,
+        "max_attempt": attempts,
+        "exit_codes": codes,
+    }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def ready_to_claimed_ms(app: FlowForge, run_id: uuid.UUID) -> float:
+    ready = claimed = None
+    for entry in app.run_history(run_id):
+        if entry.target == "ready" and ready is None:
+            ready = entry.at
+        if entry.transition == "claim" and claimed is None:
+            claimed = entry.at
+    if ready is None or claimed is None:
+        raise RuntimeError(f"run {run_id} was never claimed")
+    return (claimed - ready).total_seconds() * 1000
+
+
+def latency(options: argparse.Namespace) -> dict[str, Any]:
+    with deployment(options) as d:
+        d.processes.start_all(options.workers, options.concurrency)
+        definition = load_definition(ONE_TASK)
+        d.app.start_workflow_run(definition, {"warm": True})  # processes are up and warm
+        wait_until(d.probe, d.processes, FINISHED_RUNS, 1)
+        total = int(options.rate * options.seconds)
+        run_ids = []
+        begin = time.monotonic()
+        for index in range(total):
+            pause = begin + index / options.rate - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            run_ids.append(d.app.start_workflow_run(definition, {"i": index}))
+        wait_until(d.probe, d.processes, FINISHED_RUNS, total + 1)
+        samples = [ready_to_claimed_ms(d.app, run_id) for run_id in run_ids]
+    return {
+        "measurement": "latency",
+        "rate_per_s": options.rate,
+        "tasks": total,
+        "workers": options.workers,
+        "ready_to_claimed_ms": {
+            "p50": percentile(samples, 0.50),
+            "p99": percentile(samples, 0.99),
+            "max": max(samples),
+            "mean": statistics.fmean(samples),
+        },
+    }
+
+
+def chain(options: argparse.Namespace) -> dict[str, Any]:
+    length = options.length
+    tasks: list[dict[str, Any]] = [{"key": "t0", "type": "noop"}]
+    tasks += [
+        {"key": f"t{i}", "type": "noop", "depends_on": [f"t{i - 1}"]} for i in range(1, length)
+    ]
+    with deployment(options) as d:
+        d.processes.start_all(options.workers, options.concurrency)
+        definition = load_definition(ONE_TASK)
+        d.app.start_workflow_run(definition, {"warm": True})
+        wait_until(d.probe, d.processes, FINISHED_RUNS, 1)
+        run_id = d.app.start_workflow_run({"name": "bench_chain", "tasks": tasks})
+        wait_until(d.probe, d.processes, FINISHED_RUNS, 2)
+        run = d.app.get_workflow_run(run_id)
+        first = min(entry.at for entry in d.app.run_history(run_id))
+    assert run.state == "succeeded", run
+    assert run.finished_at is not None
+    return {
+        "measurement": "chain",
+        "length": length,
+        "wall_s": (run.finished_at - first).total_seconds(),
+    }
+
+
+def machine() -> dict[str, Any]:
+    with open("/proc/loadavg") as loadavg:
+        load = loadavg.read().split()[0]
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+        "python": platform.python_version(),
+        "load1_at_start": float(load),
+    }
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--broker-url", default=BROKER_URL)
+    parser.add_argument("--workers", type=int, default=4, help="worker processes")
+    parser.add_argument("--concurrency", type=int, default=1, help="threads per worker")
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--out", type=Path, help="append the results as JSON lines")
+    commands = parser.add_subparsers(dest="command")
+    shape = commands.add_parser("throughput")
+    shape.add_argument("--shape", choices=["runs", "fanout"], default="runs")
+    shape.add_argument("--n", type=int, default=5000)
+    rate = commands.add_parser("latency")
+    rate.add_argument("--rate", type=float, default=100.0, help="runs submitted per second")
+    rate.add_argument("--seconds", type=float, default=20.0)
+    length = commands.add_parser("chain")
+    length.add_argument("--length", type=int, default=20)
+    return parser.parse_args(argv)
+
+
+MEASUREMENTS = {"throughput": throughput, "latency": latency, "chain": chain}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    options = parse(argv)
+    if options.command is None:  # everything, at the sizes of docs/performance.md
+        plan = [
+            ["throughput", "--shape", "runs", "--n", "5000"],
+            ["throughput", "--shape", "fanout", "--n", "1000"],
+            ["throughput", "--shape", "fanout", "--n", "10000"],
+            ["latency"],
+            ["chain"],
+        ]
+        base = list(argv if argv is not None else sys.argv[1:])
+        for step in plan:
+            main([*base, *step])
+        return
+    result = {**machine(), **MEASUREMENTS[options.command](options)}
+    print(json.dumps(result, indent=2, default=str))
+    if options.out is not None:
+        with options.out.open("a") as out:
+            out.write(json.dumps(result, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()

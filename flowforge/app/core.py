@@ -1,0 +1,51 @@
+"""What every part of the application service shares: the event store, the store, and
+one transaction at a time.
+
+``FlowForge`` (``app/service.py``) is assembled from one class per concept, each a
+subclass of the one before: :class:`ServiceCore` → queries → commands → outbox →
+scheduling → ``FlowForge``. Each part reaches persistence only through the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from flowforge.app.event_store import EventStore
+from flowforge.app.writer import Writer
+from flowforge.projections.database import Database
+from flowforge.projections.reads import Reads
+from flowforge.projections.store import Store
+
+
+class ServiceCore:
+    """The service's persistence, set by ``FlowForge.__init__``."""
+
+    events: EventStore
+    store: Store
+    schema_version: int
+    #: The deployment this database is: it names the dispatch topology
+    #: (``BrokerConfig.for_deployment``) and is stamped on every dispatch.
+    deployment_id: str
+
+    @property
+    def database(self) -> Database:
+        """The database backend (its ``dialect`` and ``location``)."""
+        return self.store.database
+
+    @database.setter
+    def database(self, database: Database) -> None:
+        # The contract tests swap in a database that fails on any use, to prove that an
+        # illegal command raises before any SQL.
+        self.store.database = database
+
+    @contextmanager
+    def _writer(self) -> Iterator[Writer]:
+        """One write transaction: the one rule's steps, committed together or not at all."""
+        with self.store.write() as writes:
+            yield Writer(writes)
+
+    @contextmanager
+    def _reads(self) -> Iterator[Reads]:
+        with self.store.read() as reads:
+            yield reads

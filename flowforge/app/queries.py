@@ -1,0 +1,87 @@
+"""The service's queries: the projected tables (never the log), and the audit log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from flowforge import errors
+from flowforge.aggregates.task_run import TaskRun
+from flowforge.aggregates.workflow_run import WorkflowRun
+from flowforge.app import audit
+from flowforge.app.core import ServiceCore
+from flowforge.app.results import AuditEntry
+from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
+
+#: How many expired leases (or stalled ready tasks) one pass handles at most.
+REAP_BATCH = 500
+
+
+class Queries(ServiceCore):
+    def get_workflow_run(self, run_id: UUID) -> WorkflowRunRow:
+        with self._reads() as reads:
+            run = reads.workflow_run(run_id)
+        if run is None:
+            raise errors.UnknownRunError(
+                f"no workflow run {run_id}; list runs with `flowforge runs`"
+            )
+        return run
+
+    def get_task_run(self, task_run_id: UUID) -> TaskRunRow:
+        with self._reads() as reads:
+            task = reads.task_run(task_run_id)
+        if task is None:
+            raise errors.UnknownTaskRunError(
+                f"no task run {task_run_id}; list a run's tasks with `flowforge status RUN`"
+            )
+        return task
+
+    def task_runs(self, run_id: UUID) -> list[TaskRunRow]:
+        with self._reads() as reads:
+            return reads.task_runs_of(run_id)
+
+    def recent_runs(self, limit: int = 20) -> list[WorkflowRunRow]:
+        with self._reads() as reads:
+            return reads.recent_runs(limit)
+
+    def ready_task_runs(self, limit: int = 100) -> list[TaskRunRow]:
+        with self._reads() as reads:
+            return reads.ready_task_runs(limit)
+
+    def expired_leases(self, limit: int = REAP_BATCH) -> list[UUID]:
+        with self._reads() as reads:
+            return reads.expired_leases(limit)
+
+    def dispatches_of(self, task_run_id: UUID) -> list[OutboxRow]:
+        with self._reads() as reads:
+            return reads.dispatches_of(task_run_id)
+
+    def pending_dispatch_count(self) -> int:
+        with self._reads() as reads:
+            return reads.pending_dispatch_count()
+
+    def database_now(self) -> datetime:
+        """The database's clock: the one that decides leases and retry times."""
+        with self._reads() as reads:
+            return reads.now()
+
+    # --- the audit log -------------------------------------------------------------------
+
+    def task_run_aggregate(self, task_run_id: UUID) -> TaskRun:
+        """The TaskRun reconstituted from its events alone."""
+        aggregate: TaskRun = self.events.repository.get(task_run_id)
+        return aggregate
+
+    def workflow_run_aggregate(self, run_id: UUID) -> WorkflowRun:
+        aggregate: WorkflowRun = self.events.repository.get(run_id)
+        return aggregate
+
+    def history(self, task_run_id: UUID) -> list[AuditEntry]:
+        """Every transition of one task run, every attempt, in order."""
+        return audit.entries(self.events, [task_run_id])
+
+    def run_history(self, run_id: UUID) -> list[AuditEntry]:
+        """The audit log of a run: its own transitions and every task's, in time order."""
+        self.get_workflow_run(run_id)
+        task_ids = [t.id for t in self.task_runs(run_id)]
+        return audit.entries(self.events, [run_id, *task_ids])

@@ -1,0 +1,272 @@
+"""The composition root: the one place that wires FlowForge's parts together.
+
+Everything concrete is chosen here, and only here: the database (``FlowForge(url)``),
+the transport (RabbitMQ when a broker is configured, else the in-process channel), the
+handler registry, and the one thread supervisor. The long-running loops
+(``flowforge.processes``) receive what they need and construct none of it, the
+cosmicpython way: a test wires them to an in-memory channel with the same calls.
+
+    settings ──► FlowForge(url) ─┐
+             └─► transport_for ──┼──► Processes ──► scheduler() / publisher() / worker()
+    registry ────────────────────┘        │
+                                          └──► Supervisor (threads, watched) ◄── ProcessGroup
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.app.service import FlowForge
+from flowforge.config import BrokerConfig, Settings
+from flowforge.processes import publisher as publisher_loop
+from flowforge.processes import rabbitmq
+from flowforge.processes import scheduler as scheduler_loop
+from flowforge.processes.loop import Stop
+from flowforge.processes.publisher import Publisher
+from flowforge.processes.registry import TaskRegistry, default_registry
+from flowforge.processes.scheduler import Scheduler
+from flowforge.processes.supervisor import Supervisor
+from flowforge.processes.transport import (
+    DispatchConsumer,
+    DispatchPublisher,
+    InMemoryDispatchChannel,
+)
+from flowforge.processes.worker import Worker
+from flowforge.projections.tables import WorkflowRunRow
+
+log = logging.getLogger(__name__)
+
+
+# --- the transport -----------------------------------------------------------------------
+
+
+@dataclass
+class Transport:
+    """How the processes reach the dispatch queue."""
+
+    connect_publisher: Callable[[], DispatchPublisher]
+    connect_consumer: Callable[[], DispatchConsumer]
+    #: Whether queued dispatches outlive this process (a broker's queue does).
+    durable: bool = True
+
+    @classmethod
+    def in_memory(cls, channel: InMemoryDispatchChannel | None = None) -> Transport:
+        shared = channel or InMemoryDispatchChannel()
+        return cls(shared.publisher, shared.consumer, durable=False)
+
+    @classmethod
+    def rabbitmq(cls, broker: BrokerConfig, *, check: bool = True) -> Transport:
+        """RabbitMQ; with ``check``, fail now (one line naming host and port) if the
+        broker is unreachable, rather than in the first loop's backoff."""
+        if check:
+            rabbitmq.check_reachable(broker)
+        return cls(
+            lambda: rabbitmq.RabbitDispatchPublisher(broker),
+            lambda: rabbitmq.RabbitDispatchConsumer(broker),
+        )
+
+
+def transport_for(settings: Settings, deployment: str) -> Transport:
+    """In-process dispatch when embedded; RabbitMQ when a broker is configured, on the
+    deployment's own topology unless its names are set explicitly."""
+    if settings.broker is None:
+        return Transport.in_memory()
+    return Transport.rabbitmq(settings.broker.for_deployment(deployment))
+
+
+def open_app(settings: Settings, *, migrate: bool | None = None) -> FlowForge:
+    """The application service on the configured database (``migrate``: as
+    ``FlowForge``'s; the CLI opens its own through ``cli.common.open_app``)."""
+    return FlowForge(settings.database_url, migrate=migrate)
+
+
+# --- the processes -----------------------------------------------------------------------
+
+
+@dataclass
+class Processes:
+    """What every loop receives, wired once; each method builds one loop."""
+
+    app: FlowForge
+    #: ``None`` for a process that never touches the queue (the scheduler).
+    transport: Transport | None
+    registry: TaskRegistry = default_registry
+    stop: Stop = field(default_factory=Stop)
+
+    def scheduler(
+        self,
+        *,
+        interval: float = scheduler_loop.DEFAULT_INTERVAL_S,
+        covers: Callable[[UUID], bool] | None = None,
+    ) -> Scheduler:
+        return Scheduler(self.app, interval=interval, stop=self.stop, covers=covers)
+
+    def publisher(
+        self,
+        *,
+        batch_size: int = publisher_loop.DEFAULT_BATCH_SIZE,
+        interval: float = publisher_loop.DEFAULT_INTERVAL_S,
+        task_types: Collection[str] | None = None,
+    ) -> Publisher:
+        return Publisher(
+            self.app,
+            self._transport().connect_publisher,
+            batch_size=batch_size,
+            interval=interval,
+            stop=self.stop,
+            task_types=task_types,
+        )
+
+    def worker(self, worker_id: str | None = None) -> Worker:
+        return Worker(
+            self.app,
+            self._transport().connect_consumer,
+            registry=self.registry,
+            worker_id=worker_id,
+            stop=self.stop,
+        )
+
+    def _transport(self) -> Transport:
+        if self.transport is None:
+            raise RuntimeError("These processes were wired without a transport (dispatch=False).")
+        return self.transport
+
+    def supervisor(self) -> Supervisor:
+        return Supervisor(self.stop)
+
+    def run_workers(self, worker_ids: Sequence[str]) -> None:
+        """Workers in threads of this process until a stop; re-raise a thread's failure."""
+        workers = [self.worker(worker_id) for worker_id in worker_ids]
+        self.supervisor().run([(worker.worker_id, worker.run) for worker in workers])
+
+
+def bootstrap(
+    settings: Settings,
+    *,
+    app: FlowForge | None = None,
+    transport: Transport | None = None,
+    registry: TaskRegistry = default_registry,
+    stop: Stop | None = None,
+    dispatch: bool = True,
+) -> Processes:
+    """Wire the processes for ``settings``; pass ``app`` or ``transport`` to override.
+
+    ``dispatch=False`` wires no transport: nothing is connected or checked.
+    """
+    app = app if app is not None else open_app(settings)
+    if transport is None and dispatch:
+        transport = transport_for(settings, app.deployment_id)
+    return Processes(
+        app=app,
+        transport=transport,
+        registry=registry,
+        stop=stop or Stop(),
+    )
+
+
+# --- the embedded mode -------------------------------------------------------------------
+
+
+@dataclass
+class ProcessGroup:
+    """A scheduler, a publisher and ``workers`` workers, each in a supervised thread.
+
+    The embedded mode (``flowforge run``, ``flowforge demo``): the same loops as
+    production, wired to an in-process dispatch channel (or to RabbitMQ when one is
+    configured), until a run is terminal or a stop is asked.
+
+    The group runs only what its registry can run: its scheduler advances only the runs
+    whose every task type has a handler in ``registry``, and its publisher sends only
+    dispatches of those types. Other runs in the same database are left as they are
+    (not started, claimed or failed) for a runner or workers that have their handlers.
+    """
+
+    app: FlowForge
+    transport: Transport
+    workers: int = 2
+    registry: TaskRegistry = default_registry
+    scheduler_interval: float = 0.1
+    publisher_interval: float = 0.05
+    stop: Stop = field(default_factory=Stop)
+    _supervisor: Supervisor | None = None
+    #: Whether each run seen so far is covered (a run's task types never change).
+    _covered: dict[UUID, bool] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """Each failed thread's error, in the order they failed."""
+        return self._supervisor.errors if self._supervisor is not None else []
+
+    def covers(self, run_id: UUID) -> bool:
+        """Whether every task type of the run has a handler in this group's registry."""
+        covered = self._covered.get(run_id)
+        if covered is None:
+            definition = self.app.get_workflow_run(run_id).definition
+            covered = all(task["type"] in self.registry for task in definition["tasks"])
+            self._covered[run_id] = covered
+        return covered
+
+    def start(self) -> None:
+        if not self.transport.durable:
+            # An in-process channel starts empty: whatever a previous process held in
+            # memory is gone, so every ready task without a pending dispatch gets one.
+            self.app.redispatch_stalled(0)
+        processes = Processes(self.app, self.transport, self.registry, self.stop)
+        supervisor = self._supervisor = processes.supervisor()
+        scheduler = processes.scheduler(interval=self.scheduler_interval, covers=self.covers)
+        publisher = processes.publisher(
+            interval=self.publisher_interval, task_types=list(self.registry)
+        )
+        supervisor.spawn("scheduler", scheduler.run)
+        supervisor.spawn("publisher", publisher.run)
+        for number in range(1, self.workers + 1):
+            supervisor.spawn(f"worker-{number}", processes.worker(f"worker-{number}").run)
+
+    def wait_for(
+        self,
+        run_id: UUID,
+        *,
+        timeout: float | None = None,
+        on_progress: Callable[[WorkflowRunRow], None] | None = None,
+        poll: float = 0.1,
+    ) -> WorkflowRunRow:
+        """Block until the run is terminal, a stop is requested, or ``timeout`` passes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            run = self.app.get_workflow_run(run_id)
+            if on_progress is not None:
+                on_progress(run)
+            if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state) or self.stop.is_set():
+                return run
+            if deadline is not None and time.monotonic() >= deadline:
+                return run
+            self.stop.wait(poll if deadline is None else min(poll, deadline - time.monotonic()))
+
+    def shutdown(
+        self, grace: float | None = None, hurry: threading.Event | None = None
+    ) -> list[str]:
+        """Stop every thread; the names of those abandoned still running.
+
+        A worker finishes the task in hand before it stops. With a ``grace``, the wait
+        for that ends after ``grace`` seconds, or as soon as ``hurry`` is set: the
+        threads still running are abandoned (daemons, they end with the process). An
+        abandoned task keeps its lease until it expires; then the reaper of any later
+        scheduler moves it back to ready and it runs again.
+        """
+        if self._supervisor is None:
+            self.stop.set("shutdown")
+            return []
+        return self._supervisor.join(grace=grace, hurry=hurry)
+
+    def __enter__(self) -> ProcessGroup:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.shutdown()

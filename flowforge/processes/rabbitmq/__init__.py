@@ -1,0 +1,54 @@
+"""RabbitMQ: the one package that imports pika.
+
+It owns connection and channel life, the dispatch topology, publisher confirms and the
+translation of every pika error into ``flowforge.errors`` (chained, never a bare pika
+traceback). The publisher and worker loops see only ``flowforge.processes.transport``.
+
+- :mod:`.topology`: ``declare_dispatch_queue``, ``DISPATCH_QUEUE_ARGUMENTS``, the DLX;
+- :mod:`.connection`: opening (bounded timeouts), the I/O loop, closing;
+- :mod:`.confirms`: the one shim that pipelines publisher confirms;
+- :mod:`.publisher`: ``RabbitDispatchPublisher`` (bounded reconnect, confirms, mandatory);
+- :mod:`.consumer` and :mod:`.delivery`: ``RabbitDispatchConsumer`` (manual acks,
+  prefetch 1) and its deliveries, which settle through the consumer's ``settle`` port;
+- :mod:`.translate`: pika's errors into FlowForge's, in one place.
+
+The operator's side (the migration from a classic queue, poison messages) is in
+docs/delivery.md.
+"""
+
+from __future__ import annotations
+
+from flowforge.processes.rabbitmq.connection import (
+    BLOCKED_CONNECTION_TIMEOUT_S,
+    CONNECT_TIMEOUT_S,
+    check_reachable,
+    connect,
+)
+from flowforge.processes.rabbitmq.consumer import PREFETCH_COUNT, RabbitDispatchConsumer
+from flowforge.processes.rabbitmq.delivery import RabbitDelivery
+from flowforge.processes.rabbitmq.publisher import (
+    MAX_PUBLISH_ATTEMPTS,
+    PUBLISH_CONFIRM_TIMEOUT_S,
+    RabbitDispatchPublisher,
+)
+from flowforge.processes.rabbitmq.topology import (
+    DISPATCH_QUEUE_ARGUMENTS,
+    declare_dispatch_queue,
+    dispatch_queue_arguments,
+)
+
+__all__ = [
+    "BLOCKED_CONNECTION_TIMEOUT_S",
+    "CONNECT_TIMEOUT_S",
+    "DISPATCH_QUEUE_ARGUMENTS",
+    "MAX_PUBLISH_ATTEMPTS",
+    "PREFETCH_COUNT",
+    "PUBLISH_CONFIRM_TIMEOUT_S",
+    "RabbitDelivery",
+    "RabbitDispatchConsumer",
+    "RabbitDispatchPublisher",
+    "check_reachable",
+    "connect",
+    "declare_dispatch_queue",
+    "dispatch_queue_arguments",
+]

@@ -1,0 +1,139 @@
+"""The RabbitMQ ``DispatchConsumer``: manual acks, prefetch 1, on the dispatch queue."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from contextlib import AbstractContextManager
+from typing import Final
+
+import pika
+import pika.spec
+from pika.adapters.blocking_connection import BlockingChannel
+
+from flowforge import errors
+from flowforge.config import BrokerConfig
+from flowforge.processes import transport
+from flowforge.processes.rabbitmq import topology, translate
+from flowforge.processes.rabbitmq.connection import close_quietly, connect, process_events
+from flowforge.processes.rabbitmq.delivery import RabbitDelivery, send_settlement
+
+#: The broker sends the next message only after this consumer settled the last one.
+PREFETCH_COUNT: Final = 1
+
+
+class RabbitDispatchConsumer:
+    """A ``DispatchConsumer``: manual acks, prefetch 1, on the dispatch queue.
+
+    The first ``get`` connects, declares the topology (raising ``QueueTypeMismatchError``
+    if the queue is classic) and starts consuming. Any connection error drops the
+    connection and raises ``BrokerUnavailableError``; the broker then requeues the
+    unsettled delivery, and the next ``get`` reconnects. A delivery from a dropped
+    connection can no longer be settled (``BrokerUnavailableError``): the broker
+    redelivers it, and the worker's claim makes the redelivery harmless.
+
+    RabbitMQ closes a channel whose delivery stays unacknowledged longer than its
+    ``consumer_timeout`` (30 minutes by default): a longer handler needs it raised.
+    """
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self._config = config
+        self._connection: pika.BlockingConnection | None = None
+        self._channel: BlockingChannel | None = None
+        self._inbox: deque[tuple[BlockingChannel, int, bool, bytes]] = deque()
+        self._cancelled = False
+
+    def get(self, timeout: float) -> RabbitDelivery | None:
+        with self._unavailable_on_error("consume from"):
+            connection, _ = self._open()
+            deadline = time.monotonic() + max(timeout, 0.0)
+            polled = False
+            while not self._inbox:
+                if self._cancelled:
+                    raise errors.BrokerUnavailableError(
+                        f"RabbitMQ at {translate.endpoint(self._config)} cancelled the "
+                        f"consumer of queue {self._config.queue!r} (was the queue "
+                        f"deleted?); the next get reconnects and declares it again."
+                    )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 and polled:
+                    return None
+                # Poll at least once, so that get(0) reads what has already arrived.
+                process_events(connection, max(remaining, 0.0))
+                polled = True
+            channel, tag, redelivered, body = self._inbox.popleft()
+        return RabbitDelivery(self, channel, tag, body, redelivered)
+
+    def pump(self, seconds: float) -> None:
+        """Service the connection for ``seconds``; without one, just wait.
+
+        It never connects: a new connection would start consuming and hold a second
+        message while the handler still runs. If the connection dies during the pump,
+        it raises ``BrokerUnavailableError`` once (the held delivery will be
+        redelivered); later pumps wait, and the next ``get`` reconnects.
+        """
+        connection = self._connection
+        if connection is None:
+            time.sleep(max(seconds, 0.0))
+            return
+        with self._unavailable_on_error("service the connection to"):
+            connection.sleep(max(seconds, 0.0))
+
+    def settle(
+        self, channel: BlockingChannel, delivery_tag: int, outcome: transport.Outcome
+    ) -> None:
+        """Settle a delivery of this consumer's (its :class:`~.delivery.Settler` port).
+
+        A delivery from a connection this consumer has since dropped cannot be settled:
+        the broker has already put it back on the queue.
+        """
+        action = outcome.replace("_", "-")
+        if channel is not self._channel or channel.is_closed:
+            raise errors.BrokerUnavailableError(
+                f"Cannot {action} the delivery: its connection to RabbitMQ at "
+                f"{translate.endpoint(self._config)} was lost, so the broker will deliver "
+                f"the message again."
+            )
+        with self._unavailable_on_error(f"{action} a delivery on"):
+            send_settlement(channel, delivery_tag, outcome)
+
+    def close(self) -> None:
+        connection, self._connection, self._channel = self._connection, None, None
+        self._inbox.clear()
+        close_quietly(connection)
+
+    def _open(self) -> tuple[pika.BlockingConnection, BlockingChannel]:
+        if self._connection is not None and self._channel is not None:
+            return self._connection, self._channel
+        self._cancelled = False
+        connection = connect(self._config, name="flowforge-worker")
+        try:
+            channel = connection.channel()
+            topology.declare_dispatch_queue(channel, self._config)
+            # Per consumer (not global: quorum queues refuse global QoS).
+            channel.basic_qos(prefetch_count=PREFETCH_COUNT)
+            channel.add_on_cancel_callback(self._on_cancelled)
+            channel.basic_consume(
+                self._config.queue, on_message_callback=self._on_message, auto_ack=False
+            )
+        except BaseException:
+            close_quietly(connection)
+            raise
+        self._connection, self._channel = connection, channel
+        return connection, channel
+
+    def _on_message(
+        self,
+        channel: BlockingChannel,
+        method: pika.spec.Basic.Deliver,
+        _properties: pika.spec.BasicProperties,
+        body: bytes,
+    ) -> None:
+        assert method.delivery_tag is not None  # always set on a Basic.Deliver
+        self._inbox.append((channel, method.delivery_tag, method.redelivered, body))
+
+    def _on_cancelled(self, _frame: object) -> None:
+        self._cancelled = True
+
+    def _unavailable_on_error(self, action: str) -> AbstractContextManager[None]:
+        return translate.unavailable_on_error(self._config, action, drop=self.close)

@@ -1,0 +1,108 @@
+"""The dispatch topology, declared idempotently by every worker and publisher.
+
+All names come from :class:`~flowforge.config.BrokerConfig`::
+
+    exchange (direct, durable) --routing_key--> queue (quorum)
+                                                  | rejected, or delivered more than
+                                                  | delivery_limit times
+                                                  v
+    dead_letter_exchange (DLX, direct, durable) --routing_key--> dead_letter_queue (quorum)
+
+Both queues are quorum queues: a quorum queue fsyncs its Raft log before it confirms, so
+a confirmed publish survives an abrupt broker death, where a classic queue may confirm
+a message it has not written yet.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+from pika.adapters.blocking_connection import BlockingChannel
+from pika.exchange_type import ExchangeType
+
+from flowforge.config import BrokerConfig
+from flowforge.processes.rabbitmq import translate
+
+logger = logging.getLogger(__name__)
+
+#: The spec's name: what makes the dispatch queue a quorum queue.
+DISPATCH_QUEUE_ARGUMENTS: Final[Mapping[str, object]] = MappingProxyType(
+    {"x-queue-type": "quorum"}
+)
+
+#: By value, not ``ExchangeType.direct``: types-pika declares the members as ``str``.
+_DIRECT: Final = ExchangeType("direct")
+
+
+def dispatch_queue_arguments(config: BrokerConfig) -> dict[str, object]:
+    """The dispatch queue's arguments: quorum, dead-lettering and the delivery limit.
+
+    - ``x-dead-letter-strategy: at-least-once`` makes the queue keep a dead-lettered
+      message until the dead-letter queue has confirmed it. The default (at-most-once)
+      drops it if the dead-letter queue cannot take it at that moment: a poison message
+      would vanish without a trace. RabbitMQ honours at-least-once only together with
+      ``x-overflow: reject-publish`` (it falls back to at-most-once with the default
+      drop-head) and the ``stream_queue`` feature flag (on by default since 3.9).
+      With no length limit set, reject-publish never rejects anything.
+    - ``x-delivery-limit``: a message returned to the queue more often than this (its
+      consumer crashed or lost its connection while holding it) is dead-lettered
+      instead of crashing workers forever. ``requeue`` is a ``basic.nack``: up to
+      RabbitMQ 4.2 a nack counts toward the limit too (measured on 3.10), from 4.3 it
+      does not. So on older brokers a worker that requeues in a tight loop during a
+      database outage dead-letters the dispatch after ``delivery_limit`` cycles: it
+      must back off before taking the next message.
+    """
+    return {
+        **DISPATCH_QUEUE_ARGUMENTS,
+        "x-dead-letter-exchange": config.dead_letter_exchange,
+        "x-dead-letter-routing-key": config.routing_key,
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
+        "x-delivery-limit": config.delivery_limit,
+    }
+
+
+def declare_dispatch_queue(channel: BlockingChannel, config: BrokerConfig | None = None) -> None:
+    """Declare the dispatch topology (idempotent): both exchanges, both queues, bindings.
+
+    Raises ``QueueTypeMismatchError``, with the short migration procedure, if either
+    queue already exists with another type than quorum, or with other arguments
+    (RabbitMQ reports the first argument that differs, which for a classic queue is
+    usually not ``x-queue-type``; the remedy is the same). That is never retried: no
+    amount of reconnecting turns a classic queue into a quorum queue. Any other refusal
+    raises ``BrokerError`` with RabbitMQ's reason. The channel is closed by the broker
+    after a refusal; the caller drops its connection.
+    """
+    config = config or BrokerConfig()
+    declare_exchange(channel, config.exchange, config)
+    declare_exchange(channel, config.dead_letter_exchange, config)
+    # The dead letters' queue is a quorum queue too: a dead letter is the one copy of a
+    # dispatch nobody could run, and an operator needs to see it after a broker crash.
+    _declare_queue(channel, config.dead_letter_queue, dict(DISPATCH_QUEUE_ARGUMENTS), config)
+    _bind(channel, config.dead_letter_queue, config.dead_letter_exchange, config)
+    _declare_queue(channel, config.queue, dispatch_queue_arguments(config), config)
+    _bind(channel, config.queue, config.exchange, config)
+    logger.debug(
+        "dispatch topology declared",
+        extra={"action": "declare", "queue": config.queue, "exchange": config.exchange},
+    )
+
+
+def declare_exchange(channel: BlockingChannel, exchange: str, config: BrokerConfig) -> None:
+    with translate.refusals(config, f"exchange {exchange!r}"):
+        channel.exchange_declare(exchange, exchange_type=_DIRECT, durable=True)
+
+
+def _declare_queue(
+    channel: BlockingChannel, queue: str, arguments: Mapping[str, object], config: BrokerConfig
+) -> None:
+    with translate.refusals(config, f"queue {queue!r}", queue=queue):
+        channel.queue_declare(queue, durable=True, arguments=arguments)
+
+
+def _bind(channel: BlockingChannel, queue: str, exchange: str, config: BrokerConfig) -> None:
+    with translate.refusals(config, f"the binding of queue {queue!r} to exchange {exchange!r}"):
+        channel.queue_bind(queue, exchange, routing_key=config.routing_key)

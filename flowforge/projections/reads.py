@@ -1,0 +1,82 @@
+"""The store's queries, in the domain's words: typed rows in, typed rows out.
+
+Every query reads the projected tables (never the event log) inside one open
+transaction; :class:`Reads` is what :meth:`Store.read` yields, and the write
+transaction (:class:`~flowforge.projections.writes.Writes`) can read the same way.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TypeVar
+from uuid import UUID
+
+from flowforge.projections.database import Row, Transaction
+from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
+
+_R = TypeVar("_R", TaskRunRow, WorkflowRunRow)
+
+
+class Reads:
+    """Queries inside one open transaction."""
+
+    def __init__(self, tx: Transaction) -> None:
+        self._tx = tx
+
+    def now(self) -> datetime:
+        """The database's clock: the one that decides leases and retry times."""
+        (row,) = self._tx.run("db_now")
+        value: datetime = row["db_now"]
+        return value
+
+    def workflow_run(self, run_id: UUID) -> WorkflowRunRow | None:
+        return first_row(WorkflowRunRow, self._tx.run("select_workflow_run", {"id": run_id}))
+
+    def task_run(self, task_run_id: UUID) -> TaskRunRow | None:
+        return first_row(TaskRunRow, self._tx.run("select_task_run", {"id": task_run_id}))
+
+    def task_runs_of(self, run_id: UUID) -> list[TaskRunRow]:
+        """A run's task runs, in creation order."""
+        rows = self._tx.run("select_task_runs_of_run", {"workflow_run_id": run_id})
+        return [TaskRunRow.from_mapping(r) for r in rows]
+
+    def recent_runs(self, limit: int) -> list[WorkflowRunRow]:
+        rows = self._tx.run("select_recent_runs", {"limit": limit})
+        return [WorkflowRunRow.from_mapping(r) for r in rows]
+
+    def ready_task_runs(self, limit: int) -> list[TaskRunRow]:
+        rows = self._tx.run("select_ready_task_runs", {"limit": limit})
+        return [TaskRunRow.from_mapping(r) for r in rows]
+
+    def expired_leases(self, limit: int) -> list[UUID]:
+        """Running task runs whose lease expired by the database's clock, oldest first."""
+        return _ids(self._tx.run("select_expired_leases", {"limit": limit}))
+
+    def runs_to_advance(self) -> list[UUID]:
+        """Runs the scheduler has work on: active, or with unfinished tasks."""
+        return _ids(self._tx.run("select_runs_to_advance"))
+
+    def dispatches_of(self, task_run_id: UUID) -> list[OutboxRow]:
+        rows = self._tx.run("select_outbox_of_task_run", {"task_run_id": task_run_id})
+        return [OutboxRow.from_mapping(r) for r in rows]
+
+    def pending_dispatch_count(self) -> int:
+        (row,) = self._tx.run("count_pending_outbox")
+        return int(row["pending"])
+
+    def schema_version(self) -> int:
+        (row,) = self._tx.run("select_schema_version")
+        return int(row["version"])
+
+    def deployment_id(self) -> str:
+        """The deployment's id, written once by the migration that created it."""
+        (row,) = self._tx.run("select_deployment")
+        return str(row["deployment_id"])
+
+
+def first_row(row_type: type[_R], rows: list[Row]) -> _R | None:
+    return row_type.from_mapping(rows[0]) if rows else None
+
+
+def _ids(rows: list[Row]) -> list[UUID]:
+    return [next(iter(row.values())) for row in rows]

@@ -1,0 +1,230 @@
+-- Every statement FlowForge runs, written once for both databases.
+-- Blocks are "-- name: <name>"; flowforge.projections.queries loads them once per
+-- dialect. Parameters are :name (rendered as %(name)s for psycopg); a parameter named
+-- like a column carries that column's value.
+-- Macros in braces are filled when the statements are loaded:
+--   from the dialect file (postgres.sql / sqlite.sql, "-- macro: <name>" blocks):
+--     {now}               the database's clock
+--     {touched_at}        the updated_at a conditional write sets
+--     {seconds[p]}        the parameter :p, a number of seconds, as a duration
+--     {uuid} {json} {timestamp} {bigint}   column types
+--     {events_table} {event_order}         the eventsourcing library's table
+--     {for_update} {for_update_skip_locked} row locks (PostgreSQL only)
+--   from the code (flowforge/projections/queries.py):
+--     {task_run_states} {workflow_run_states}  the enums, so the CHECKs cannot drift
+--     {task_run_assignments} {workflow_run_assignments}  "col = :col, ..." for every
+--       column an event carries (the aggregates' MUTABLE_FIELDS)
+--     {task_run_static_columns} {task_run_static_values}, and the same for
+--       workflow_run: the columns fixed at creation (the aggregates' STATIC_FIELDS)
+
+-- --- the schema's bookkeeping --------------------------------------------------------
+-- The tables themselves are in schema.sql (the current schema, for a fresh database)
+-- and migrations/NNN_*.sql (the steps from each older version); schema.py applies them.
+
+-- name: create_schema_table
+CREATE TABLE IF NOT EXISTS flowforge_schema (
+    version integer PRIMARY KEY,
+    applied_at {timestamp} NOT NULL
+);
+
+-- name: select_schema_version
+SELECT coalesce(max(version), 0) AS version FROM flowforge_schema;
+
+-- name: record_schema_version
+INSERT INTO flowforge_schema (version, applied_at) VALUES (:version, {now});
+
+-- --- the clock and the event log ----------------------------------------------------------
+
+-- name: db_now
+SELECT {now} AS db_now;
+
+-- name: insert_stored_event
+INSERT INTO {events_table} (originator_id, originator_version, topic, state)
+VALUES (:originator_id, :originator_version, :topic, :state);
+
+-- name: select_stored_events
+SELECT originator_id, originator_version, topic, state
+FROM {events_table} ORDER BY {event_order};
+
+-- --- creation and the rebuild: an event applied to the rows -------------------------------
+
+-- name: insert_workflow_run
+INSERT INTO workflow_runs (id, {workflow_run_static_columns}, state,
+                           started_at, finished_at, version, created_at, updated_at)
+VALUES (:id, {workflow_run_static_values}, :state,
+        NULL, NULL, :version, :created_at, :created_at)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
+
+-- name: select_run_by_idempotency_key
+SELECT id FROM workflow_runs WHERE idempotency_key = :idempotency_key;
+
+-- name: insert_task_run
+INSERT INTO task_runs (id, {task_run_static_columns},
+                       state, fencing_token, attempt, version, created_at, updated_at)
+VALUES (:id, {task_run_static_values},
+        :state, 0, 1, :version, :created_at, :created_at);
+
+-- name: apply_task_run_event
+UPDATE task_runs
+SET {task_run_assignments}, version = :version, updated_at = :updated_at
+WHERE id = :id AND version = :version - 1
+RETURNING id;
+
+-- name: apply_workflow_run_event
+UPDATE workflow_runs
+SET {workflow_run_assignments}, version = :version, updated_at = :updated_at
+WHERE id = :id AND version = :version - 1
+RETURNING id;
+
+-- name: delete_task_runs
+DELETE FROM task_runs;
+
+-- name: delete_workflow_runs
+DELETE FROM workflow_runs;
+
+-- name: insert_outbox
+INSERT INTO dispatch_outbox (dispatch_id, task_run_id, task_key, task_type, fencing_token,
+                             created_at)
+VALUES (:dispatch_id, :task_run_id, :task_key, :task_type, :fencing_token, :created_at);
+
+-- --- the conditional writes ---------------------------------------------------------------
+-- Each is ONE statement: the WHERE clause is the whole condition, the database decides
+-- the race, and 0 rows means "lost" (not an error). They compute the new row in the
+-- database (its clock, its token) and return it whole. One statement per transition
+-- (flowforge/projections/writes.py has one method for each).
+
+-- name: task_move
+UPDATE task_runs
+SET state = :target,
+    finished_at = CASE WHEN :terminal THEN {now} ELSE finished_at END,
+    retry_due_at = NULL, version = version + 1, updated_at = {touched_at}
+WHERE id = :id AND state = :source
+RETURNING *;
+
+-- name: task_retry_ready
+UPDATE task_runs
+SET state = :target, retry_due_at = NULL, version = version + 1, updated_at = {touched_at}
+WHERE id = :id AND state = :source
+  AND (retry_due_at IS NULL OR retry_due_at <= {now})
+RETURNING *;
+
+-- name: task_claim
+UPDATE task_runs
+SET state = :target, fencing_token = fencing_token + 1,
+    lease_owner = :worker_id,
+    lease_expires_at = {now} + {seconds[lease_seconds]},
+    started_at = coalesce(started_at, {now}),
+    version = version + 1, updated_at = {touched_at}
+WHERE id = :id AND state = :source
+RETURNING *;
+
+-- name: task_finish
+UPDATE task_runs
+SET state = :target, lease_owner = NULL, lease_expires_at = NULL, finished_at = {now},
+    result = :result, error = :error, version = version + 1, updated_at = {touched_at}
+WHERE id = :id AND state = :source AND fencing_token = :fencing_token
+RETURNING *;
+
+-- name: task_renew_lease
+UPDATE task_runs
+SET lease_expires_at = {now} + {seconds[lease_seconds]},
+    version = version + 1, updated_at = {touched_at}
+WHERE id = :id AND state = :source AND fencing_token = :fencing_token
+RETURNING *;
+
+-- name: task_reclaim
+UPDATE task_runs
+SET state = :target, fencing_token = fencing_token + 1, lease_owner = NULL,
+    lease_expires_at = NULL, version = version + 1, updated_at = {touched_at}
+WHERE id = :id AND state = :source AND lease_expires_at < {now}
+RETURNING *;
+
+-- name: task_schedule_retry
+UPDATE task_runs
+SET state = :target, attempt = attempt + 1, finished_at = NULL, lease_owner = NULL,
+    lease_expires_at = NULL,
+    retry_due_at = {now} + {seconds[delay_seconds]},
+    version = version + 1, updated_at = {touched_at}
+WHERE id = :id AND state = :source AND attempt < max_attempts
+RETURNING *;
+
+-- name: run_move
+UPDATE workflow_runs
+SET state = :target,
+    started_at = CASE WHEN :starts THEN {now} ELSE started_at END,
+    finished_at = CASE WHEN :terminal THEN {now} ELSE finished_at END,
+    version = version + 1, updated_at = {touched_at}
+WHERE id = :id AND state = :source
+RETURNING *;
+
+-- --- queries: the projected tables, never the event log ----------------------------------
+
+-- name: select_task_run
+SELECT * FROM task_runs WHERE id = :id;
+
+-- name: select_workflow_run
+SELECT * FROM workflow_runs WHERE id = :id;
+
+-- One advance of a run at a time: the scheduler's per-run transaction locks the run row
+-- before any task row, so it can never deadlock against another advance (or a rebuild,
+-- which locks workflow_runs before task_runs).
+-- name: lock_workflow_run
+SELECT * FROM workflow_runs WHERE id = :id {for_update};
+
+-- name: select_task_runs_of_run
+SELECT * FROM task_runs WHERE workflow_run_id = :workflow_run_id ORDER BY created_at, task_key;
+
+-- name: select_recent_runs
+SELECT * FROM workflow_runs ORDER BY created_at DESC, id LIMIT :limit;
+
+-- name: select_ready_task_runs
+SELECT * FROM task_runs WHERE state = 'ready' ORDER BY updated_at LIMIT :limit;
+
+-- name: select_expired_leases
+SELECT id FROM task_runs
+WHERE state = 'running' AND lease_expires_at < {now}
+ORDER BY lease_expires_at LIMIT :limit;
+
+-- name: select_runs_to_advance
+SELECT id FROM workflow_runs WHERE state IN ('pending', 'running')
+UNION
+SELECT DISTINCT workflow_run_id FROM task_runs
+WHERE state IN ('pending', 'ready', 'running', 'retrying');
+
+-- A ready task whose dispatch was lost (dead-lettered past the delivery limit, or held
+-- in memory by an embedded process that exited) would wait forever: the safety net
+-- finds ready tasks that have waited longer than :older_than seconds with no dispatch
+-- pending or recently published.
+-- name: select_stalled_ready
+SELECT t.* FROM task_runs t
+WHERE t.state = 'ready' AND t.updated_at <= {now} - {seconds[older_than]}
+  AND NOT EXISTS (
+      SELECT 1 FROM dispatch_outbox o
+      WHERE o.task_run_id = t.id
+        AND (o.published_at IS NULL OR o.published_at > {now} - {seconds[older_than]}))
+ORDER BY t.updated_at LIMIT :limit;
+
+-- Parallel publishers divide the pending rows (see {for_update_skip_locked}).
+-- name: select_pending_outbox
+SELECT * FROM dispatch_outbox WHERE published_at IS NULL
+ORDER BY created_at LIMIT :limit {for_update_skip_locked};
+
+-- Only the dispatches of the task types a runner's workers have handlers for (the
+-- embedded runner, ProcessGroup in flowforge/bootstrap.py): the others wait for theirs.
+-- name: select_pending_outbox_of_types
+SELECT * FROM dispatch_outbox WHERE published_at IS NULL
+AND task_type IN ({task_types_list})
+ORDER BY created_at LIMIT :limit {for_update_skip_locked};
+
+-- name: select_deployment
+SELECT deployment_id FROM flowforge_deployment;
+
+-- name: mark_outbox_published
+UPDATE dispatch_outbox SET published_at = {now} WHERE dispatch_id = :dispatch_id;
+
+-- name: select_outbox_of_task_run
+SELECT * FROM dispatch_outbox WHERE task_run_id = :task_run_id ORDER BY created_at;
+
+-- name: count_pending_outbox
+SELECT count(*) AS pending FROM dispatch_outbox WHERE published_at IS NULL;

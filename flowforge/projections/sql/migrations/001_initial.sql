@@ -1,0 +1,63 @@
+-- Migration 1: the first schema (FlowForge's tables as they were first released).
+-- Kept as released: a database at an older version is migrated by the files after it.
+
+CREATE TABLE workflow_runs (
+    id {uuid} PRIMARY KEY,
+    workflow_name text NOT NULL,
+    definition {json} NOT NULL,
+    inputs {json} NOT NULL,
+    idempotency_key text CONSTRAINT workflow_runs_idempotency_key_unique UNIQUE,
+    state text NOT NULL
+        CONSTRAINT workflow_runs_state_enum CHECK (state IN ({workflow_run_states})),
+    started_at {timestamp},
+    finished_at {timestamp},
+    version {bigint} NOT NULL CONSTRAINT workflow_runs_version_positive CHECK (version >= 1),
+    created_at {timestamp} NOT NULL,
+    updated_at {timestamp} NOT NULL
+);
+CREATE INDEX workflow_runs_created_at_idx ON workflow_runs (created_at DESC);
+CREATE INDEX workflow_runs_active_idx ON workflow_runs (state)
+    WHERE state IN ('pending', 'running');
+CREATE TABLE task_runs (
+    id {uuid} PRIMARY KEY,
+    workflow_run_id {uuid} NOT NULL REFERENCES workflow_runs (id),
+    task_key text NOT NULL,
+    task_type text NOT NULL,
+    depends_on {json} NOT NULL,
+    max_attempts integer NOT NULL
+        CONSTRAINT task_runs_max_attempts_positive CHECK (max_attempts >= 1),
+    state text NOT NULL CONSTRAINT task_runs_state_enum CHECK (state IN ({task_run_states})),
+    fencing_token {bigint} NOT NULL
+        CONSTRAINT task_runs_fencing_token_non_negative CHECK (fencing_token >= 0),
+    attempt integer NOT NULL CONSTRAINT task_runs_attempt_positive CHECK (attempt >= 1),
+    lease_owner text,
+    lease_expires_at {timestamp},
+    started_at {timestamp},
+    finished_at {timestamp},
+    retry_due_at {timestamp},
+    result {json},
+    error {json},
+    version {bigint} NOT NULL CONSTRAINT task_runs_version_positive CHECK (version >= 1),
+    created_at {timestamp} NOT NULL,
+    updated_at {timestamp} NOT NULL,
+    CONSTRAINT task_runs_workflow_run_task_key_unique UNIQUE (workflow_run_id, task_key),
+    CONSTRAINT taskrun_lease_iff_running
+        CHECK ((state = 'running') = (lease_expires_at IS NOT NULL))
+);
+CREATE INDEX task_runs_lease_expires_at_idx ON task_runs (lease_expires_at)
+    WHERE state = 'running';
+CREATE INDEX task_runs_unfinished_idx ON task_runs (workflow_run_id)
+    WHERE state IN ('pending', 'ready', 'running', 'retrying', 'failed');
+CREATE TABLE dispatch_outbox (
+    dispatch_id {uuid} PRIMARY KEY,
+    task_run_id {uuid} NOT NULL,
+    task_key text NOT NULL,
+    task_type text NOT NULL,
+    fencing_token {bigint} NOT NULL
+        CONSTRAINT dispatch_outbox_fencing_token_non_negative CHECK (fencing_token >= 0),
+    created_at {timestamp} NOT NULL,
+    published_at {timestamp}
+);
+CREATE INDEX dispatch_outbox_pending_idx ON dispatch_outbox (created_at)
+    WHERE published_at IS NULL;
+CREATE INDEX dispatch_outbox_task_run_idx ON dispatch_outbox (task_run_id);

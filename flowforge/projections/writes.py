@@ -1,0 +1,257 @@
+"""The store's writes: one method per statement, in the domain's words.
+
+:class:`Writes` wraps one open write transaction (``Store.write``). Each transition is
+one method running ONE conditional write: the new row (computed by the database, with its
+clock and its token), or ``None`` when the row did not match (a lost race or a stale
+token; nothing was written). Legality is not checked here: the application checks it
+against the pure machine before it opens a transaction. Events are stored in the
+``eventsourcing`` library's table, through its mapper, in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.persistence import Mapper, StoredEvent
+
+from flowforge.aggregates.machines import (
+    FINISH_TRANSITIONS,
+    REAPER_TRANSITION,
+    TASK_RUN_MACHINE,
+    WORKFLOW_RUN_MACHINE,
+    Transition,
+)
+from flowforge.aggregates.states import TaskRunState
+from flowforge.aggregates.task_run import TaskRun
+from flowforge.aggregates.workflow_run import WorkflowRun
+from flowforge.projections import projector
+from flowforge.projections.database import Transaction
+from flowforge.projections.reads import Reads, first_row
+from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
+
+#: The edges ``move_task`` takes: no lease, no token, no clock condition.
+MOVE_EDGES = frozenset({"dependencies_satisfied", "cancel_pending", "cancel_ready"})
+_CLAIM = TASK_RUN_MACHINE.get("claim")
+_SCHEDULE_RETRY = TASK_RUN_MACHINE.get("schedule_retry")
+_RETRY_READY = TASK_RUN_MACHINE.get("retry_ready")
+_FINISH_EDGES = frozenset(FINISH_TRANSITIONS)
+_RUNNING = TaskRunState.RUNNING.value
+
+#: Which method takes each TaskRun edge: every edge has exactly one.
+TASK_EDGE_METHODS: Mapping[str, str] = {
+    **dict.fromkeys(MOVE_EDGES, "move_task"),
+    **dict.fromkeys(_FINISH_EDGES, "finish"),
+    _CLAIM.name: "claim",
+    REAPER_TRANSITION.name: "reclaim",
+    _SCHEDULE_RETRY.name: "schedule_retry",
+    _RETRY_READY.name: "retry_ready",
+}
+if set(TASK_EDGE_METHODS) != {t.name for t in TASK_RUN_MACHINE}:
+    raise ValueError("every TaskRun edge needs exactly one conditional write")
+
+
+class Writes(Reads):
+    """The writes of one open transaction; it commits all of them or none."""
+
+    def __init__(self, tx: Transaction, mapper: Mapper[UUID]) -> None:
+        super().__init__(tx)
+        self._mapper = mapper
+
+    # --- the event log ---------------------------------------------------------------
+
+    def append(self, events: Sequence[DomainEventProtocol[UUID]]) -> None:
+        """Store events in the library's table. Its primary key (originator_id,
+        originator_version) is the second guard: two events can never claim the same
+        version of one aggregate."""
+        for event in events:
+            stored = self._mapper.to_stored_event(event)
+            self._tx.run(
+                "insert_stored_event",
+                {
+                    "originator_id": stored.originator_id,
+                    "originator_version": stored.originator_version,
+                    "topic": stored.topic,
+                    "state": stored.state,
+                },
+            )
+
+    def stored_events(self) -> list[StoredEvent]:
+        """Every stored event, in the order the log recorded them."""
+        return [
+            StoredEvent(
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in self._tx.run("select_stored_events")
+        ]
+
+    # --- creation and the rebuild ----------------------------------------------------
+
+    def insert_workflow_run(self, created: WorkflowRun.Created) -> bool:
+        """The run's row; False (nothing written) if its idempotency key exists."""
+        return projector.apply_event(self._tx, created)
+
+    def run_id_by_idempotency_key(self, idempotency_key: str) -> UUID:
+        (row,) = self._tx.run(
+            "select_run_by_idempotency_key", {"idempotency_key": idempotency_key}
+        )
+        run_id: UUID = row["id"]
+        return run_id
+
+    def insert_task_run(self, created: TaskRun.Created) -> None:
+        projector.apply_event(self._tx, created)
+
+    def lock_projections(self) -> None:
+        """Make writers wait until this transaction ends (the rebuild)."""
+        self._tx.run("lock_projected_tables")
+
+    def delete_projections(self) -> None:
+        self._tx.run("delete_task_runs")
+        self._tx.run("delete_workflow_runs")
+
+    def apply(self, event: DomainEventProtocol[UUID]) -> None:
+        """Apply one event of the log to the rows (the rebuild)."""
+        projector.apply_event(self._tx, event)
+
+    # --- task runs: one conditional write per transition -----------------------------
+
+    def move_task(self, task_run_id: UUID, edge: Transition) -> TaskRunRow | None:
+        """dependencies_satisfied, cancel_pending or cancel_ready."""
+        if edge.name not in MOVE_EDGES:
+            raise ValueError(f"move_task takes {sorted(MOVE_EDGES)}, not {edge.name!r}")
+        return self._task("task_move", task_run_id, edge)
+
+    def claim(self, task_run_id: UUID, worker_id: str, lease_seconds: float) -> TaskRunRow | None:
+        """READY to RUNNING: token + 1, a lease from the database's now."""
+        params = {"worker_id": worker_id, "lease_seconds": lease_seconds}
+        return self._task("task_claim", task_run_id, _CLAIM, params)
+
+    def finish(
+        self,
+        task_run_id: UUID,
+        edge: Transition,
+        fencing_token: int,
+        *,
+        result: Any = None,
+        error: Mapping[str, str] | None = None,
+    ) -> TaskRunRow | None:
+        """succeed, fail or cancel_running, only with the current fencing token."""
+        if edge.name not in _FINISH_EDGES:
+            raise ValueError(f"finish takes {sorted(_FINISH_EDGES)}, not {edge.name!r}")
+        params = {"fencing_token": fencing_token, "result": result, "error": error}
+        return self._task("task_finish", task_run_id, edge, params)
+
+    def renew_lease(
+        self, task_run_id: UUID, fencing_token: int, lease_seconds: float
+    ) -> TaskRunRow | None:
+        """Extend a running task's lease from the database's now (a heartbeat)."""
+        params = {
+            "id": task_run_id,
+            "source": _RUNNING,
+            "fencing_token": fencing_token,
+            "lease_seconds": lease_seconds,
+        }
+        return first_row(TaskRunRow, self._tx.run("task_renew_lease", params))
+
+    def reclaim(self, task_run_id: UUID) -> TaskRunRow | None:
+        """The reaper's edge: only once the lease expired by the database's clock."""
+        return self._task("task_reclaim", task_run_id, REAPER_TRANSITION)
+
+    def schedule_retry(self, task_run_id: UUID, delay_seconds: float) -> TaskRunRow | None:
+        """FAILED to RETRYING with attempts left; due ``delay_seconds`` from now."""
+        params = {"delay_seconds": delay_seconds}
+        return self._task("task_schedule_retry", task_run_id, _SCHEDULE_RETRY, params)
+
+    def retry_ready(self, task_run_id: UUID) -> TaskRunRow | None:
+        """RETRYING to READY once the retry is due by the database's clock."""
+        return self._task("task_retry_ready", task_run_id, _RETRY_READY)
+
+    def _task(
+        self,
+        statement: str,
+        task_run_id: UUID,
+        edge: Transition,
+        params: Mapping[str, Any] | None = None,
+    ) -> TaskRunRow | None:
+        rows = self._tx.run(
+            statement,
+            {
+                "id": task_run_id,
+                "source": edge.source.value,
+                "target": edge.target.value,
+                "terminal": TASK_RUN_MACHINE.is_terminal(edge.target),
+                **(params or {}),
+            },
+        )
+        return first_row(TaskRunRow, rows)
+
+    # --- workflow runs ---------------------------------------------------------------
+
+    def lock_run(self, run_id: UUID) -> WorkflowRunRow | None:
+        """The run row, locked until this transaction ends (one advance at a time)."""
+        return first_row(WorkflowRunRow, self._tx.run("lock_workflow_run", {"id": run_id}))
+
+    def move_run(self, run_id: UUID, edge: Transition) -> WorkflowRunRow | None:
+        """Any WorkflowRun edge; ``start`` sets started_at, a terminal one finished_at."""
+        params = {
+            "id": run_id,
+            "source": edge.source.value,
+            "target": edge.target.value,
+            "starts": edge.name == "start",
+            "terminal": WORKFLOW_RUN_MACHINE.is_terminal(edge.target),
+        }
+        return first_row(WorkflowRunRow, self._tx.run("run_move", params))
+
+    # --- the outbox ------------------------------------------------------------------
+
+    def enqueue_dispatch(
+        self,
+        task_run_id: UUID,
+        task_key: str,
+        task_type: str,
+        fencing_token: int,
+        *,
+        at: datetime,
+    ) -> UUID:
+        """The outbox row that makes a ready task's dispatch durable; its dispatch id."""
+        dispatch_id = uuid4()
+        self._tx.run(
+            "insert_outbox",
+            {
+                "dispatch_id": dispatch_id,
+                "task_run_id": task_run_id,
+                "task_key": task_key,
+                "task_type": task_type,
+                "fencing_token": fencing_token,
+                "created_at": at,
+            },
+        )
+        return dispatch_id
+
+    def pending_dispatches(
+        self, limit: int, task_types: Collection[str] | None = None
+    ) -> list[OutboxRow]:
+        """Up to ``limit`` unpublished rows (only of ``task_types``, if given), oldest
+        first, locked for this transaction; on PostgreSQL a row another publisher holds
+        is skipped."""
+        if task_types is None:
+            rows = self._tx.run("select_pending_outbox", {"limit": limit})
+        else:
+            params = {"limit": limit, "task_types": sorted(task_types)}
+            rows = self._tx.run("select_pending_outbox_of_types", params)
+        return [OutboxRow.from_mapping(r) for r in rows]
+
+    def mark_published(self, dispatch_id: UUID) -> None:
+        self._tx.run("mark_outbox_published", {"dispatch_id": dispatch_id})
+
+    def stalled_ready(self, older_than_seconds: float, limit: int) -> list[TaskRunRow]:
+        """Tasks READY for over ``older_than_seconds`` with no dispatch pending or
+        published within that time."""
+        params = {"older_than": older_than_seconds, "limit": limit}
+        return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_stalled_ready", params)]

@@ -1,0 +1,66 @@
+"""Helpers the test modules share, written once: claiming, waiting on the database's
+clock, polling for something asynchronous, and driving ``rabbitmqctl``.
+
+Waits poll until the thing happens and stop at once; the deadline only ends a broken
+test. None of them widens a race window.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from typing import TypeVar
+from uuid import UUID
+
+from flowforge.app.results import Claim
+from flowforge.app.service import FlowForge
+
+T = TypeVar("T")
+
+#: A lease nobody expects to expire during a test.
+LEASE_S = 30.0
+#: How long the database's clock may take to pass a tiny lease's expiry.
+CLOCK_DEADLINE_S = 5.0
+POLL_S = 0.01
+#: ``rabbitmqctl stop_app`` / ``start_app`` can take a while on a loaded machine.
+RABBITMQCTL_TIMEOUT_S = 180
+
+
+def claim(app: FlowForge, task_run_id: UUID, worker: str, lease_s: float = LEASE_S) -> Claim:
+    """Claim a task nobody else is claiming; fail the test if the claim is lost."""
+    won = app.claim_task_run(task_run_id, worker, lease_s)
+    assert won is not None, f"{worker} lost a claim nobody else was making"
+    return won
+
+
+def wait_until_expired(app: FlowForge, *task_run_ids: UUID) -> None:
+    """Poll until the database's clock says every one of these leases has expired."""
+    deadline = time.monotonic() + CLOCK_DEADLINE_S
+    while not set(task_run_ids) <= set(app.expired_leases()):
+        assert time.monotonic() < deadline, f"leases of {task_run_ids} never expired"
+        time.sleep(POLL_S)
+
+
+def wait_until(probe: Callable[[], T | None], timeout: float, message: str) -> T:
+    """``probe()``'s first truthy result, polled until ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s: {message}")
+        time.sleep(0.05)
+
+
+def rabbitmqctl(*args: str) -> str:
+    """Run ``rabbitmqctl`` against the shared broker; its stdout. Raises if it fails."""
+    completed = subprocess.run(
+        ["rabbitmqctl", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=RABBITMQCTL_TIMEOUT_S,
+    )
+    return completed.stdout

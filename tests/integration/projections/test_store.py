@@ -1,0 +1,360 @@
+"""The store's contract: every method of ``Store.read()`` / ``Store.write()``, on both
+backends.
+
+The eventsourcing library's per-backend pattern (``AggregateRecorderTestCase`` and its
+subclasses): one contract class, :class:`StoreContract`, holds every case; each backend
+subclasses it and supplies only the ``store`` fixture. The cases call the store directly,
+below the application service: these are the store's promises (typed rows, lost writes
+return ``None``, one transaction commits all or nothing), not the one rule's.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+
+from flowforge.aggregates import task_run, workflow_run
+from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
+from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.app.service import FlowForge
+from flowforge.projections import schema
+from flowforge.projections.store import Store
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from flowforge.projections.writes import TASK_EDGE_METHODS, Writes
+
+LEASE_S = 30.0
+TINY_S = 0.05
+CLOCK_DEADLINE_S = 5.0
+ACTOR = "store-test"
+
+edge = TASK_RUN_MACHINE.get
+run_edge = WORKFLOW_RUN_MACHINE.get
+
+
+def create_run(writes: Writes, *, key: str | None = None) -> UUID:
+    run_id = uuid4()
+    created = workflow_run.created_event(
+        run_id,
+        at=writes.now(),
+        workflow_name="store",
+        definition={"name": "store", "tasks": [{"key": "a", "type": "t"}]},
+        inputs={"n": 1},
+        idempotency_key=key,
+        actor=ACTOR,
+    )
+    assert writes.insert_workflow_run(created)
+    writes.append([created])
+    return run_id
+
+
+def create_task(writes: Writes, run_id: UUID, state: TaskRunState, key: str = "a") -> UUID:
+    created = task_run.created_event(
+        uuid4(),
+        at=writes.now(),
+        workflow_run_id=run_id,
+        task_key=key,
+        task_type="t",
+        depends_on=[],
+        max_attempts=2,
+        state=state,
+        actor=ACTOR,
+    )
+    writes.insert_task_run(created)
+    writes.append([created])
+    return created.originator_id
+
+
+def wait_for_clock(store: Store, moment: datetime) -> None:
+    """Poll the database's clock (the one that decides) until it passes ``moment``."""
+    deadline = time.monotonic() + CLOCK_DEADLINE_S
+    while True:
+        with store.read() as reads:
+            if reads.now() > moment:
+                return
+        assert time.monotonic() < deadline, "the database clock did not advance"
+        time.sleep(0.01)
+
+
+class StoreContract:
+    """Every store method; subclasses supply ``store`` for one backend."""
+
+    @pytest.fixture
+    def store(self) -> Store:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def run_and_task(self, store: Store) -> tuple[UUID, UUID]:
+        with store.write() as writes:
+            run_id = create_run(writes)
+            return run_id, create_task(writes, run_id, TaskRunState.READY)
+
+    # --- reads -------------------------------------------------------------------------
+
+    def test_reads_return_typed_rows_and_none_for_an_unknown_id(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        run_id, task_id = run_and_task
+        with store.read() as reads:
+            run, task = reads.workflow_run(run_id), reads.task_run(task_id)
+            assert reads.workflow_run(uuid4()) is None and reads.task_run(uuid4()) is None
+            assert reads.task_runs_of(run_id) == [task]
+            assert reads.recent_runs(10) == [run]
+            assert reads.ready_task_runs(10) == [task]
+            assert reads.runs_to_advance() == [run_id]
+            assert isinstance(reads.now(), datetime) and reads.now().tzinfo is not None
+            assert reads.schema_version() == schema.SCHEMA_VERSION
+        assert isinstance(run, WorkflowRunRow) and isinstance(task, TaskRunRow)
+        assert (run.id, run.state, run.inputs, run.version) == (run_id, "pending", {"n": 1}, 1)
+        assert (task.id, task.workflow_run_id, task.state) == (task_id, run_id, "ready")
+        assert (task.fencing_token, task.attempt, task.depends_on) == (0, 1, [])
+
+    def test_a_write_transaction_that_raises_writes_nothing(self, store: Store) -> None:
+        created: list[UUID] = []
+
+        def abandoned() -> None:
+            with store.write() as writes:
+                created.append(create_run(writes))
+                raise RuntimeError("abandon")
+
+        with pytest.raises(RuntimeError, match="abandon"):
+            abandoned()
+        (run_id,) = created
+        with store.read() as reads:
+            assert reads.workflow_run(run_id) is None
+            assert reads.recent_runs(10) == []
+
+    # --- the event log and creation ----------------------------------------------------
+
+    def test_appended_events_read_back_in_order(self, store: Store) -> None:
+        with store.write() as writes:
+            run_id = create_run(writes)
+            task_id = create_task(writes, run_id, TaskRunState.PENDING)
+            stored = writes.stored_events()
+        assert [(s.originator_id, s.originator_version) for s in stored] == [
+            (run_id, 1),
+            (task_id, 1),
+        ]
+        assert stored[0].topic.endswith("WorkflowRun.Created")
+
+    def test_a_second_run_with_the_same_idempotency_key_is_not_inserted(
+        self, store: Store
+    ) -> None:
+        with store.write() as writes:
+            first = create_run(writes, key="nightly")
+        with store.write() as writes:
+            again = workflow_run.created_event(
+                uuid4(),
+                at=writes.now(),
+                workflow_name="store",
+                definition={},
+                inputs={},
+                idempotency_key="nightly",
+                actor=ACTOR,
+            )
+            assert writes.insert_workflow_run(again) is False
+            assert writes.run_id_by_idempotency_key("nightly") == first
+
+    # --- task transitions: each one conditional write ----------------------------------
+
+    def test_every_task_edge_has_one_store_method(self) -> None:
+        assert set(TASK_EDGE_METHODS) == {t.name for t in TASK_RUN_MACHINE}
+        assert all(callable(getattr(Writes, m)) for m in TASK_EDGE_METHODS.values())
+
+    def test_claim_sets_token_lease_and_start_and_a_second_claim_loses(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        _, task_id = run_and_task
+        with store.write() as writes:
+            claimed = writes.claim(task_id, "w1", LEASE_S)
+            now = writes.now()
+        assert claimed is not None and claimed.state == "running"
+        assert (claimed.fencing_token, claimed.lease_owner, claimed.version) == (1, "w1", 2)
+        assert claimed.lease_expires_at is not None and claimed.started_at is not None
+        assert claimed.lease_expires_at - now > timedelta(seconds=LEASE_S - 5)
+        with store.write() as writes:
+            assert writes.claim(task_id, "w2", LEASE_S) is None
+
+    def test_finish_needs_the_current_token_and_stores_result_or_error(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        _, task_id = run_and_task
+        with store.write() as writes:
+            claimed = writes.claim(task_id, "w1", LEASE_S)
+            assert claimed is not None
+            stale = writes.finish(task_id, edge("succeed"), claimed.fencing_token + 1)
+            done = writes.finish(
+                task_id, edge("succeed"), claimed.fencing_token, result={"rows": [1, 2]}
+            )
+        assert stale is None
+        assert done is not None and done.state == "succeeded"
+        assert done.result == {"rows": [1, 2]} and done.error is None
+        assert done.lease_expires_at is None and done.finished_at is not None
+
+    def test_finish_and_move_task_refuse_an_edge_that_is_not_theirs(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        _, task_id = run_and_task
+        with store.write() as writes:
+            with pytest.raises(ValueError, match="finish takes"):
+                writes.finish(task_id, edge("claim"), 0)
+            with pytest.raises(ValueError, match="move_task takes"):
+                writes.move_task(task_id, edge("succeed"))
+
+    def test_renew_lease_extends_only_with_the_current_token(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        _, task_id = run_and_task
+        with store.write() as writes:
+            claimed = writes.claim(task_id, "w1", TINY_S)
+            assert claimed is not None
+            assert writes.renew_lease(task_id, claimed.fencing_token + 1, LEASE_S) is None
+            renewed = writes.renew_lease(task_id, claimed.fencing_token, LEASE_S)
+        assert renewed is not None and renewed.version == claimed.version + 1
+        assert renewed.lease_expires_at is not None and claimed.lease_expires_at is not None
+        assert renewed.lease_expires_at > claimed.lease_expires_at
+
+    def test_reclaim_waits_for_the_database_clock_to_pass_the_lease(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        _, task_id = run_and_task
+        with store.write() as writes:
+            claimed = writes.claim(task_id, "w1", TINY_S)
+            assert claimed is not None and claimed.lease_expires_at is not None
+            assert writes.reclaim(task_id) is None  # the lease has not expired yet
+        wait_for_clock(store, claimed.lease_expires_at)
+        with store.read() as reads:
+            assert reads.expired_leases(10) == [task_id]
+        with store.write() as writes:
+            reclaimed = writes.reclaim(task_id)
+        assert reclaimed is not None and reclaimed.state == "ready"
+        assert reclaimed.fencing_token == claimed.fencing_token + 1
+        assert reclaimed.lease_owner is None and reclaimed.lease_expires_at is None
+
+    def test_schedule_retry_then_retry_ready_once_due(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        _, task_id = run_and_task
+        with store.write() as writes:
+            claimed = writes.claim(task_id, "w1", LEASE_S)
+            assert claimed is not None
+            failed = writes.finish(
+                task_id, edge("fail"), claimed.fencing_token, error={"type": "E"}
+            )
+            assert failed is not None and failed.error == {"type": "E"}
+            retrying = writes.schedule_retry(task_id, TINY_S)
+            assert retrying is not None and retrying.retry_due_at is not None
+            assert writes.retry_ready(task_id) is None  # not due yet
+        assert (retrying.state, retrying.attempt, retrying.finished_at) == ("retrying", 2, None)
+        wait_for_clock(store, retrying.retry_due_at)
+        with store.write() as writes:
+            ready = writes.retry_ready(task_id)
+        assert ready is not None and ready.state == "ready" and ready.retry_due_at is None
+
+    def test_move_task_takes_its_edge_only_from_its_source(self, store: Store) -> None:
+        with store.write() as writes:
+            run_id = create_run(writes)
+            task_id = create_task(writes, run_id, TaskRunState.PENDING)
+            assert writes.move_task(task_id, edge("cancel_ready")) is None
+            promoted = writes.move_task(task_id, edge("dependencies_satisfied"))
+            cancelled = writes.move_task(task_id, edge("cancel_ready"))
+        assert promoted is not None and promoted.state == "ready"
+        assert cancelled is not None and cancelled.state == "cancelled"
+        assert cancelled.finished_at is not None
+
+    # --- workflow runs -----------------------------------------------------------------
+
+    def test_move_run_sets_started_and_finished_and_lock_run_reads_the_row(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        run_id, _ = run_and_task
+        with store.write() as writes:
+            locked = writes.lock_run(run_id)
+            assert writes.lock_run(uuid4()) is None
+            assert writes.move_run(run_id, run_edge("succeed")) is None  # not running
+            started = writes.move_run(run_id, run_edge("start"))
+            finished = writes.move_run(run_id, run_edge("succeed"))
+        assert locked is not None and locked.run_state is WorkflowRunState.PENDING
+        assert started is not None and started.started_at is not None
+        assert started.finished_at is None
+        assert finished is not None and finished.state == "succeeded"
+        assert finished.finished_at is not None and finished.version == 3
+
+    # --- the outbox ----------------------------------------------------------------------
+
+    def test_dispatches_are_pending_until_marked_published(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        _, task_id = run_and_task
+        with store.write() as writes:
+            dispatch_id = writes.enqueue_dispatch(task_id, "a", "t", 0, at=writes.now())
+        with store.read() as reads:
+            assert reads.pending_dispatch_count() == 1
+            (row,) = reads.dispatches_of(task_id)
+        assert (row.dispatch_id, row.task_run_id, row.published_at) == (dispatch_id, task_id, None)
+        with store.write() as writes:
+            assert [r.dispatch_id for r in writes.pending_dispatches(10)] == [dispatch_id]
+            writes.mark_published(dispatch_id)
+            assert writes.pending_dispatches(10) == []
+        with store.read() as reads:
+            assert reads.pending_dispatch_count() == 0
+            (published,) = reads.dispatches_of(task_id)
+        assert published.published_at is not None
+
+    def test_stalled_ready_finds_a_ready_task_with_no_dispatch(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        _, task_id = run_and_task
+        with store.write() as writes:
+            assert [t.id for t in writes.stalled_ready(0.0, 10)] == [task_id]
+            assert writes.stalled_ready(3600.0, 10) == []
+            writes.enqueue_dispatch(task_id, "a", "t", 0, at=writes.now())
+            assert writes.stalled_ready(0.0, 10) == []  # a dispatch is pending
+
+    # --- the rebuild ---------------------------------------------------------------------
+
+    def test_deleting_and_applying_the_log_gives_the_same_rows(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        run_id, task_id = run_and_task
+        app_events = _mapper_events(store)
+        with store.write() as writes:
+            claimed = writes.claim(task_id, "w1", LEASE_S)
+            assert claimed is not None
+            writes.append([_claimed_event(claimed)])
+        with store.read() as reads:
+            before = (reads.workflow_run(run_id), reads.task_run(task_id))
+        with store.write() as writes:
+            writes.lock_projections()
+            stored = writes.stored_events()
+            writes.delete_projections()
+            assert writes.task_run(task_id) is None
+            for record in stored:
+                writes.apply(app_events(record))
+        with store.read() as reads:
+            assert (reads.workflow_run(run_id), reads.task_run(task_id)) == before
+
+
+def _claimed_event(row: TaskRunRow) -> task_run.TaskRun.Transitioned:
+    return task_run.event_from_row(
+        task_run.TaskRun.Claimed, row.values(), source="ready", actor=ACTOR
+    )
+
+
+def _mapper_events(store: Store) -> Any:
+    return store._mapper.to_domain_event
+
+
+class TestPostgresStore(StoreContract):
+    @pytest.fixture
+    def store(self, pg_app: FlowForge) -> Store:
+        return pg_app.store
+
+
+class TestSqliteStore(StoreContract):
+    @pytest.fixture
+    def store(self, sqlite_app: FlowForge) -> Store:
+        return sqlite_app.store

@@ -1,0 +1,111 @@
+"""SQL as data: common.sql rendered per dialect, each statement once (pure: no database)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from flowforge.aggregates import task_run, workflow_run
+from flowforge.projections import queries, schema
+
+DIALECTS = queries.DIALECTS
+#: A macro left unrendered, or a placeholder of the other dialect.
+UNRENDERED = re.compile(r"\{\w+(\[\w+\])?\}")
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_every_macro_is_rendered(dialect: str) -> None:
+    leftovers = {
+        name: UNRENDERED.findall(sql)
+        for name, sql in queries.load(dialect).items()
+        if UNRENDERED.search(sql)
+    }
+    assert leftovers == {}
+
+
+def test_both_dialects_have_the_same_statements() -> None:
+    assert set(queries.load("postgres")) == set(queries.load("sqlite"))
+
+
+def test_postgres_parameters_are_psycopg_style_and_sqlite_keeps_colon_names() -> None:
+    postgres, sqlite = queries.load("postgres"), queries.load("sqlite")
+    claim = "task_claim"
+    assert "%(worker_id)s" in postgres[claim] and ":worker_id" not in postgres[claim]
+    assert ":worker_id" in sqlite[claim] and "%(" not in sqlite[claim]
+    assert "interval '1 second'" in postgres[claim]
+    assert "CAST(:lease_seconds * 1000000 AS integer)" in sqlite[claim]
+
+
+def test_only_postgres_keeps_updated_at_from_going_backwards() -> None:
+    postgres, sqlite = queries.load("postgres"), queries.load("sqlite")
+    assert "updated_at = greatest(now(), updated_at)" in postgres["task_finish"]
+    assert "greatest" not in sqlite["task_finish"]
+    assert "julianday('now')" in sqlite["task_finish"]
+
+
+def test_the_column_lists_come_from_the_aggregates_declarations() -> None:
+    sqlite = queries.load("sqlite")
+    for field in task_run.MUTABLE_FIELDS:
+        assert f"{field} = :{field}" in sqlite["apply_task_run_event"]
+    for field in workflow_run.MUTABLE_FIELDS:
+        assert f"{field} = :{field}" in sqlite["apply_workflow_run_event"]
+    for field in task_run.STATIC_FIELDS:
+        assert f":{field}" in sqlite["insert_task_run"]
+
+
+def test_every_migration_has_a_statement_in_both_dialects() -> None:
+    for dialect in DIALECTS:
+        assert [m for m in schema.MIGRATIONS if m not in queries.load(dialect)] == []
+
+
+def test_an_unknown_dialect_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="'mysql'"):
+        queries.load("mysql")
+
+
+def test_a_statement_defined_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = queries._read
+
+    def with_a_second_db_now(file: str) -> str:
+        extra = "\n-- name: db_now\nSELECT 2;\n" if file == "sqlite.sql" else ""
+        return real(file) + extra
+
+    monkeypatch.setattr(queries, "_read", with_a_second_db_now)
+    queries.load.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="'db_now' is defined twice"):
+            queries.load("sqlite")
+    finally:
+        monkeypatch.undo()
+        queries.load.cache_clear()
+
+
+def test_migration_files_are_numbered_from_one_without_gaps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert queries.migration_names()[0] == "migration_001"
+    monkeypatch.setattr(queries, "_migration_files", lambda: ["001_initial.sql", "003_x.sql"])
+    queries.migration_names.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"003_x.sql: expected 002_<what>.sql"):
+            queries.migration_names()
+    finally:
+        monkeypatch.undo()
+        queries.migration_names.cache_clear()
+
+
+def test_the_schema_file_and_the_first_migration_render_for_both_dialects() -> None:
+    for dialect in DIALECTS:
+        statements = queries.load(dialect)
+        assert "CREATE TABLE task_runs" in statements["schema"]
+        assert "CREATE TABLE task_runs" in statements["migration_001"]
+
+
+def test_the_seconds_macro_names_its_parameter() -> None:
+    seconds = queries._Seconds("CAST(:param * 1000000 AS integer)")
+    assert seconds["delay_seconds"] == "CAST(:delay_seconds * 1000000 AS integer)"
+
+
+def test_multi_statement_blocks_split_on_semicolons() -> None:
+    assert queries.statements("CREATE A;\n CREATE B ;\n") == ["CREATE A", "CREATE B"]
