@@ -28,7 +28,7 @@ import pytest
 
 from flowforge.app.definition_files import load_definition
 from flowforge.cli import demo, exits
-from tests import servers
+from tests import helpers, servers
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "cli.md"
@@ -501,9 +501,7 @@ def test_separate_processes_on_postgres_and_rabbitmq_run_the_example(
         assert watched.returncode == 0, (watched.stderr, logs)
         assert json.loads(watched.stdout)["state"] == "succeeded"
     finally:
-        for process in processes.values():
-            process.send_signal(signal.SIGTERM)
-        codes = {name: process.wait(timeout=15) for name, process in processes.items()}
+        codes = helpers.stop_all(processes, timeout=15)
     assert codes == dict.fromkeys(processes, 0)
     entries = cli.json("history", run_id)
     successes = Counter(e["task_key"] for e in entries if e["transition"] == "succeed")

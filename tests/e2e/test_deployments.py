@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ import pika
 import pytest
 
 from flowforge.config import BrokerConfig
-from tests import servers, topology
+from tests import helpers, servers, topology
 from tests.e2e.test_cli import EXAMPLE, Cli, clean_environment
 
 pytestmark = [pytest.mark.postgres, pytest.mark.rabbitmq]
@@ -104,9 +103,7 @@ def test_two_deployments_on_one_broker_run_only_their_own_tasks(
         assert watched.returncode == 0, (watched.stderr, logs)
         assert json.loads(watched.stdout)["state"] == "succeeded"
     finally:
-        for process in processes.values():
-            process.send_signal(signal.SIGTERM)
-        codes = {name: process.wait(timeout=30) for name, process in processes.items()}
+        codes = helpers.stop_all(processes, timeout=30)
     assert codes == dict.fromkeys(processes, 0)
     # B's run was run by B's worker alone; A's worker never saw one of its dispatches.
     entries = b.cli.json("history", run_id)

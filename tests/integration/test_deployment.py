@@ -18,6 +18,7 @@ from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
 from flowforge.projections.tables import TaskRunRow
+from tests.helpers import handle_next
 
 ONE = {"name": "one", "tasks": [{"key": "only", "type": "work"}]}
 
@@ -36,16 +37,6 @@ def worker(app: FlowForge, channel: InMemoryDispatchChannel) -> Worker:
 @pytest.fixture
 def channel() -> InMemoryDispatchChannel:
     return InMemoryDispatchChannel()
-
-
-def handle_next(channel: InMemoryDispatchChannel, worker: Worker) -> str:
-    consumer = channel.consumer()
-    delivery = consumer.get(1.0)
-    assert delivery is not None, "no message on the channel"
-    try:
-        return worker.handle(delivery, consumer)
-    finally:
-        consumer.close()
 
 
 def test_a_database_has_one_deployment_id_for_good(app: FlowForge, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
+from tests.helpers import handle_next
 
 ONE = {"name": "one", "retry": {"max_attempts": 1}, "tasks": [{"key": "only", "type": "work"}]}
 PAIR = {
@@ -67,13 +68,7 @@ def worker(app: FlowForge, channel: InMemoryDispatchChannel, recorder: Recorder)
 def deliver_one(app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker) -> str:
     """Publish what the outbox holds, then let the worker handle exactly one message."""
     app.publish_pending_dispatches(channel.publisher())
-    consumer = channel.consumer()
-    delivery = consumer.get(1.0)
-    assert delivery is not None, "no message on the channel"
-    try:
-        return worker.handle(delivery, consumer)
-    finally:
-        consumer.close()
+    return handle_next(channel, worker)
 
 
 def only_task(app: FlowForge, run_id: UUID, key: str = "only") -> Any:
