@@ -16,6 +16,7 @@ in-process dispatch channel, the same scheduler, publisher and worker code).
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -27,8 +28,10 @@ from uuid import UUID
 
 import psycopg
 
+from flowforge import config
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.service import FlowForge
+from flowforge.cli import render
 from flowforge.projections.tables import WorkflowRunRow
 
 DATABASE_URL = os.environ.get(
@@ -37,6 +40,8 @@ DATABASE_URL = os.environ.get(
 BROKER_URL = os.environ.get("FLOWFORGE_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 WORKFLOW = Path(__file__).with_name("fan_out.toml")
 TIMEOUT_S = 120.0
+#: The settings the embedded fallback must not inherit: they are the unreachable ones.
+EMBEDDED_UNSET = (config.DATABASE_URL_VARIABLE, config.BrokerConfig.ENVIRONMENT["url"])
 
 
 def ensure_database(url: str) -> None:
@@ -61,6 +66,12 @@ def start(*command: str) -> subprocess.Popen[bytes]:
     )
 
 
+def redacted(url: str) -> str:
+    """The URL without its password, for printing."""
+    parts = urlsplit(url)
+    return url.replace(f":{parts.password}@", ":***@", 1) if parts.password else url
+
+
 def servers_reachable() -> bool:
     for url, default_port in ((DATABASE_URL, 5432), (BROKER_URL, 5672)):
         parts = urlsplit(url)
@@ -74,10 +85,15 @@ def servers_reachable() -> bool:
 
 
 def main() -> int:
+    print(f"database: {redacted(DATABASE_URL)}")
+    print(f"broker:   {redacted(BROKER_URL)}")
     if not servers_reachable():
-        print("running the same workflow on the embedded default instead: flowforge demo")
-        return subprocess.call([sys.executable, "-m", "flowforge", "demo"])
-    ensure_database(DATABASE_URL)
+        return embedded_demo()
+    try:
+        ensure_database(DATABASE_URL)
+    except psycopg.OperationalError as exc:
+        print(f"the database is not usable ({str(exc).strip().splitlines()[0]})")
+        return embedded_demo()
     app = FlowForge(DATABASE_URL, migrate=True)  # a fresh database gets its schema
     run_id = app.start_workflow_run(str(WORKFLOW), {"rows": 8})
     print(f"submitted run {run_id} of {WORKFLOW.name}")
@@ -97,7 +113,30 @@ def main() -> int:
     report(app, run_id)
     print(f"run {run_id}: {run.state}")
     app.close()
+    print("\ninspect it:")
+    for line in render.inspect_commands(run_id, flowforge_command(), "enrich"):
+        print(f"  {line}")
     return 0 if run.state == "succeeded" else 1
+
+
+def embedded_demo() -> int:
+    """`flowforge demo` on the embedded default: this process's settings are the ones
+    that cannot be reached, so the demo must not inherit them."""
+    print(
+        f"falling back to the embedded default: {config.DEFAULT_DATABASE_URL} with "
+        f"in-process dispatch (`flowforge demo`)"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in EMBEDDED_UNSET}
+    return subprocess.call([sys.executable, "-m", "flowforge", "demo"], env=env)
+
+
+def flowforge_command() -> str:
+    """How to run `flowforge` against the demo's database from this shell."""
+    script = Path(sys.executable).with_name("flowforge")
+    program = os.path.relpath(script) if script.exists() else "flowforge"
+    if config.DATABASE_URL_VARIABLE in os.environ:
+        return program  # the user's shell has it set already
+    return f"{program} --database-url {shlex.quote(DATABASE_URL)}"
 
 
 def wait_for_run(app: FlowForge, run_id: UUID) -> WorkflowRunRow:

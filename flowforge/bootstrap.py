@@ -15,7 +15,9 @@ cosmicpython way: a test wires them to an in-memory channel with the same calls.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -70,11 +72,12 @@ class Transport:
         )
 
 
-def transport_for(settings: Settings) -> Transport:
-    """In-process dispatch when embedded; RabbitMQ when a broker is configured."""
+def transport_for(settings: Settings, deployment: str) -> Transport:
+    """In-process dispatch when embedded; RabbitMQ when a broker is configured, on the
+    deployment's own topology unless its names are set explicitly."""
     if settings.broker is None:
         return Transport.in_memory()
-    return Transport.rabbitmq(settings.broker)
+    return Transport.rabbitmq(settings.broker.for_deployment(deployment))
 
 
 def open_app(settings: Settings, *, migrate: bool | None = None) -> FlowForge:
@@ -96,14 +99,20 @@ class Processes:
     registry: TaskRegistry = default_registry
     stop: Stop = field(default_factory=Stop)
 
-    def scheduler(self, *, interval: float = scheduler_loop.DEFAULT_INTERVAL_S) -> Scheduler:
-        return Scheduler(self.app, interval=interval, stop=self.stop)
+    def scheduler(
+        self,
+        *,
+        interval: float = scheduler_loop.DEFAULT_INTERVAL_S,
+        covers: Callable[[UUID], bool] | None = None,
+    ) -> Scheduler:
+        return Scheduler(self.app, interval=interval, stop=self.stop, covers=covers)
 
     def publisher(
         self,
         *,
         batch_size: int = publisher_loop.DEFAULT_BATCH_SIZE,
         interval: float = publisher_loop.DEFAULT_INTERVAL_S,
+        task_types: Collection[str] | None = None,
     ) -> Publisher:
         return Publisher(
             self.app,
@@ -111,6 +120,7 @@ class Processes:
             batch_size=batch_size,
             interval=interval,
             stop=self.stop,
+            task_types=task_types,
         )
 
     def worker(self, worker_id: str | None = None) -> Worker:
@@ -151,7 +161,7 @@ def bootstrap(
     """
     app = app if app is not None else open_app(settings)
     if transport is None and dispatch:
-        transport = transport_for(settings)
+        transport = transport_for(settings, app.deployment_id)
     return Processes(
         app=app,
         transport=transport,
@@ -170,6 +180,11 @@ class ProcessGroup:
     The embedded mode (``flowforge run``, ``flowforge demo``): the same loops as
     production, wired to an in-process dispatch channel (or to RabbitMQ when one is
     configured), until a run is terminal or a stop is asked.
+
+    The group runs only what its registry can run: its scheduler advances only the runs
+    whose every task type has a handler in ``registry``, and its publisher sends only
+    dispatches of those types. Other runs in the same database are left as they are
+    (not started, claimed or failed) for a runner or workers that have their handlers.
     """
 
     app: FlowForge
@@ -180,11 +195,22 @@ class ProcessGroup:
     publisher_interval: float = 0.05
     stop: Stop = field(default_factory=Stop)
     _supervisor: Supervisor | None = None
+    #: Whether each run seen so far is covered (a run's task types never change).
+    _covered: dict[UUID, bool] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[BaseException]:
         """Each failed thread's error, in the order they failed."""
         return self._supervisor.errors if self._supervisor is not None else []
+
+    def covers(self, run_id: UUID) -> bool:
+        """Whether every task type of the run has a handler in this group's registry."""
+        covered = self._covered.get(run_id)
+        if covered is None:
+            definition = self.app.get_workflow_run(run_id).definition
+            covered = all(task["type"] in self.registry for task in definition["tasks"])
+            self._covered[run_id] = covered
+        return covered
 
     def start(self) -> None:
         if not self.transport.durable:
@@ -193,8 +219,12 @@ class ProcessGroup:
             self.app.redispatch_stalled(0)
         processes = Processes(self.app, self.transport, self.registry, self.stop)
         supervisor = self._supervisor = processes.supervisor()
-        supervisor.spawn("scheduler", processes.scheduler(interval=self.scheduler_interval).run)
-        supervisor.spawn("publisher", processes.publisher(interval=self.publisher_interval).run)
+        scheduler = processes.scheduler(interval=self.scheduler_interval, covers=self.covers)
+        publisher = processes.publisher(
+            interval=self.publisher_interval, task_types=list(self.registry)
+        )
+        supervisor.spawn("scheduler", scheduler.run)
+        supervisor.spawn("publisher", publisher.run)
         for number in range(1, self.workers + 1):
             supervisor.spawn(f"worker-{number}", processes.worker(f"worker-{number}").run)
 
@@ -206,24 +236,33 @@ class ProcessGroup:
         on_progress: Callable[[WorkflowRunRow], None] | None = None,
         poll: float = 0.1,
     ) -> WorkflowRunRow:
-        """Block until the run is terminal, a thread fails, or ``timeout`` passes."""
-        waited = 0.0
+        """Block until the run is terminal, a stop is requested, or ``timeout`` passes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             run = self.app.get_workflow_run(run_id)
             if on_progress is not None:
                 on_progress(run)
             if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state) or self.stop.is_set():
                 return run
-            if timeout is not None and waited >= timeout:
+            if deadline is not None and time.monotonic() >= deadline:
                 return run
-            self.stop.wait(poll)
-            waited += poll
+            self.stop.wait(poll if deadline is None else min(poll, deadline - time.monotonic()))
 
-    def shutdown(self) -> None:
-        if self._supervisor is not None:
-            self._supervisor.join()
-        else:
+    def shutdown(
+        self, grace: float | None = None, hurry: threading.Event | None = None
+    ) -> list[str]:
+        """Stop every thread; the names of those abandoned still running.
+
+        A worker finishes the task in hand before it stops. With a ``grace``, the wait
+        for that ends after ``grace`` seconds, or as soon as ``hurry`` is set: the
+        threads still running are abandoned (daemons, they end with the process). An
+        abandoned task keeps its lease until it expires; then the reaper of any later
+        scheduler moves it back to ready and it runs again.
+        """
+        if self._supervisor is None:
             self.stop.set("shutdown")
+            return []
+        return self._supervisor.join(grace=grace, hurry=hurry)
 
     def __enter__(self) -> ProcessGroup:
         self.start()

@@ -65,6 +65,20 @@ class BrokerConfig(BaseModel):
         fields = {field: environ[var] for field, var in cls.ENVIRONMENT.items() if var in environ}
         return cls.model_validate(fields | ({"url_setting": url_setting} if url_setting else {}))
 
+    def for_deployment(self, deployment: str) -> BrokerConfig:
+        """This config with every topology name not set explicitly derived from the
+        deployment's id (``flowforge.<id>.tasks`` ...), so deployments sharing a broker
+        never share a queue unless told to.
+
+        The names set explicitly (``FLOWFORGE_DISPATCH_QUEUE`` and the others) win.
+        """
+        derived = {
+            name: template.format(deployment=deployment)
+            for name, template in DEPLOYMENT_TOPOLOGY.items()
+            if name not in self.model_fields_set
+        }
+        return self.model_copy(update=derived)
+
     @model_validator(mode="wrap")
     @classmethod
     def _translate_errors(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
@@ -85,6 +99,16 @@ class BrokerConfig(BaseModel):
     def urls(self) -> tuple[str, ...]:
         """The broker nodes' URLs, in the order a connection tries them."""
         return tuple(url.strip() for url in self.url.split(","))
+
+
+#: The topology names of a deployment: each topology field's default, with the id in it.
+DEPLOYMENT_TOPOLOGY: Mapping[str, str] = {
+    "exchange": "flowforge.{deployment}",
+    "queue": "flowforge.{deployment}.tasks",
+    "routing_key": "flowforge.{deployment}.tasks",
+    "dead_letter_exchange": "flowforge.{deployment}.dlx",
+    "dead_letter_queue": "flowforge.{deployment}.tasks.dead",
+}
 
 
 def _setting_name(loc: tuple[int | str, ...]) -> str:

@@ -1,5 +1,6 @@
 """Helpers the test modules share, written once: claiming, waiting on the database's
-clock, polling for something asynchronous, and driving ``rabbitmqctl``.
+clock, polling for something asynchronous, handing a worker one message, and driving
+``rabbitmqctl``.
 
 Waits poll until the thing happens and stop at once; the deadline only ends a broken
 test. None of them widens a race window.
@@ -7,14 +8,17 @@ test. None of them widens a race window.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 from uuid import UUID
 
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
+from flowforge.processes.transport import InMemoryDispatchChannel
+from flowforge.processes.worker import Worker
 
 T = TypeVar("T")
 
@@ -64,3 +68,21 @@ def rabbitmqctl(*args: str) -> str:
         timeout=RABBITMQCTL_TIMEOUT_S,
     )
     return completed.stdout
+
+
+def handle_next(channel: InMemoryDispatchChannel, worker: Worker) -> str:
+    """Let ``worker`` handle exactly the next message on ``channel``; what happened."""
+    consumer = channel.consumer()
+    delivery = consumer.get(1.0)
+    assert delivery is not None, "no message on the channel"
+    try:
+        return worker.handle(delivery, consumer)
+    finally:
+        consumer.close()
+
+
+def stop_all(processes: Mapping[str, subprocess.Popen[bytes]], timeout: float) -> dict[str, int]:
+    """SIGTERM every process at once, then each one's exit code by name."""
+    for process in processes.values():
+        process.send_signal(signal.SIGTERM)
+    return {name: process.wait(timeout=timeout) for name, process in processes.items()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 
+import psycopg
 import pytest
 
 POSTGRES_HOST = os.environ.get("FLOWFORGE_TEST_PG_HOST", "127.0.0.1")
@@ -55,3 +56,14 @@ def require_postgres() -> None:
 
 def require_rabbitmq() -> None:
     require("rabbitmq", RABBITMQ_HOST, RABBITMQ_PORT)
+
+
+def postgres_url(dbname: str) -> str:
+    """The URL of database ``dbname`` on the test server."""
+    return f"postgresql://{POSTGRES_USER}@{POSTGRES_HOST}:{POSTGRES_PORT}/{dbname}"
+
+
+def admin(statement: str) -> None:
+    """Run ``statement`` (CREATE/DROP DATABASE) on the admin database, autocommit."""
+    with psycopg.connect(postgres_url(POSTGRES_ADMIN_DB), autocommit=True) as conn:
+        conn.execute(statement.encode())

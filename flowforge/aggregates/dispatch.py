@@ -9,6 +9,12 @@ lease.
 The wire format is compact JSON with an explicit ``schema_version``. A body that does not
 decode is never guessed at: :func:`decode_dispatch` raises ``MalformedDispatchError``
 saying exactly why, and the worker dead-letters the message.
+
+Version 2 adds ``deployment``: the id of the database the task run lives in (stored at
+``flowforge db init``), so a worker of another deployment that receives it (two
+deployments configured with the same queue) can say so instead of finding no such task
+run. A message without it is version 1, as a FlowForge before deployments wrote it; it
+still decodes, and carries no identity to check.
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ import json
 from typing import Final, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from flowforge import errors
 
-#: The only wire version this FlowForge reads and writes.
-DISPATCH_SCHEMA_VERSION: Final = 1
+#: The wire version this FlowForge writes; it reads this one and the ones before it.
+DISPATCH_SCHEMA_VERSION: Final = 2
+#: Every version :func:`decode_dispatch` reads.
+SUPPORTED_SCHEMA_VERSIONS: Final = (1, 2)
 
 #: The fencing token is a BIGINT column; a larger value cannot have come from FlowForge.
 MAX_FENCING_TOKEN: Final = 2**63 - 1
@@ -33,17 +41,32 @@ class DispatchMessage(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: Literal[1] = DISPATCH_SCHEMA_VERSION
+    #: 2 when ``deployment`` is set, 1 (the format before deployments) when it is not.
+    schema_version: Literal[1, 2] = 1
     dispatch_id: UUID
     task_run_id: UUID
     task_key: str = Field(min_length=1)
     task_type: str = Field(min_length=1)
     # strict: a JSON ``true`` or ``"3"`` is a malformed message, not token 1 or 3.
     fencing_token: int = Field(ge=0, le=MAX_FENCING_TOKEN, strict=True)
+    #: The deployment (database) that published it; version 2 only.
+    deployment: str | None = Field(None, min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _version_matches_fields(self) -> DispatchMessage:
+        """Version 2 carries a deployment and version 1 none; a message built with a
+        deployment and no version is version 2."""
+        if self.deployment is not None and "schema_version" not in self.model_fields_set:
+            object.__setattr__(self, "schema_version", 2)
+        if (self.schema_version == 2) != (self.deployment is not None):
+            needs = "requires a" if self.schema_version == 2 else "carries no"
+            raise ValueError(f"schema_version {self.schema_version} {needs} deployment")
+        return self
 
     def encode(self) -> bytes:
         """The message body: compact UTF-8 JSON."""
-        return self.model_dump_json().encode("utf-8")
+        # A version 1 message is written exactly as before deployments existed.
+        return self.model_dump_json(exclude_none=self.deployment is None).encode("utf-8")
 
 
 def decode_dispatch(body: bytes) -> DispatchMessage:
@@ -65,19 +88,20 @@ def decode_dispatch(body: bytes) -> DispatchMessage:
             f"The dispatch body is a JSON {_json_type(payload)}, not an object; "
             f"it is dead-lettered."
         )
+    supported = " and ".join(str(v) for v in SUPPORTED_SCHEMA_VERSIONS)
     if "schema_version" not in payload:
         raise errors.MalformedDispatchError(
             f"The dispatch has no schema_version; this FlowForge supports schema_version "
-            f"{DISPATCH_SCHEMA_VERSION}. It is dead-lettered."
+            f"{supported}. It is dead-lettered."
         )
     version = payload["schema_version"]
     # ``True == 1`` in Python, so compare the JSON type too.
-    if type(version) is not int or version != DISPATCH_SCHEMA_VERSION:
+    if type(version) is not int or version not in SUPPORTED_SCHEMA_VERSIONS:
         raise errors.MalformedDispatchError(
             f"The dispatch has schema_version {json.dumps(version)[:40]} "
             f"({_json_type(version)}); this FlowForge supports schema_version "
-            f"{DISPATCH_SCHEMA_VERSION} only. It was published by an incompatible "
-            f"FlowForge and is dead-lettered."
+            f"{supported} only. It was published by an incompatible FlowForge and is "
+            f"dead-lettered."
         )
     try:
         # strict: JSON gives UUIDs as strings (allowed), but no number as a string.

@@ -24,6 +24,9 @@ class ServiceCore:
     events: EventStore
     store: Store
     schema_version: int
+    #: The deployment this database is: it names the dispatch topology
+    #: (``BrokerConfig.for_deployment``) and is stamped on every dispatch.
+    deployment_id: str
 
     @property
     def database(self) -> Database:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from flowforge.aggregates.dispatch import DISPATCH_SCHEMA_VERSION, DispatchMessage
+from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.projections.tables import OutboxRow
 
 
-def message_for(row: OutboxRow) -> DispatchMessage:
+def message_for(row: OutboxRow, deployment: str) -> DispatchMessage:
+    """The dispatch of an outbox row, stamped with the deployment that publishes it."""
     return DispatchMessage(
-        schema_version=DISPATCH_SCHEMA_VERSION,
         dispatch_id=row.dispatch_id,
         task_run_id=row.task_run_id,
         task_key=row.task_key,
         task_type=row.task_type,
         fencing_token=row.fencing_token,
+        deployment=deployment,
     )

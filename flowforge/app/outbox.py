@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from uuid import UUID
 
 from flowforge.aggregates.definition import MAX_SECONDS
@@ -15,8 +16,15 @@ log = logging.getLogger(__name__)
 
 
 class Outbox(Commands):
-    def publish_pending_dispatches(self, publisher: DispatchPublisher, limit: int = 500) -> int:
-        """Publish up to ``limit`` pending outbox rows; how many were delivered.
+    def publish_pending_dispatches(
+        self,
+        publisher: DispatchPublisher,
+        limit: int = 500,
+        *,
+        task_types: Collection[str] | None = None,
+    ) -> int:
+        """Publish up to ``limit`` pending outbox rows (only of ``task_types``, if given);
+        how many were delivered.
 
         One transaction selects the rows (``FOR UPDATE SKIP LOCKED``: parallel publishers
         divide them), publishes them with confirms, and marks them delivered only after
@@ -24,10 +32,10 @@ class Outbox(Commands):
         row stays pending for the next sweep.
         """
         with self.store.write() as writes:
-            rows = writes.pending_dispatches(limit)
+            rows = writes.pending_dispatches(limit, task_types)
             if not rows:
                 return 0
-            publisher.publish([dispatch.message_for(row) for row in rows])
+            publisher.publish([dispatch.message_for(row, self.deployment_id) for row in rows])
             for row in rows:
                 writes.mark_published(row.dispatch_id)
         return len(rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from uuid import UUID
 
 from flowforge.app.outbox import Outbox
@@ -13,14 +14,21 @@ REDISPATCH_AFTER_S = 300.0
 
 
 class Scheduling(Outbox):
-    def schedule_once(self, *, redispatch_after: float = REDISPATCH_AFTER_S) -> ScheduleSummary:
-        """One scheduler pass: reap expired leases, advance every active run, and
-        redispatch ready tasks whose dispatch was lost (see :meth:`redispatch_stalled`)."""
+    def schedule_once(
+        self,
+        *,
+        redispatch_after: float = REDISPATCH_AFTER_S,
+        covers: Callable[[UUID], bool] | None = None,
+    ) -> ScheduleSummary:
+        """One scheduler pass: reap expired leases, advance every active run (only those
+        ``covers`` accepts, if given), and redispatch ready tasks whose dispatch was lost
+        (see :meth:`redispatch_stalled`)."""
         summary = ScheduleSummary(reaped=len(self.reap_expired_leases()))
         with self._reads() as reads:
             runs = reads.runs_to_advance()
         for run_id in runs:
-            summary.add(self.advance_workflow_run(run_id))
+            if covers is None or covers(run_id):
+                summary.add(self.advance_workflow_run(run_id))
         summary.redispatched = len(self.redispatch_stalled(redispatch_after))
         return summary
 

@@ -32,6 +32,8 @@ class FlowForge(Scheduling):
         self.events = opened.events
         self.store = opened.store
         self.schema_version = opened.schema_version
+        with self._reads() as reads:
+            self.deployment_id = reads.deployment_id()
 
     def close(self) -> None:
         self.events.close()

@@ -10,6 +10,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,6 +28,9 @@ from flowforge.processes.registry import TaskRegistry
 #: ``package.module:attribute`` (the attribute may be dotted), as for console scripts.
 _MODULE_REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
+
+#: The embedded default's file (``./.flowforge/flowforge.db``).
+_DEFAULT_FILE = Path(unquote(urlsplit(config.DEFAULT_DATABASE_URL).path[1:]))
 
 # --- settings and the application service --------------------------------------------
 
@@ -53,9 +57,35 @@ def open_app(settings: config.Settings, *, migrate: bool = False) -> FlowForge:
     """
     if migrate and settings.database_url == config.DEFAULT_DATABASE_URL:
         # The embedded default lives in ./.flowforge/; nobody should have to create it.
-        default_file = Path(unquote(urlsplit(config.DEFAULT_DATABASE_URL).path[1:]))
-        default_file.parent.mkdir(parents=True, exist_ok=True)
+        _DEFAULT_FILE.parent.mkdir(parents=True, exist_ok=True)
     return FlowForge(settings.database_url, migrate=migrate)
+
+
+def default_database_missing(settings: config.Settings) -> bool:
+    """True if the settings name the embedded default and nothing has created it yet."""
+    return settings.database_url == config.DEFAULT_DATABASE_URL and not _DEFAULT_FILE.exists()
+
+
+def program(args: argparse.Namespace) -> str:
+    """``flowforge`` with the flags that find this database and broker again, for the
+    commands printed to paste (an environment variable or the default needs none)."""
+    flags = [
+        f" {flag} {shlex.quote(value)}"
+        for flag, value in (
+            ("--database-url", getattr(args, "database_url", None)),
+            ("--broker-url", getattr(args, "broker_url", None)),
+        )
+        if value
+    ]
+    return "flowforge" + "".join(flags)
+
+
+def handler_modules(args: argparse.Namespace) -> list[str]:
+    """The modules that registered a ``run``'s handlers: ``--tasks``, and the module of
+    a ``module:attr`` workflow."""
+    workflow = getattr(args, "workflow", None) or ""
+    own = [workflow.partition(":")[0]] if _is_module_reference(workflow) else []
+    return [*args.tasks, *(m for m in own if m not in args.tasks)]
 
 
 # --- values from the command line ----------------------------------------------------
@@ -121,7 +151,7 @@ def load_workflow(source: str) -> WorkflowDefinition:
 
     The attribute may be a definition, a mapping, a path, or a callable returning one.
     """
-    if os.path.exists(source) or not _MODULE_REFERENCE.match(source):
+    if not _is_module_reference(source):
         return load_definition(source)
     module_name, _, attribute = source.partition(":")
     value: Any = import_user_module(module_name, "workflow module")
@@ -138,6 +168,10 @@ def load_workflow(source: str) -> WorkflowDefinition:
         raise errors.InvalidWorkflowDefinitionError(
             "\n".join(f"{source}: {line}" for line in lines)
         ) from exc
+
+
+def _is_module_reference(source: str) -> bool:
+    return not os.path.exists(source) and _MODULE_REFERENCE.match(source) is not None
 
 
 def import_user_module(name: str, purpose: str) -> ModuleType:

@@ -27,10 +27,17 @@ ALL_ROWS = 2**31 - 1
 
 def init(args: argparse.Namespace) -> int:
     """Create the schema, or apply the missing migrations (idempotent, under a lock)."""
-    with common.open_app(common.settings_from(args), migrate=True) as app:
+    settings = common.settings_from(args)
+    with common.open_app(settings, migrate=True) as app:
         database = app.database
         print(
-            f"database {database.dialect} {database.location}: schema version {app.schema_version}"
+            f"database {database.dialect} {database.location}: schema version "
+            f"{app.schema_version}, deployment {app.deployment_id}"
+            + (
+                f" (dispatch queue {settings.broker.for_deployment(app.deployment_id).queue})"
+                if settings.broker is not None
+                else ""
+            )
         )
     return 0
 

@@ -28,8 +28,12 @@ WATCH_POLL_S = 0.5
 
 
 def runs(args: argparse.Namespace) -> int:
-    with common.open_app(common.settings_from(args)) as app:
-        recent = [(run, app.task_runs(run.id)) for run in app.recent_runs(args.limit)]
+    settings = common.settings_from(args)
+    if common.default_database_missing(settings):
+        recent: list[tuple[WorkflowRunRow, list[TaskRunRow]]] = []  # nothing ran here yet
+    else:
+        with common.open_app(settings) as app:
+            recent = [(run, app.task_runs(run.id)) for run in app.recent_runs(args.limit)]
     now = datetime.now(UTC)
     if args.json:
         print(render.to_json([run_fact(run, tasks, now) for run, tasks in recent]))
@@ -120,9 +124,10 @@ def history(args: argparse.Namespace) -> int:
 
 def why(args: argparse.Namespace) -> int:
     at = parse_time(args.at) if args.at is not None else None
-    with common.open_app(common.settings_from(args)) as app:
+    settings = common.settings_from(args)
+    with common.open_app(settings) as app:
         task = ids.resolve_task(app, args.task)
-        explanation = explain_task.why(app, task.id, at)
+        explanation = explain_task.why(app, task.id, at, embedded=settings.embedded)
     if args.json:
         print(render.to_json(explanation))
         return 0

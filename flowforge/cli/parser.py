@@ -31,7 +31,7 @@ exit codes:
   3    a server is unreachable or failed: the database or the broker (host:port named)
   4    refused by the rules: cancelling a finished run; a database created by a newer
        FlowForge schema version; a classic queue where a quorum queue is expected
-  130  interrupted (Ctrl-C; SIGTERM during run and demo); the run is left as it is
+  130  interrupted (Ctrl-C; SIGTERM during run and demo) with the run unfinished
 
 configuration (flags override the environment):
   FLOWFORGE_DATABASE_URL   postgresql://user@host:5432/db or sqlite:///path.db
@@ -210,6 +210,20 @@ def _seconds(maximum: float) -> Callable[[str], float]:
     return parse
 
 
+def _grace_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds, e.g. 2.5, got {text!r}"
+        ) from None
+    if not 0 <= value <= MAX_TIMEOUT_S:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"must be from 0 to {MAX_TIMEOUT_S:g} seconds, got {text}"
+        )
+    return value
+
+
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-i",
@@ -245,6 +259,21 @@ def _add_idempotency_key(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: How long a stop of `run` or `demo` waits for the tasks in hand (flowforge/cli/stopping.py).
+STOP_GRACE_S = 5.0
+
+
+def _add_grace(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--grace",
+        type=_grace_seconds,
+        default=STOP_GRACE_S,
+        metavar="S",
+        help="on a stop, how long the tasks in hand may take to finish before they are "
+        "abandoned (default 5; a second Ctrl-C ends the wait at once)",
+    )
+
+
 def _add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
 
@@ -277,7 +306,8 @@ def _db(commands: Any) -> None:
         actions,
         "init",
         "create the tables or apply missing migrations (idempotent)",
-        "flowforge db init\n  database sqlite .flowforge/flowforge.db: schema version 1",
+        "flowforge db init\n  database sqlite .flowforge/flowforge.db: schema version 2, "
+        "deployment 3f2a6c1e0b9d",
         "flowforge.cli.db:init",
     )
     _command(
@@ -330,10 +360,19 @@ def _run(commands: Any) -> None:
         """,
         "flowforge.cli.runs:run",
         description="Submit a workflow and run the scheduler, the publisher and N workers "
-        "in this process until the run finishes. Dispatch is in-process unless a broker "
-        "is configured. Exits 0 if the run succeeded, 1 with the failed tasks' errors.",
+        "in this process until the run finishes (--resume RUN: run an existing run "
+        "instead). Dispatch is in-process unless a broker is configured. Only runs whose "
+        "every task type has a handler here are run; other runs are left alone. Exits 0 "
+        "if the run succeeded, 1 with the failed tasks' errors. --timeout or a first "
+        "Ctrl-C stops, letting the tasks in hand finish for up to --grace seconds; a "
+        "second Ctrl-C stops at once.",
     )
-    parser.add_argument("workflow", metavar="FILE|module:attr", help=_WORKFLOW_HELP)
+    parser.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="run an existing run (id or prefix) to the end instead of submitting one",
+    )
+    parser.add_argument("workflow", metavar="FILE|module:attr", nargs="?", help=_WORKFLOW_HELP)
     _add_workers(parser)
     _add_tasks(parser, required=False)
     _add_inputs(parser)
@@ -342,9 +381,10 @@ def _run(commands: Any) -> None:
         "--timeout",
         type=_seconds(MAX_TIMEOUT_S),
         metavar="S",
-        help="give up waiting after S seconds, leaving the run as it is (exit 1) "
+        help="stop after S seconds (the tasks in hand then get --grace seconds to finish) "
         "(default: wait until the run finishes)",
     )
+    _add_grace(parser)
 
 
 def _demo(commands: Any) -> None:
@@ -355,11 +395,14 @@ def _demo(commands: Any) -> None:
         "flowforge demo",
         "flowforge.cli.runs:demo",
         description="Run the example DAG (extract -> clean, enrich, score -> load; enrich "
-        "fails once and succeeds on retry) on a temporary SQLite database (unless "
-        "FLOWFORGE_DATABASE_URL is set) with in-process dispatch, then print its history.",
+        "fails once and succeeds on retry) with in-process dispatch, then print its "
+        "history and the commands that inspect it. The run stays in the database (the "
+        "embedded default .flowforge/flowforge.db unless FLOWFORGE_DATABASE_URL is set), "
+        "where `flowforge runs` finds it.",
         uses_broker=False,  # the demo always dispatches in-process
     )
     _add_workers(parser)
+    _add_grace(parser)
 
 
 def _processes(commands: Any) -> None:

@@ -172,3 +172,13 @@ def _json_default(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     raise TypeError(f"cannot show a {type(value).__name__} as JSON")
+
+
+def inspect_commands(run_id: UUID, program: str, task_key: str) -> list[str]:
+    """The commands that inspect a run afterwards, ready to paste (``program`` is the
+    ``flowforge`` command with whatever options find the same database)."""
+    return [
+        f"{program} status {run_id}",
+        f"{program} history {run_id}",
+        f"{program} why {run_id}/{task_key}",
+    ]

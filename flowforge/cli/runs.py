@@ -3,35 +3,33 @@
 from __future__ import annotations
 
 import argparse
-import os
-import signal
+import shlex
 import sys
-import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from uuid import UUID
 
-from flowforge import bootstrap, config
+from flowforge import bootstrap
 from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import StartedRun
 from flowforge.app.service import FlowForge
-from flowforge.cli import common, ids, render
+from flowforge.cli import common, ids, render, stopping
 from flowforge.cli import demo as demo_workflow
 from flowforge.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED
+from flowforge.cli.parser import UsageError
 from flowforge.cli.progress import Progress
 from flowforge.processes.registry import TaskRegistry, default_registry
 from flowforge.projections.tables import WorkflowRunRow
-
-#: What stops `run` and `demo` cleanly (the default SIGTERM would kill them mid-task).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def submit(args: argparse.Namespace) -> int:
     # Validate everything the user typed before touching the database.
     definition = common.load_workflow(args.workflow)
     inputs = common.parse_inputs(args.input)
-    with common.open_app(common.settings_from(args)) as app:
+    settings = common.settings_from(args)
+    with common.open_app(settings) as app:
         started = app.submit_workflow_run(definition, inputs, idempotency_key=args.idempotency_key)
         run = app.get_workflow_run(started.run_id)
     if args.json:
@@ -39,7 +37,30 @@ def submit(args: argparse.Namespace) -> int:
     else:
         print(started.run_id)
     _announce(started, run, definition, args.idempotency_key, show_id=False)
+    if settings.embedded and not WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
+        # No worker can reach a run without a broker: say what will run it.
+        print(f"note: {embedded_runner_hint(args, run.id, definition)}", file=sys.stderr)
     return 0
+
+
+def embedded_runner_hint(
+    args: argparse.Namespace, run_id: UUID, definition: WorkflowDefinition
+) -> str:
+    """What runs a run when no broker is configured: only `flowforge run`, in its own
+    process (scheduler, publisher and workers as threads)."""
+    types = ", ".join(sorted({t.type for t in definition.tasks}))
+    return (
+        f"no broker is configured, so no worker process will run this run's tasks; "
+        f"run it in this process with `{resume_command(args, run_id, ['MODULE'])}`, "
+        f"MODULE being the module of the @task handlers for {types} (or set "
+        f"FLOWFORGE_BROKER_URL and start `flowforge scheduler`, `publisher` and `worker`)"
+    )
+
+
+def resume_command(args: argparse.Namespace, run_id: UUID, modules: Sequence[str]) -> str:
+    """The exact `flowforge run --resume` that runs ``run_id`` to the end, here."""
+    tasks = "".join(f" --tasks {shlex.quote(m)}" for m in modules)
+    return f"{common.program(args)} run --resume {run_id}{tasks}"
 
 
 def _submitted(started: StartedRun, run: WorkflowRunRow) -> dict[str, object]:
@@ -79,6 +100,10 @@ def _announce(
 
 def run(args: argparse.Namespace) -> int:
     common.import_task_modules(args.tasks, default_registry)
+    if args.resume:
+        return _resume(args)
+    if not args.workflow:
+        raise UsageError("give a workflow to run (FILE or module:attr), or --resume RUN")
     definition = common.load_workflow(args.workflow)
     # The workers of this process run every task: refuse what they cannot run now,
     # rather than submit a run whose tasks would fail one by one.
@@ -86,14 +111,50 @@ def run(args: argparse.Namespace) -> int:
     inputs = common.parse_inputs(args.input)
     settings = common.settings_from(args)
     with common.open_app(settings, migrate=True) as app:
-        transport = bootstrap.transport_for(settings)
+        transport = bootstrap.transport_for(settings, app.deployment_id)
         started = app.submit_workflow_run(definition, inputs, idempotency_key=args.idempotency_key)
         run_row = app.get_workflow_run(started.run_id)
         _announce(started, run_row, definition, args.idempotency_key, show_id=True)
         final, stopped_by = drive(
-            app, transport, started.run_id, args.workers, default_registry, args.timeout
+            app,
+            transport,
+            started.run_id,
+            args.workers,
+            default_registry,
+            args.timeout,
+            args.grace,
         )
-        return report_outcome(app, final, stopped_by, args.timeout)
+        return report_outcome(app, final, stopped_by, args.timeout, _rerun_hint(args, final))
+
+
+def _resume(args: argparse.Namespace) -> int:
+    """``run --resume RUN``: run an existing run here to the end, submitting nothing."""
+    if args.workflow or args.input or args.idempotency_key:
+        raise UsageError(
+            "--resume runs an existing run: give no workflow, --input or --idempotency-key"
+        )
+    settings = common.settings_from(args)
+    with common.open_app(settings) as app:
+        run_row = ids.resolve_run(app, args.resume)
+        definition = WorkflowDefinition.model_validate(run_row.definition)
+        common.check_task_types(definition, default_registry)
+        transport = bootstrap.transport_for(settings, app.deployment_id)
+        print(f"resuming run {run_row.id} of {run_row.workflow_name} ({run_row.state})")
+        final, stopped_by = drive(
+            app, transport, run_row.id, args.workers, default_registry, args.timeout, args.grace
+        )
+        return report_outcome(app, final, stopped_by, args.timeout, _rerun_hint(args, final))
+
+
+def _rerun_hint(args: argparse.Namespace, run: WorkflowRunRow) -> str:
+    """What finishes a run this process left unfinished."""
+    if not common.settings_from(args).embedded:
+        return (
+            f"the deployment's scheduler, publisher and workers finish it "
+            f"(`flowforge status {run.id} --watch` follows it), as does "
+            f"`{resume_command(args, run.id, common.handler_modules(args))}`"
+        )
+    return f"`{resume_command(args, run.id, common.handler_modules(args))}` finishes it"
 
 
 def drive(
@@ -103,88 +164,127 @@ def drive(
     workers: int,
     registry: TaskRegistry,
     timeout: float | None,
+    grace: float,
 ) -> tuple[WorkflowRunRow, str]:
-    """Run scheduler, publisher and workers here until the run ends; the last snapshot
-    and what stopped the wait early ('' if nothing did)."""
+    """Run scheduler, publisher and workers here until the run ends, a stop signal, or
+    the timeout (see :mod:`flowforge.cli.stopping`); the run as the database then holds
+    it, and what stopped the wait early ('timeout', 'SIGINT', 'SIGTERM'; '' if the run
+    ended)."""
     group = bootstrap.ProcessGroup(app, transport, workers=workers, registry=registry)
     progress = Progress(sys.stdout)
-    # The group's threads cannot install signal handlers; without these, Ctrl-C would
-    # kill the process with its workers mid-task instead of stopping them cleanly.
-    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-    group.stop.install_signal_handlers()
-    try:
-        with group:
-            group.wait_for(
+    with stopping.Interrupts(group.stop) as interrupts:
+        group.start()
+        try:
+            run = group.wait_for(
                 run_id,
                 timeout=timeout,
                 on_progress=lambda snapshot: progress.update(snapshot, app.task_runs(run_id)),
             )
-            stopped_by = group.stop.reason if group.stop.is_set() else ""
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        finally:
+            stopped_by = _stop_cause(group, run_id)
+            if stopped_by:
+                _announce_stop(app, run_id, stopped_by, grace)
+            abandoned = group.shutdown(grace=grace, hurry=interrupts.hurry)
+    if abandoned:
+        how = "at once (asked again)" if interrupts.hurry.is_set() else f"after {grace:g}s"
+        print(
+            f"stopped {how}, abandoning the task in hand of {', '.join(abandoned)}",
+            file=sys.stderr,
+        )
+    if not WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
+        # The scheduler stopped with the others: one last pass over this run, so the
+        # state printed is the one the finished tasks imply, as a scheduler would write.
+        app.advance_workflow_run(run_id)
     final = app.get_workflow_run(run_id)
     progress.update(final, app.task_runs(run_id))
     return final, stopped_by
 
 
+def _stop_cause(group: bootstrap.ProcessGroup, run_id: UUID) -> str:
+    if group.stop.is_set():
+        return group.stop.reason
+    terminal = WORKFLOW_RUN_MACHINE.is_terminal(group.app.get_workflow_run(run_id).run_state)
+    return "" if terminal else "timeout"
+
+
+def _announce_stop(app: FlowForge, run_id: UUID, cause: str, grace: float) -> None:
+    running = [t.task_key for t in app.task_runs(run_id) if t.state == "running"]
+    now = "Ctrl-C to stop now" if cause == "timeout" else "press Ctrl-C again to stop now"
+    waiting = (
+        f"; waiting up to {grace:g}s for {', '.join(running)} to finish ({now})" if running else ""
+    )
+    print(f"stopping ({cause}){waiting}", file=sys.stderr)
+
+
 def report_outcome(
-    app: FlowForge, run: WorkflowRunRow, stopped_by: str, timeout: float | None
+    app: FlowForge, run: WorkflowRunRow, stopped_by: str, timeout: float | None, rerun: str
 ) -> int:
+    """Say how the run stands in the database, and exit accordingly."""
     elapsed = render.span(run.created_at, run.finished_at, datetime.now(UTC))
+    tasks = render.task_order(run, app.task_runs(run.id))
     if run.state == "succeeded":
-        tasks = app.task_runs(run.id)
         attempts = sum(t.attempt for t in tasks)
         print(f"run {run.id} succeeded in {elapsed} ({len(tasks)} tasks, {attempts} attempts)")
         return 0
-    if stopped_by in ("SIGINT", "SIGTERM"):
-        print(
-            f"stopped by {stopped_by}; run {run.id} is still {run.state}: cancel it with "
-            f"`flowforge cancel {run.id}`, or let processes finish it",
-            file=sys.stderr,
-        )
-        return EXIT_INTERRUPTED
-    if not WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
-        print(
-            f"run {run.id} did not finish within {timeout}s; it is still {run.state}: "
-            f"see `flowforge status {run.id}`, or cancel it with `flowforge cancel {run.id}`",
-            file=sys.stderr,
-        )
+    if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
+        print(f"run {run.id} {run.state} after {elapsed}", file=sys.stderr)
+        for task in tasks:
+            if task.state == "failed":
+                print(
+                    f"  {task.task_key} failed after {task.attempt} attempt(s): "
+                    f"{render.error_line(task.error)}",
+                    file=sys.stderr,
+                )
+                for frame in failures.last_frames(task.error):
+                    print(f"    at {frame}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"run {run.id} {run.state} after {elapsed}", file=sys.stderr)
-    for task in render.task_order(run, app.task_runs(run.id)):
-        if task.state == "failed":
+    why = f"did not finish within {timeout:g}s" if stopped_by == "timeout" else "was stopped"
+    print(
+        f"run {run.id} {why} ({stopped_by}); in the database it is still {run.state}: "
+        f"{render.counts(tasks)}",
+        file=sys.stderr,
+    )
+    for task in tasks:
+        if task.state == "running":
             print(
-                f"  {task.task_key} failed after {task.attempt} attempt(s): "
-                f"{render.error_line(task.error)}",
+                f"  {task.task_key} was left running on {task.lease_owner}: its lease "
+                f"expires at {render.iso(task.lease_expires_at)}, then a scheduler's "
+                f"reaper makes it ready and it runs again",
                 file=sys.stderr,
             )
-            for frame in failures.last_frames(task.error):
-                print(f"    at {frame}", file=sys.stderr)
-    return EXIT_FAILED
+    print(f"  {rerun}, or `flowforge cancel {run.id}` cancels it", file=sys.stderr)
+    return EXIT_FAILED if stopped_by == "timeout" else EXIT_INTERRUPTED
 
 
 def demo(args: argparse.Namespace) -> int:
+    # The demo's run stays where the next command finds it: the configured database, or
+    # the embedded default that `flowforge runs` reads.
     settings = common.settings_from(args)
-    configured = args.database_url or config.DATABASE_URL_VARIABLE in os.environ
-    with tempfile.TemporaryDirectory(prefix="flowforge-demo-") as scratch:
-        url = settings.database_url if configured else f"sqlite:///{scratch}/demo.db"
-        with FlowForge(url, migrate=True) as app:
-            print(f"demo: workflow {demo_workflow.DEFINITION.name} on {app.database.location}")
-            started = app.submit_workflow_run(demo_workflow.DEFINITION, demo_workflow.INPUTS)
-            final, stopped_by = drive(
-                app,
-                bootstrap.Transport.in_memory(),
-                started.run_id,
-                args.workers,
-                demo_workflow.REGISTRY,
-                None,
-            )
-            code = report_outcome(app, final, stopped_by, None)
-            print("\nhistory (the audit log):")
-            entries = app.run_history(started.run_id)
-            for line in render.table(render.HISTORY_HEADERS, render.history_rows(entries)):
-                print(f"  {line}")
+    with common.open_app(settings, migrate=True) as app:
+        print(
+            f"demo: workflow {demo_workflow.DEFINITION.name} on {app.database.dialect} "
+            f"{app.database.location}, with in-process dispatch"
+        )
+        started = app.submit_workflow_run(demo_workflow.DEFINITION, demo_workflow.INPUTS)
+        final, stopped_by = drive(
+            app,
+            bootstrap.Transport.in_memory(),
+            started.run_id,
+            args.workers,
+            demo_workflow.REGISTRY,
+            None,
+            args.grace,
+        )
+        # The demo's group covers every run of its DAG in this database.
+        again = "running `flowforge demo` again in this database finishes it"
+        code = report_outcome(app, final, stopped_by, None, again)
+        print("\nhistory (the audit log):")
+        entries = app.run_history(started.run_id)
+        for line in render.table(render.HISTORY_HEADERS, render.history_rows(entries)):
+            print(f"  {line}")
+        print(f"\ninspect it (the run stays in {app.database.location}):")
+    for line in render.inspect_commands(started.run_id, common.program(args), "enrich"):
+        print(f"  {line}")
     return code
 
 

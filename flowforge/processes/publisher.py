@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from flowforge import errors
 from flowforge.app.service import FlowForge
@@ -33,6 +33,7 @@ class Publisher:
         interval: float = DEFAULT_INTERVAL_S,
         stop: Stop | None = None,
         backoff: Backoff | None = None,
+        task_types: Collection[str] | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -43,13 +44,17 @@ class Publisher:
         self.interval = interval
         self.stop = stop or Stop()
         self.backoff = backoff or Backoff()
+        #: Which task types' dispatches this publisher sends (all, if None).
+        self.task_types = None if task_types is None else frozenset(task_types)
 
     def sweep(self) -> int:
         """Publish one batch; how many rows were delivered."""
         if self._publisher is None:
             self._publisher = self._connect()
         try:
-            return self.app.publish_pending_dispatches(self._publisher, self.batch_size)
+            return self.app.publish_pending_dispatches(
+                self._publisher, self.batch_size, task_types=self.task_types
+            )
         except errors.BrokerError:
             self.close()
             raise

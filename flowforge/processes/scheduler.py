@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict
+from uuid import UUID
 
 from flowforge import errors
 from flowforge.app.results import ScheduleSummary
@@ -29,14 +31,19 @@ class Scheduler:
         interval: float = DEFAULT_INTERVAL_S,
         redispatch_after: float = REDISPATCH_AFTER_S,
         stop: Stop | None = None,
+        covers: Callable[[UUID], bool] | None = None,
     ) -> None:
         self.app = app
         self.interval = interval
         self.redispatch_after = redispatch_after
         self.stop = stop or Stop()
+        #: Which runs this scheduler advances (all, if None): see ProcessGroup.
+        self.covers = covers
 
     def run_once(self) -> ScheduleSummary:
-        summary = self.app.schedule_once(redispatch_after=self.redispatch_after)
+        summary = self.app.schedule_once(
+            redispatch_after=self.redispatch_after, covers=self.covers
+        )
         changes = asdict(summary)
         changes.pop("runs_advanced")
         if any(changes.values()):

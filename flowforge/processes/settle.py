@@ -37,6 +37,16 @@ MALFORMED: Final = Settlement(
 UNKNOWN_RUN: Final = Settlement(
     "dead_letter", "dead_lettered", reason="dispatch for an unknown task run dead-lettered"
 )
+#: Another deployment's dispatch (two deployments share a queue): its task run is in
+#: another database. Dead-lettered, not requeued: on a shared queue a requeue hands it
+#: back to the wrong worker as often as to its own, and hides the misconfiguration; its
+#: own deployment's scheduler redispatches the task (``redispatch_stalled``).
+FOREIGN: Final = Settlement(
+    "dead_letter",
+    "dead_lettered",
+    reason="dispatch of another deployment dead-lettered: two deployments share this "
+    "queue; give each its own (unset FLOWFORGE_DISPATCH_* or set them apart)",
+)
 #: Never ack what is not durable: the broker redelivers, the claim decides.
 DATABASE_FAILED: Final = Settlement(
     "requeue", "requeued", back_off=True, reason="database unavailable; dispatch requeued"

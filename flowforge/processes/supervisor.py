@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from flowforge import errors
@@ -21,6 +22,8 @@ log = logging.getLogger(__name__)
 
 #: How often ``run`` checks on its threads while it waits for a stop.
 WATCH_INTERVAL_S = 0.5
+#: How often a ``join`` with a grace checks for a hurry.
+JOIN_POLL_S = 0.05
 
 Target = Callable[[], None]
 
@@ -69,13 +72,25 @@ class Supervisor:
     def alive(self) -> bool:
         return any(thread.is_alive() for thread in self._threads)
 
-    def join(self) -> None:
-        """Stop every thread, wait for them, and re-raise the first failure."""
+    def join(self, grace: float | None = None, hurry: threading.Event | None = None) -> list[str]:
+        """Stop every thread, wait for them, and re-raise the first failure; the names of
+        the threads abandoned still running.
+
+        Without ``grace`` the wait is for as long as they take. With it, the wait ends
+        after ``grace`` seconds or as soon as ``hurry`` is set, and the threads still
+        running are abandoned (daemons: they end with the process).
+        """
         self.stop.set("shutdown")
+        deadline = None if grace is None else time.monotonic() + grace
         for thread in self._threads:
-            thread.join()
+            while thread.is_alive() and not (hurry is not None and hurry.is_set()):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                thread.join(JOIN_POLL_S if left is None else min(JOIN_POLL_S, left))
         if self.errors:
             raise self.errors[0]
+        return [thread.name for thread in self._threads if thread.is_alive()]
 
     def run(self, targets: Sequence[tuple[str, Target]]) -> None:
         """Run ``targets`` until a stop (a signal, or a thread's failure); re-raise it.

@@ -147,10 +147,25 @@ class Worker:
             message = decode_dispatch(delivery.body)
         except errors.MalformedDispatchError as exc:
             return self._unsettled(settle.for_error(exc), exc)
+        if message.deployment is not None and message.deployment != self.app.deployment_id:
+            return self._foreign(message)
         try:
             return settle.done(self._claim_and_run(message, consumer))
         except (errors.NotFoundError, errors.PersistenceError) as exc:
             return self._unsettled(settle.for_error(exc), exc, task_run_id=message.task_run_id)
+
+    def _foreign(self, message: DispatchMessage) -> Settlement:
+        """A dispatch of another deployment: logged as an error naming both."""
+        log.error(
+            settle.FOREIGN.reason,
+            extra=self._extra(
+                deployment=self.app.deployment_id,
+                message_deployment=message.deployment,
+                task_run_id=str(message.task_run_id),
+                task_key=message.task_key,
+            ),
+        )
+        return settle.FOREIGN
 
     def _unsettled(
         self, settlement: Settlement, exc: BaseException, task_run_id: uuid.UUID | None = None

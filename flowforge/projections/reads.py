@@ -68,6 +68,11 @@ class Reads:
         (row,) = self._tx.run("select_schema_version")
         return int(row["version"])
 
+    def deployment_id(self) -> str:
+        """The deployment's id, written once by the migration that created it."""
+        (row,) = self._tx.run("select_deployment")
+        return str(row["deployment_id"])
+
 
 def first_row(row_type: type[_R], rows: list[Row]) -> _R | None:
     return row_type.from_mapping(rows[0]) if rows else None

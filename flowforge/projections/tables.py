@@ -38,6 +38,7 @@ COLUMN_KINDS: Mapping[str, Kind] = {
     "depends_on": Kind.JSON,
     "result": Kind.JSON,
     "error": Kind.JSON,
+    "task_types": Kind.JSON,
     "lease_expires_at": Kind.TIMESTAMP,
     "started_at": Kind.TIMESTAMP,
     "finished_at": Kind.TIMESTAMP,

@@ -10,7 +10,7 @@ against the pure machine before it opens a transaction. Events are stored in the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -249,10 +249,17 @@ class Writes(Reads):
         )
         return dispatch_id
 
-    def pending_dispatches(self, limit: int) -> list[OutboxRow]:
-        """Up to ``limit`` unpublished rows, oldest first, locked for this transaction;
-        on PostgreSQL a row another publisher holds is skipped."""
-        rows = self._tx.run("select_pending_outbox", {"limit": limit})
+    def pending_dispatches(
+        self, limit: int, task_types: Collection[str] | None = None
+    ) -> list[OutboxRow]:
+        """Up to ``limit`` unpublished rows (only of ``task_types``, if given), oldest
+        first, locked for this transaction; on PostgreSQL a row another publisher holds
+        is skipped."""
+        if task_types is None:
+            rows = self._tx.run("select_pending_outbox", {"limit": limit})
+        else:
+            params = {"limit": limit, "task_types": sorted(task_types)}
+            rows = self._tx.run("select_pending_outbox_of_types", params)
         return [OutboxRow.from_mapping(r) for r in rows]
 
     def mark_published(self, dispatch_id: UUID) -> None:

@@ -28,7 +28,7 @@ import pytest
 
 from flowforge.app.definition_files import load_definition
 from flowforge.cli import demo, exits
-from tests import servers
+from tests import helpers, servers
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "cli.md"
@@ -170,7 +170,7 @@ def test_with_no_configuration_the_database_is_sqlite_in_dot_flowforge(tmp_path:
     cli = Cli(tmp_path, clean_environment())
     first, second = cli("db", "init"), cli("db", "init")
     assert first.returncode == second.returncode == 0, first.stderr
-    assert "schema version 1" in second.stdout
+    assert "schema version 2, deployment " in second.stdout
     assert (tmp_path / ".flowforge" / "flowforge.db").is_file()
 
 
@@ -203,7 +203,7 @@ def test_a_database_without_the_schema_is_refused_naming_the_migrate_command(
     assert "no FlowForge schema" in line and "flowforge db migrate" in line
     migrated = bare_cli("db", "migrate")
     assert migrated.returncode == 0, migrated.stderr
-    assert "schema version 1" in migrated.stdout
+    assert "schema version 2" in migrated.stdout
     assert bare_cli.json("runs") == []
 
 
@@ -313,7 +313,7 @@ def test_demo_runs_the_example_and_shows_its_history(tmp_path: Path) -> None:
     assert "succeeded in" in done.stdout
     assert "history (the audit log)" in done.stdout
     assert "schedule_retry" in done.stdout
-    assert not (tmp_path / ".flowforge").exists()  # a temporary database
+    assert (tmp_path / ".flowforge" / "flowforge.db").is_file()  # the default, kept
 
 
 def test_the_demo_runs_the_same_dag_as_the_example_file() -> None:
@@ -523,9 +523,7 @@ def test_separate_processes_on_postgres_and_rabbitmq_run_the_example(
         assert watched.returncode == 0, (watched.stderr, logs)
         assert json.loads(watched.stdout)["state"] == "succeeded"
     finally:
-        for process in processes.values():
-            process.send_signal(signal.SIGTERM)
-        codes = {name: process.wait(timeout=15) for name, process in processes.items()}
+        codes = helpers.stop_all(processes, timeout=15)
     assert codes == dict.fromkeys(processes, 0)
     entries = cli.json("history", run_id)
     successes = Counter(e["task_key"] for e in entries if e["transition"] == "succeed")

@@ -46,7 +46,9 @@ def test_the_main_job_runs_the_fan_out_workflow_on_postgres_and_rabbitmq() -> No
             conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         topology.delete_topology(broker)
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = {line.split()[0]: line.split()[1:3] for line in done.stdout.splitlines()[3:8]}
+    keys = {"clean", "enrich", "extract", "load", "score"}
+    words = [line.split() for line in done.stdout.splitlines()]
+    rows = {w[0]: w[1:3] for w in words if w and w[0] in keys}
     assert rows == {
         "clean": ["succeeded", "1"],
         "enrich": ["succeeded", "2"],
@@ -54,7 +56,8 @@ def test_the_main_job_runs_the_fan_out_workflow_on_postgres_and_rabbitmq() -> No
         "load": ["succeeded", "1"],
         "score": ["succeeded", "1"],
     }
-    assert done.stdout.rstrip().endswith("succeeded")
+    assert re.search(r"^run \S+: succeeded$", done.stdout, re.MULTILINE)
+    assert done.stdout.startswith(f"database: {env['FLOWFORGE_DATABASE_URL']}\n")
 
 
 def readme_python_blocks() -> list[str]:

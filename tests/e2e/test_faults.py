@@ -188,7 +188,9 @@ def test_duplicate_dispatch_messages_run_the_handler_once(cluster: Cluster) -> N
     (row,) = cluster.app.dispatches_of(task_id)
     publisher = RabbitDispatchPublisher(cluster.broker)
     try:
-        publisher.publish([message_for(row)] * 3)  # three copies before any worker runs
+        publisher.publish(
+            [message_for(row, cluster.app.deployment_id)] * 3
+        )  # three copies before any worker runs
     finally:
         publisher.close()
     cluster.start_all(workers=2)

@@ -20,6 +20,7 @@ from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.transport import Delivery, InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
+from tests.helpers import handle_next
 
 ONE = {"name": "one", "retry": {"max_attempts": 1}, "tasks": [{"key": "only", "type": "work"}]}
 PAIR = {
@@ -68,13 +69,7 @@ def worker(app: FlowForge, channel: InMemoryDispatchChannel, recorder: Recorder)
 def deliver_one(app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker) -> str:
     """Publish what the outbox holds, then let the worker handle exactly one message."""
     app.publish_pending_dispatches(channel.publisher())
-    consumer = channel.consumer()
-    delivery = consumer.get(1.0)
-    assert delivery is not None, "no message on the channel"
-    try:
-        return worker.handle(delivery, consumer)
-    finally:
-        consumer.close()
+    return handle_next(channel, worker)
 
 
 def only_task(app: FlowForge, run_id: UUID, key: str = "only") -> Any:
@@ -104,7 +99,7 @@ def test_a_duplicate_dispatch_is_acked_without_running_the_handler_again(
 ) -> None:
     run_id = app.start_workflow_run(ONE)
     row = app.dispatches_of(only_task(app, run_id).id)[0]
-    duplicate = message_for(row)
+    duplicate = message_for(row, app.deployment_id)
     channel.publisher().publish([duplicate, duplicate])
     consumer = channel.consumer()
     outcomes = []
@@ -302,7 +297,7 @@ def test_a_dispatch_for_a_task_run_that_does_not_exist_is_dead_lettered(
 ) -> None:
     app.start_workflow_run(ONE)
     (row,) = [r for t in app.ready_task_runs() for r in app.dispatches_of(t.id)]
-    orphan = message_for(row).model_copy(update={"task_run_id": uuid.uuid4()})
+    orphan = message_for(row, app.deployment_id).model_copy(update={"task_run_id": uuid.uuid4()})
     channel.publisher().publish([orphan])
     consumer = channel.consumer()
     delivery = consumer.get(1.0)

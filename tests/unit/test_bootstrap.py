@@ -26,7 +26,7 @@ def processes(settings: Settings) -> Iterator[bootstrap.Processes]:
 
 
 def test_without_a_broker_the_transport_is_the_in_process_channel(settings: Settings) -> None:
-    transport = bootstrap.transport_for(settings)
+    transport = bootstrap.transport_for(settings, "0123456789ab")
     assert not transport.durable
     assert isinstance(transport.connect_publisher(), InMemoryDispatchPublisher)
     assert isinstance(transport.connect_consumer(), InMemoryDispatchConsumer)
@@ -62,4 +62,4 @@ def test_a_broker_that_is_unreachable_at_start_fails_the_bootstrap_naming_it(
         update={"broker": BrokerConfig(url="amqp://guest:guest@127.0.0.1:1/%2F")}
     )
     with pytest.raises(errors.BrokerUnavailableError, match=r"127\.0\.0\.1:1 "):
-        bootstrap.transport_for(unreachable)
+        bootstrap.transport_for(unreachable, "0123456789ab")

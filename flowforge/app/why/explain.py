@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -25,14 +26,19 @@ from flowforge.app.why.facts import (
 
 # --- the explanation ---------------------------------------------------------------------
 
+_SCHEDULER_RUNNING = "is `flowforge scheduler` (or `flowforge run`) running against this database?"
+
 #: (reason, headline, details) of one case.
 _Answer = tuple[str, str, list[str]]
 
 
-def why(app: FlowForge, task_run_id: UUID, at: datetime | None = None) -> Explanation:
-    """Explain a task run now, or as of ``at`` (from the log)."""
+def why(
+    app: FlowForge, task_run_id: UUID, at: datetime | None = None, *, embedded: bool = False
+) -> Explanation:
+    """Explain a task run now, or as of ``at`` (from the log). ``embedded``: no broker
+    is configured, so the advice names `flowforge run`, the only thing that runs tasks."""
     if at is None:
-        return explain(situation_now(app, task_run_id))
+        return explain(replace(situation_now(app, task_run_id), embedded=embedded))
     situation = situation_as_of(app, task_run_id, at)
     if situation is None:
         row = app.get_task_run(task_run_id)
@@ -48,7 +54,7 @@ def why(app: FlowForge, task_run_id: UUID, at: datetime | None = None) -> Explan
             as_of=at,
             from_log=True,
         )
-    return explain(situation)
+    return explain(replace(situation, embedded=embedded))
 
 
 def explain(s: Situation) -> Explanation:
@@ -81,8 +87,11 @@ def _pending(s: Situation) -> _Answer:
             "run_not_started",
             f"{key} is pending: its run has not started yet",
             [
-                "a scheduler starts a pending run on its next pass: is `flowforge scheduler` "
-                "(or `flowforge run`) running against this database?"
+                _who_runs(
+                    s,
+                    "a scheduler starts a pending run on its next pass: is `flowforge "
+                    "scheduler` (or `flowforge run`) running against this database?",
+                )
             ],
         )
     upstream = [s.siblings[k] for k in task.depends_on if k in s.siblings]
@@ -92,7 +101,7 @@ def _pending(s: Situation) -> _Answer:
             "promotion_due",
             f"{key} is pending, but {_all(len(upstream))} succeeded: a scheduler makes "
             f"it ready on its next pass",
-            ["is `flowforge scheduler` (or `flowforge run`) running against this database?"],
+            [_who_runs(s, _SCHEDULER_RUNNING)],
         )
     dead = [u for u in blocking if u.failed_for_good or u.state == "cancelled"]
     if dead:
@@ -139,8 +148,11 @@ def _ready(s: Situation) -> _Answer:
             f"{_clock(latest.created_at)} ({_ago(latest.created_at, s.at)}): not yet "
             f"published{again}",
             [
-                "a publisher sends outbox rows to the broker: is `flowforge publisher` (or "
-                "`flowforge run`) running against this database?"
+                _who_runs(
+                    s,
+                    "a publisher sends outbox rows to the broker: is `flowforge publisher` "
+                    "(or `flowforge run`) running against this database?",
+                )
             ],
         )
     return (
@@ -148,11 +160,26 @@ def _ready(s: Situation) -> _Answer:
         f"{key} is ready; its dispatch was published at {_clock(latest.published_at)} "
         f"({_ago(latest.published_at, s.at)}) and no worker has claimed it yet{again}",
         [
-            f"a worker that runs task type {s.task.task_type!r} claims it when it is free: "
-            f"are workers running with it (`flowforge worker --tasks MODULE`), and all busy?",
-            "with `flowforge run` the queue lives in that process: if it exited, nothing "
-            "will claim this dispatch; cancel the run and run it again",
+            _who_runs(
+                s,
+                f"a worker that runs task type {s.task.task_type!r} claims it when it is "
+                f"free: are workers running with it (`flowforge worker --tasks MODULE`), "
+                f"and all busy?",
+            )
         ],
+    )
+
+
+def _who_runs(s: Situation, deployed: str) -> str:
+    """The advice on what moves a task on: ``deployed`` with a broker; without one,
+    only a `flowforge run` does (a scheduler, publisher and workers as its threads)."""
+    if not s.embedded:
+        return deployed
+    return (
+        f"no broker is configured, so only a `flowforge run` runs tasks, in its own "
+        f"process: unless one is running this run now, `flowforge run --resume "
+        f"{s.run.id} --tasks MODULE` runs it here (MODULE: the module of its @task "
+        f"handlers)"
     )
 
 
@@ -197,7 +224,7 @@ def _retrying(s: Situation) -> _Answer:
         "retry_due",
         f"{key} is retrying: {cause}; attempt {task.attempt} was due at {_clock(due)} "
         f"({_ago(due, s.at)}): a scheduler makes it ready on its next pass",
-        ["is `flowforge scheduler` (or `flowforge run`) running against this database?"],
+        [_who_runs(s, _SCHEDULER_RUNNING)],
     )
 
 

@@ -84,6 +84,8 @@ class Situation:
     run_log: Sequence[AuditEntry]
     #: This task's dispatches as they stood at ``at``, oldest first.
     dispatches: Sequence[Dispatch]
+    #: No broker is configured: only `flowforge run` runs tasks, in its own process.
+    embedded: bool = False
 
 
 @dataclass(slots=True)

@@ -224,6 +224,16 @@ ORDER BY t.updated_at LIMIT :limit;
 SELECT * FROM dispatch_outbox WHERE published_at IS NULL
 ORDER BY created_at LIMIT :limit {for_update_skip_locked};
 
+-- Only the dispatches of the task types a runner's workers have handlers for (the
+-- embedded runner, ProcessGroup in flowforge/bootstrap.py): the others wait for theirs.
+-- name: select_pending_outbox_of_types
+SELECT * FROM dispatch_outbox WHERE published_at IS NULL
+AND task_type IN ({task_types_list})
+ORDER BY created_at LIMIT :limit {for_update_skip_locked};
+
+-- name: select_deployment
+SELECT deployment_id FROM flowforge_deployment;
+
 -- name: mark_outbox_published
 UPDATE dispatch_outbox SET published_at = {now} WHERE dispatch_id = :dispatch_id;
 

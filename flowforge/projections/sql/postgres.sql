@@ -48,6 +48,16 @@ FOR UPDATE
 -- macro: for_update_skip_locked
 FOR UPDATE SKIP LOCKED
 
+-- A new deployment's id (flowforge_deployment): 12 random hex digits. md5 of random()
+-- rather than gen_random_uuid(), which needs PostgreSQL 13.
+-- macro: random_deployment_id
+substr(md5(random()::text || clock_timestamp()::text), 1, 12)
+
+-- The task types a runner has handlers for, given as a JSON array (:task_types; JSON
+-- parameters are sent as json, FlowForge's JSON column type here).
+-- macro: task_types_list
+SELECT json_array_elements_text(:task_types)
+
 -- Processes starting at once would otherwise race to create the schema.
 -- name: lock_schema
 SELECT pg_advisory_xact_lock(7354219860);

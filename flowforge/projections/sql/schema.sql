@@ -66,3 +66,13 @@ CREATE TABLE dispatch_outbox (
 CREATE INDEX dispatch_outbox_pending_idx ON dispatch_outbox (created_at)
     WHERE published_at IS NULL;
 CREATE INDEX dispatch_outbox_task_run_idx ON dispatch_outbox (task_run_id);
+
+-- The deployment's identity (migration 2): one row, written once.
+CREATE TABLE flowforge_deployment (
+    singleton integer PRIMARY KEY CONSTRAINT flowforge_deployment_one_row CHECK (singleton = 1),
+    deployment_id text NOT NULL
+        CONSTRAINT flowforge_deployment_id_length CHECK (length(deployment_id) = 12),
+    created_at {timestamp} NOT NULL
+);
+INSERT INTO flowforge_deployment (singleton, deployment_id, created_at)
+VALUES (1, {random_deployment_id}, {now});

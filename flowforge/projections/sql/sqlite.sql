@@ -54,6 +54,14 @@ rowid
 -- macro: for_update_skip_locked
 
 
+-- A new deployment's id (flowforge_deployment): 12 random hex digits.
+-- macro: random_deployment_id
+lower(hex(randomblob(6)))
+
+-- The task types a runner has handlers for, given as a JSON array (:task_types).
+-- macro: task_types_list
+SELECT value FROM json_each(:task_types)
+
 -- The write lock (BEGIN IMMEDIATE) already serialises schema creation.
 -- name: lock_schema
 SELECT 1;

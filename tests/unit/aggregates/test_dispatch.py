@@ -31,7 +31,7 @@ messages = st.builds(
 
 def valid_payload(**changes: Any) -> dict[str, Any]:
     payload: dict[str, Any] = {
-        "schema_version": DISPATCH_SCHEMA_VERSION,
+        "schema_version": 1,
         "dispatch_id": str(uuid.uuid4()),
         "task_run_id": str(uuid.uuid4()),
         "task_key": "extract",
@@ -68,6 +68,48 @@ def test_the_encoding_is_compact_json_carrying_every_field(message: DispatchMess
     assert body == compact.encode("utf-8")
 
 
+@given(messages, st.text(min_size=1, max_size=64))
+def test_a_message_of_a_deployment_is_version_2_and_decodes_to_itself(
+    message: DispatchMessage, deployment: str
+) -> None:
+    stamped = message.model_copy(update={"deployment": deployment, "schema_version": 2})
+    body = json.loads(stamped.encode())
+    assert body["schema_version"] == DISPATCH_SCHEMA_VERSION == 2
+    assert body["deployment"] == deployment
+    assert decode_dispatch(stamped.encode()) == stamped
+
+
+def test_a_message_built_with_a_deployment_is_version_2() -> None:
+    built = DispatchMessage(
+        dispatch_id=uuid.uuid4(),
+        task_run_id=uuid.uuid4(),
+        task_key="extract",
+        task_type="http_get",
+        fencing_token=0,
+        deployment="3f2a6c1e0b9d",
+    )
+    assert built.schema_version == 2
+
+
+def test_a_version_1_body_from_before_deployments_still_decodes() -> None:
+    message = decode_dispatch(json.dumps(valid_payload()).encode())
+    assert message.schema_version == 1 and message.deployment is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"schema_version": 2}, "schema_version 2 requires a deployment"),
+        ({"deployment": "3f2a6c1e0b9d"}, "schema_version 1 carries no deployment"),
+        ({"schema_version": 2, "deployment": ""}, "deployment: "),
+    ],
+)
+def test_a_version_and_deployment_that_disagree_are_malformed(
+    changes: dict[str, Any], problem: str
+) -> None:
+    assert problem in malformed(json.dumps(valid_payload(**changes)).encode())
+
+
 def test_a_message_is_immutable() -> None:
     message = decode_dispatch(json.dumps(valid_payload()).encode())
     with pytest.raises(ValidationError):
@@ -101,13 +143,13 @@ def test_a_body_without_schema_version_is_malformed_and_names_the_supported_vers
     assert "supports schema_version 1" in message
 
 
-@pytest.mark.parametrize(("version", "shown"), [(2, "2"), ("1", '"1"'), (True, "true")])
+@pytest.mark.parametrize(("version", "shown"), [(3, "3"), ("1", '"1"'), (True, "true")])
 def test_an_unsupported_schema_version_is_malformed_and_names_found_and_supported(
     version: object, shown: str
 ) -> None:
     message = malformed(json.dumps(valid_payload(schema_version=version)).encode())
     assert f"schema_version {shown} " in message
-    assert "supports schema_version 1 only" in message
+    assert "supports schema_version 1 and 2 only" in message
 
 
 def test_a_missing_field_is_malformed_and_named() -> None:

@@ -114,3 +114,25 @@ def test_a_node_list_with_one_bad_url_is_rejected_naming_the_variable(url: str) 
         BrokerConfig.from_env({"FLOWFORGE_BROKER_URL": url})
     assert "FLOWFORGE_BROKER_URL" in str(caught.value)
     assert "hunter2" not in str(caught.value)
+
+
+def test_a_deployment_derives_every_topology_name_not_set_explicitly() -> None:
+    config = BrokerConfig.from_env({"FLOWFORGE_DISPATCH_QUEUE": "shared.tasks"})
+    mine = config.for_deployment("3f2a6c1e0b9d")
+    assert (mine.exchange, mine.queue, mine.routing_key) == (
+        "flowforge.3f2a6c1e0b9d",
+        "shared.tasks",  # set explicitly: kept
+        "flowforge.3f2a6c1e0b9d.tasks",
+    )
+    assert (mine.dead_letter_exchange, mine.dead_letter_queue) == (
+        "flowforge.3f2a6c1e0b9d.dlx",
+        "flowforge.3f2a6c1e0b9d.tasks.dead",
+    )
+    assert (mine.url, mine.delivery_limit) == (config.url, config.delivery_limit)
+
+
+def test_two_deployments_share_no_topology_name_by_default() -> None:
+    names = ("exchange", "queue", "dead_letter_exchange", "dead_letter_queue")
+    first = BrokerConfig().for_deployment("aaaaaaaaaaaa")
+    second = BrokerConfig().for_deployment("bbbbbbbbbbbb")
+    assert not {getattr(first, n) for n in names} & {getattr(second, n) for n in names}
