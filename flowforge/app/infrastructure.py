@@ -92,7 +92,13 @@ class DatabaseLocation:
 def parse_database_url(url: str) -> DatabaseLocation:
     """``postgresql://user[:password]@host[:port][,host[:port]...]/dbname[?param=value]``
     or ``sqlite:///path``."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed "[" (IPv6): one line, not a traceback
+        raise errors.ConfigurationError(
+            f"database URL {_redact(url)!r} is not a valid URL ({exc}); use "
+            f"postgresql://user@host:5432/dbname with a port from 1 to 65535"
+        ) from exc
     if parts.scheme in ("postgresql", "postgres"):
         return _postgres(url)
     if parts.scheme == "sqlite":

@@ -270,7 +270,7 @@ def _add_grace(parser: argparse.ArgumentParser) -> None:
         default=STOP_GRACE_S,
         metavar="S",
         help="on a stop, how long the tasks in hand may take to finish before they are "
-        "abandoned (default 5; a second Ctrl-C ends the wait at once)",
+        "abandoned; a second Ctrl-C ends the wait at once (default: %(default)s)",
     )
 
 

@@ -43,9 +43,9 @@ def any_cli(request: pytest.FixtureRequest, cli: InProcess) -> InProcess:
 @pytest.mark.parametrize(
     ("url", "problem"),
     [
-        ("postgresql://postgres@127.0.0.1:abc/flowforge", "could not be cast to integer"),
-        ("postgresql://postgres@127.0.0.1:99999/flowforge", "out of range"),
-        ("postgresql://postgres@127.0.0.1:0/flowforge", "port 0"),
+        ("postgresql://postgres@127.0.0.1:abc/flowforge", "port 'abc'"),
+        ("postgresql://postgres@127.0.0.1:99999/flowforge", "port '99999'"),
+        ("postgresql://postgres@127.0.0.1:0/flowforge", "port '0'"),
         ("postgresql://postgres:secret@[127.0.0.1:5432/flowforge", "Invalid IPv6"),
     ],
 )
