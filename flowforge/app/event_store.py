@@ -8,6 +8,7 @@ database that is missing, behind or ahead, with the command that fixes it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from uuid import UUID
@@ -37,10 +38,30 @@ class EventStore(Application[UUID]):
     # The PostgreSQL recorder names its table after the application: flowforge_events.
     name = "FlowForge"
 
+    #: Set once the library's constructor has returned: only a whole store is closed.
+    _open = False
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        super().__init__(env=env)
+        self._open = True
+
     def construct_transcoder(self) -> Transcoder:
         transcoder = UserSafeJSONTranscoder()
         self.register_transcodings(transcoder)
         return transcoder
+
+    def close(self) -> None:
+        """Close once: FlowForge closes explicitly, and a second close (the library's
+        ``__del__``) could run in one of the pool's own worker threads, which cannot join
+        itself ("cannot join current thread")."""
+        if self._open:
+            self._open = False
+            super().close()
+
+    def __del__(self) -> None:
+        # The library closes on garbage collection; only a store nobody closed needs it.
+        if self._open:
+            self.close()
 
 
 @dataclass(frozen=True, slots=True)
