@@ -27,6 +27,11 @@ from tests.helpers import rabbitmqctl, wait_until
 LEASE_S = 2
 
 
+#: The lease of the task whose outcome write meets a database outage: longer than the
+#: outage can last here (30 s to see the failed write, then the retry's backoff).
+OUTAGE_LEASE_S = 120
+
+
 def single(task_type: str, **extra: object) -> dict[str, object]:
     return {
         "name": f"single_{task_type}",
@@ -142,7 +147,10 @@ def test_a_dropped_database_connection_during_the_outcome_write_is_retried_and_r
     cluster: Cluster,
 ) -> None:
     cluster.start_all(workers=1)
-    run_id = cluster.submit(single("held"))
+    # The guarantee is for an outage shorter than the lease: one that outlasts it is
+    # the reaper's to recover (a re-run, by design). This outage lasts until the worker
+    # has logged a failed write, which a loaded machine can stretch past LEASE_S.
+    run_id = cluster.submit(single("held", lease_seconds=OUTAGE_LEASE_S))
     first_start(cluster)
     with admin() as conn:
         conn.execute(f'ALTER DATABASE "{cluster.dbname}" ALLOW_CONNECTIONS false')
