@@ -53,7 +53,8 @@ import psycopg
 from flowforge import FlowForge, load_definition
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-DATABASE = "flowforge_bench_e2e"
+#: Its own database; FLOWFORGE_BENCH_E2E_DATABASE names another (two benches at once).
+DATABASE = os.environ.get("FLOWFORGE_BENCH_E2E_DATABASE", "flowforge_bench_e2e")
 BROKER_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 HANDLERS = "bench.noop_tasks"
 ROOT = Path(__file__).resolve().parent.parent

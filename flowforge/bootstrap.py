@@ -83,7 +83,11 @@ def transport_for(settings: Settings, deployment: str) -> Transport:
 def open_app(settings: Settings, *, migrate: bool | None = None) -> FlowForge:
     """The application service on the configured database (``migrate``: as
     ``FlowForge``'s; the CLI opens its own through ``cli.common.open_app``)."""
-    return FlowForge(settings.database_url, migrate=migrate)
+    return FlowForge(
+        settings.database_url,
+        migrate=migrate,
+        listen_database_url=settings.listen_database_url,
+    )
 
 
 # --- the processes -----------------------------------------------------------------------

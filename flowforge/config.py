@@ -140,6 +140,8 @@ def _check_url(url: str, setting: str) -> None:
 #: With no configuration FlowForge runs embedded: SQLite in the working directory.
 DEFAULT_DATABASE_URL = "sqlite:///.flowforge/flowforge.db"
 DATABASE_URL_VARIABLE = "FLOWFORGE_DATABASE_URL"
+#: Where the wake-up listeners connect, when not through the database URL (PgBouncer).
+LISTEN_DATABASE_URL_VARIABLE = "FLOWFORGE_LISTEN_DATABASE_URL"
 
 
 class Settings(BaseModel):
@@ -148,6 +150,7 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     database_url: str = Field(DEFAULT_DATABASE_URL, repr=False)
+    listen_database_url: str | None = Field(None, repr=False)
     broker: BrokerConfig | None = None
 
     @classmethod
@@ -160,7 +163,8 @@ class Settings(BaseModel):
             else None
         )
         url = environ.get(DATABASE_URL_VARIABLE, DEFAULT_DATABASE_URL)
-        return cls(database_url=url, broker=broker)
+        listen_url = environ.get(LISTEN_DATABASE_URL_VARIABLE) or None
+        return cls(database_url=url, listen_database_url=listen_url, broker=broker)
 
     @property
     def embedded(self) -> bool:

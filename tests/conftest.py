@@ -19,7 +19,7 @@ import pytest
 from flowforge.app.service import FlowForge
 from tests import servers
 
-TABLES = ("dispatch_outbox", "task_runs", "workflow_runs", "flowforge_events")
+TABLES = ("dispatch_outbox", "task_runs", "workflow_runs", "flowforge_events", "run_wakeups")
 
 
 def _admin_url(dbname: str) -> str:

@@ -16,6 +16,8 @@ one conditional write that the database decides.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 from uuid import UUID
@@ -46,22 +48,73 @@ _CANCEL_LEFTOVER = {
 }
 
 
-def advance(writer: Writer, run_id: UUID, rand: Callable[[], float]) -> AdvanceResult:
-    result = AdvanceResult(run_id)
+class Definitions:
+    """Parsed definitions by run id, bounded (a run's definition never changes), so an
+    advance does not re-parse an N-task definition each time its run is woken."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._parsed: OrderedDict[UUID, WorkflowDefinition] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, run: WorkflowRunRow) -> WorkflowDefinition:
+        with self._lock:
+            parsed = self._parsed.get(run.id)
+            if parsed is not None:
+                self._parsed.move_to_end(run.id)
+                return parsed
+        parsed = WorkflowDefinition.model_validate(run.definition)
+        with self._lock:
+            self._parsed[run.id] = parsed
+            if len(self._parsed) > self._size:
+                self._parsed.popitem(last=False)
+        return parsed
+
+
+def advance(
+    writer: Writer,
+    run_id: UUID,
+    rand: Callable[[], float],
+    definitions: Definitions | None = None,
+) -> AdvanceResult:
+    """Advance the run, waiting for another advance of it to finish first."""
     run = load_run(writer, run_id, lock=True)
+    return _advance_locked(writer, run, rand, definitions or Definitions(1))
+
+
+def advance_woken(
+    writer: Writer, run_id: UUID, rand: Callable[[], float], definitions: Definitions
+) -> AdvanceResult | None:
+    """Advance a marked run, or ``None`` at once if another scheduler is advancing it
+    (or it no longer exists): schedulers divide the woken runs instead of queueing."""
+    run = writer.store.try_lock_run(run_id)
+    if run is None:
+        return None
+    return _advance_locked(writer, run, rand, definitions)
+
+
+def _advance_locked(
+    writer: Writer, run: WorkflowRunRow, rand: Callable[[], float], definitions: Definitions
+) -> AdvanceResult:
+    # The marks go first, before any task row is read. A writer commits its change and
+    # its mark together, so every change whose mark this DELETE removes is visible to
+    # the reads below (each statement reads what committed before it began); a change
+    # committed later keeps its mark and wakes the run again. Deleting them last could
+    # delete a mark whose change the reads missed: a lost wake-up.
+    writer.store.clear_wakeups(run.id)
+    result = AdvanceResult(run.id)
     if run.run_state is WorkflowRunState.PENDING:
         started = writer.take_run_edge(
-            WORKFLOW_RUN_MACHINE.get("start"), run_id, actor=ACTOR_SCHEDULER
+            WORKFLOW_RUN_MACHINE.get("start"), run.id, actor=ACTOR_SCHEDULER
         )
         result.started = started is not None
-        run = started or load_run(writer, run_id)
+        run = started or load_run(writer, run.id)
     now = writer.now()
     if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
-        _cancel_leftovers(writer, _tasks(writer, run_id), now, result)
+        _cancel_leftovers(writer, _tasks(writer, run.id), now, result)
         return result
-    definition = WorkflowDefinition.model_validate(run.definition)
-    _step_tasks(writer, _tasks(writer, run_id), definition, now, rand, result)
-    _finish_if_derived(writer, run, now, result)
+    tasks = _step_tasks(writer, _tasks(writer, run.id), definitions.of(run), now, rand, result)
+    _finish_if_derived(writer, run, tasks, now, result)
     return result
 
 
@@ -83,23 +136,31 @@ def _step_tasks(
     now: datetime,
     rand: Callable[[], float],
     result: AdvanceResult,
-) -> None:
+) -> list[TaskRunRow] | None:
+    """Take each task's next step; the tasks as they now are, or ``None`` if a step
+    lost to another writer (whose change only a fresh read shows)."""
     succeeded = {t.task_key for t in tasks if t.task_state is _T.SUCCEEDED}
+    after: list[TaskRunRow] | None = []
     for task in tasks:
+        row: TaskRunRow | None = task
         if task.task_state is _T.PENDING and succeeded.issuperset(task.depends_on):
-            if writer.move_task(_PROMOTE, task.id, actor=ACTOR_SCHEDULER):
+            row = writer.move_task(_PROMOTE, task.id, actor=ACTOR_SCHEDULER)
+            if row:
                 result.promoted.append(task.task_key)
         elif task.task_state is _T.FAILED and task.attempt < task.max_attempts:
             delay = definition.retry_policy_for(task.task_key).delay_for(task.attempt, rand())
-            seconds = delay.total_seconds()
-            if writer.schedule_retry(task.id, seconds, actor=ACTOR_SCHEDULER):
+            row = writer.schedule_retry(task.id, delay.total_seconds(), actor=ACTOR_SCHEDULER)
+            if row:
                 result.retried.append(task.task_key)
-        elif (
-            task.task_state is _T.RETRYING
-            and _is_due(task.retry_due_at, now)
-            and writer.retry_ready(task.id, actor=ACTOR_SCHEDULER)
-        ):
-            result.made_ready.append(task.task_key)
+        elif task.task_state is _T.RETRYING and _is_due(task.retry_due_at, now):
+            row = writer.retry_ready(task.id, actor=ACTOR_SCHEDULER)
+            if row:
+                result.made_ready.append(task.task_key)
+        if row is None or after is None:
+            after = None
+        else:
+            after.append(row)
+    return after
 
 
 def _is_due(due_at: datetime | None, now: datetime) -> bool:
@@ -107,11 +168,18 @@ def _is_due(due_at: datetime | None, now: datetime) -> bool:
 
 
 def _finish_if_derived(
-    writer: Writer, run: WorkflowRunRow, now: datetime, result: AdvanceResult
+    writer: Writer,
+    run: WorkflowRunRow,
+    stepped: list[TaskRunRow] | None,
+    now: datetime,
+    result: AdvanceResult,
 ) -> None:
-    # Re-read: a step above may have lost to another writer, whose change we must see
-    # (its row lock made us wait for its commit) before deriving the run's state.
-    tasks = _tasks(writer, run.id)
+    # Re-read only if a step above lost to another writer, whose change we must see
+    # (its row lock made us wait for its commit) before deriving the run's state. When
+    # every step won, the rows are current but for changes committed since the read:
+    # those carry marks and wake the run again, and none can make a terminal state
+    # derived here wrong (a terminal task never changes).
+    tasks = stepped if stepped is not None else _tasks(writer, run.id)
     derived = derive_workflow_run_state(_effective_state(t) for t in tasks)
     edge = _FINISH_RUN.get(derived)
     if edge is None or run.run_state is not WorkflowRunState.RUNNING:

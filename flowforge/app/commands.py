@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -78,6 +78,32 @@ class Commands(Queries):
         )
         return StartedRun(run_id, created)
 
+    def start_workflow_runs(
+        self,
+        definition: WorkflowDefinition | Mapping[str, Any] | str,
+        inputs: Sequence[Mapping[str, Any] | None],
+        *,
+        actor: str = ACTOR_USER,
+    ) -> list[UUID]:
+        """Create one run of ``definition`` per entry of ``inputs``, all in ONE
+        transaction (one commit, one wake-up for the lot); their ids, in order.
+
+        All or nothing: bad inputs anywhere raise before anything is written. For
+        idempotency keys, start runs one at a time (:meth:`submit_workflow_run`).
+        """
+        checked = load_definition(definition)
+        run_inputs = [
+            json_values.checked_json(dict(each or {}), f"inputs[{index}]")
+            for index, each in enumerate(inputs)
+        ]
+        with self._writer() as writer:
+            run_ids = [
+                writer.create_run(checked, each, idempotency_key=None, actor=actor)[0]
+                for each in run_inputs
+            ]
+        log.info("workflow runs submitted", extra={"runs": len(run_ids)})
+        return run_ids
+
     def transition_workflow_run(
         self, run_id: UUID, transition: str, *, actor: str = ACTOR_USER
     ) -> bool:
@@ -104,8 +130,8 @@ class Commands(Queries):
         self, run_id: UUID, *, rand: Callable[[], float] = random.random
     ) -> AdvanceResult:
         """One run's scheduling work in one transaction (see ``flowforge.app.advance``)."""
-        with self._writer() as writer:
-            return advance.advance(writer, run_id, rand)
+        with self._writer(marks_runs=False) as writer:
+            return advance.advance(writer, run_id, rand, self.definitions)
 
     # --- task runs -----------------------------------------------------------------------
 

@@ -9,13 +9,15 @@ scheduling → ``FlowForge``. Each part reaches persistence only through the sto
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
+from flowforge.app.advance import Definitions
 from flowforge.app.event_store import EventStore
 from flowforge.app.writer import Writer
 from flowforge.projections.database import Database
 from flowforge.projections.reads import Reads
 from flowforge.projections.store import Store
+from flowforge.projections.wakeups import Wakeups
 
 
 class ServiceCore:
@@ -27,6 +29,8 @@ class ServiceCore:
     #: The deployment this database is: it names the dispatch topology
     #: (``BrokerConfig.for_deployment``) and is stamped on every dispatch.
     deployment_id: str
+    #: Parsed definitions of the runs this process advances (``app/advance.py``).
+    definitions: Definitions
 
     @property
     def database(self) -> Database:
@@ -40,10 +44,16 @@ class ServiceCore:
         self.store.database = database
 
     @contextmanager
-    def _writer(self) -> Iterator[Writer]:
-        """One write transaction: the one rule's steps, committed together or not at all."""
+    def _writer(self, *, marks_runs: bool = True) -> Iterator[Writer]:
+        """One write transaction: the one rule's steps, committed together or not at all.
+        ``marks_runs=False`` for the scheduler's advance (see ``Writer``)."""
         with self.store.write() as writes:
-            yield Writer(writes)
+            yield Writer(writes, marks_runs=marks_runs)
+
+    def listening(self, *, ready_timeout: float = 0.0) -> AbstractContextManager[Wakeups]:
+        """This process's wake-up bells, rung by any process's commits while open
+        (``flowforge/projections/wakeups.py``)."""
+        return self.store.listening(ready_timeout=ready_timeout)
 
     @contextmanager
     def _reads(self) -> Iterator[Reads]:

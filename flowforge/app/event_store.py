@@ -22,6 +22,7 @@ from flowforge.app.infrastructure import (
     check_reachable,
     make_database,
     parse_database_url,
+    parse_listen_url,
     schema_creation_lock,
 )
 from flowforge.app.transcoder import UserSafeJSONTranscoder
@@ -77,9 +78,13 @@ def migrates_by_default(location: DatabaseLocation) -> bool:
     return location.dialect == "sqlite"
 
 
-def open_persistence(database_url: str, *, migrate: bool | None = None) -> Persistence:
-    """The event store and the store on ``database_url``, migrated or checked."""
+def open_persistence(
+    database_url: str, *, migrate: bool | None = None, listen_database_url: str | None = None
+) -> Persistence:
+    """The event store and the store on ``database_url``, migrated or checked;
+    ``listen_database_url``: where the wake-up listener connects, if not there."""
     location = parse_database_url(database_url)
+    listen_url = listen_database_url and parse_listen_url(listen_database_url, location)
     migrating = migrates_by_default(location) if migrate is None else migrate
     if migrating:
         location.require_directory()
@@ -99,6 +104,7 @@ def open_persistence(database_url: str, *, migrate: bool | None = None) -> Persi
             database = make_database(
                 events.recorder.datastore,  # type: ignore[attr-defined]
                 location,
+                listen_url,
             )
             version = schema.migrate(database) if migrating else schema.check(database)
         except errors.DatabaseUnavailableError:

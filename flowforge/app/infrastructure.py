@@ -262,10 +262,24 @@ def check_reachable(location: DatabaseLocation) -> None:
             pass
 
 
-def make_database(datastore: object, location: DatabaseLocation) -> Database:
+def parse_listen_url(url: str, database: DatabaseLocation) -> str:
+    """The URL the wake-up listener connects to: PostgreSQL, beside a PostgreSQL database."""
+    listen = parse_database_url(url)
+    if database.dialect != "postgres" or listen.dialect != "postgres":
+        raise errors.ConfigurationError(
+            f"listen database URL {_redact(url)!r} is for PostgreSQL's LISTEN beside a "
+            f"PostgreSQL database URL (e.g. the server itself when the database URL goes "
+            f"through PgBouncer); the database URL here is {database.dialect}: unset it"
+        )
+    return listen.url
+
+
+def make_database(
+    datastore: object, location: DatabaseLocation, listen_url: str | None = None
+) -> Database:
     """FlowForge's backend over the recorder's datastore (one pool for both)."""
     if isinstance(datastore, PostgresDatastore):
-        return PostgresDatabase(datastore, location.display)
+        return PostgresDatabase(datastore, location.display, listen_url)
     if isinstance(datastore, SQLiteDatastore):
         return SqliteDatabase(datastore, location.display)
     raise errors.ConfigurationError(f"unsupported event store datastore {type(datastore)}")

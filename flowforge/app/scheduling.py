@@ -1,16 +1,29 @@
-"""The scheduler's pass: reap expired leases, advance every active run, redispatch."""
+"""The scheduler's work: advance the runs that changed, and the safety net.
+
+Event-driven: a transition that can change what its run should do next marks the run
+(``run_wakeups``) in its own transaction and wakes the schedulers on commit
+(``flowforge/projections/wakeups.py``). :meth:`Scheduling.advance_woken_runs` advances
+only marked runs, clearing each run's marks in its advance's transaction, so a pass costs
+O(changes), not O(active runs). The periodic :meth:`Scheduling.schedule_once` is the
+safety net for what no commit announces: leases that expire, retries that fall due, and
+dispatches that stalled; it also advances any marked run whose wake-up was lost.
+"""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from uuid import UUID
 
+from flowforge.app import advance
 from flowforge.app.outbox import Outbox
 from flowforge.app.queries import REAP_BATCH
 from flowforge.app.results import ScheduleSummary
 
 #: A ready task undispatched for this long gets a new dispatch (see redispatch_stalled).
 REDISPATCH_AFTER_S = 300.0
+#: Woken runs read per batch; the pass takes batches until the marks run out.
+WOKEN_BATCH = 200
 
 
 class Scheduling(Outbox):
@@ -20,17 +33,61 @@ class Scheduling(Outbox):
         redispatch_after: float = REDISPATCH_AFTER_S,
         covers: Callable[[UUID], bool] | None = None,
     ) -> ScheduleSummary:
-        """One scheduler pass: reap expired leases, advance every active run (only those
-        ``covers`` accepts, if given), and redispatch ready tasks whose dispatch was lost
-        (see :meth:`redispatch_stalled`)."""
+        """One full pass: reap expired leases, advance every marked run and every run
+        with a retry due (only those ``covers`` accepts, if given: an embedded runner
+        advances only the runs it has handlers for), and redispatch ready tasks whose
+        dispatch was lost (see :meth:`redispatch_stalled`)."""
         summary = ScheduleSummary(reaped=len(self.reap_expired_leases()))
+        self.advance_woken_runs(summary, covers=covers)
+        self.advance_runs_with_retries_due(summary, covers=covers)
+        summary.redispatched = len(self.redispatch_stalled(redispatch_after))
+        return summary
+
+    def advance_woken_runs(
+        self,
+        summary: ScheduleSummary | None = None,
+        *,
+        batch: int = WOKEN_BATCH,
+        rand: Callable[[], float] = random.random,
+        covers: Callable[[UUID], bool] | None = None,
+    ) -> ScheduleSummary:
+        """Advance the marked runs, batch after batch while the last one was full and
+        advanced something; a run another scheduler holds is left to it. A run that
+        ``covers`` refuses keeps its marks for a scheduler that covers it (a batch of
+        only such runs ends the pass: an embedded runner beside that many other marked
+        runs advances its own at the next pass's luck of the order)."""
+        summary = summary if summary is not None else ScheduleSummary()
+        while True:
+            with self._reads() as reads:
+                runs = reads.woken_runs(batch)
+            mine = [run_id for run_id in runs if covers is None or covers(run_id)]
+            advanced = sum(self._advance_woken(run_id, summary, rand) for run_id in mine)
+            if len(runs) < batch or not advanced:
+                return summary
+
+    def _advance_woken(
+        self, run_id: UUID, summary: ScheduleSummary, rand: Callable[[], float]
+    ) -> bool:
+        with self._writer(marks_runs=False) as writer:
+            result = advance.advance_woken(writer, run_id, rand, self.definitions)
+        if result is not None:
+            summary.add(result)
+        return result is not None
+
+    def advance_runs_with_retries_due(
+        self, summary: ScheduleSummary, *, covers: Callable[[UUID], bool] | None = None
+    ) -> None:
         with self._reads() as reads:
-            runs = reads.runs_to_advance()
+            runs = reads.runs_with_retries_due(REAP_BATCH)
         for run_id in runs:
             if covers is None or covers(run_id):
                 summary.add(self.advance_workflow_run(run_id))
-        summary.redispatched = len(self.redispatch_stalled(redispatch_after))
-        return summary
+
+    def seconds_to_next_timer(self) -> float | None:
+        """Seconds until the next retry falls due or lease expires (the database's
+        clock); None when nothing is waiting on a timer."""
+        with self._reads() as reads:
+            return reads.seconds_to_next_timer()
 
     def reap_expired_leases(self) -> list[UUID]:
         """Reclaim every task whose lease expired by the database's clock."""

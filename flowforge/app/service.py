@@ -9,6 +9,7 @@ the scheduler's pass (``app/scheduling.py``); this module opens persistence
 from __future__ import annotations
 
 from flowforge.app import rebuild
+from flowforge.app.advance import Definitions
 from flowforge.app.event_store import open_persistence
 from flowforge.app.queries import REAP_BATCH
 from flowforge.app.results import RebuildReport
@@ -25,17 +26,32 @@ class FlowForge(Scheduling):
     database whose schema is missing, older or newer, naming the command that fixes it;
     ``None`` (the default) migrates the embedded SQLite default, so a script needs no
     set-up, and only checks a PostgreSQL database, which is migrated on purpose.
+
+    ``listen_database_url``: where the scheduler's and publisher's wake-up listeners
+    connect (PostgreSQL's LISTEN needs a session of its own); default the database URL.
+    Set it to the server itself when the database URL goes through a PgBouncer in
+    transaction pooling mode.
     """
 
-    def __init__(self, database_url: str, *, migrate: bool | None = None) -> None:
-        opened = open_persistence(database_url, migrate=migrate)
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        migrate: bool | None = None,
+        listen_database_url: str | None = None,
+    ) -> None:
+        opened = open_persistence(
+            database_url, migrate=migrate, listen_database_url=listen_database_url
+        )
         self.events = opened.events
         self.store = opened.store
         self.schema_version = opened.schema_version
         with self._reads() as reads:
             self.deployment_id = reads.deployment_id()
+        self.definitions = Definitions()
 
     def close(self) -> None:
+        self.store.close()
         self.events.close()
 
     def __enter__(self) -> FlowForge:

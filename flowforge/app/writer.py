@@ -40,12 +40,26 @@ _CANCEL_RUN_FROM: Mapping[WorkflowRunState, Transition] = {
 if {e.target for e in _CANCEL_RUN_FROM.values()} != {WorkflowRunState.CANCELLED}:
     raise ValueError("a user's cancel must end in cancelled")
 
+#: Task events after which the run has nothing new to do: no mark, no wake-up.
+_LEAVE_RUN_ALONE = (
+    task_run.EVENT_FOR_TRANSITION[_CLAIM.name],
+    task_run.TaskRun.LeaseRenewed,
+)
+
 
 class Writer:
-    """The transitions of one open transaction, each with its event and outbox row."""
+    """The transitions of one open transaction, each with its event and outbox row.
 
-    def __init__(self, writes: Writes) -> None:
+    A transition that can change what its run should do next also marks the run for
+    the scheduler (``Writes.mark_run``), in the same transaction: every task edge but
+    the claim (which leaves the run nothing to do) and every run edge. The scheduler's
+    own advance passes ``marks_runs=False``: it clears the run's marks and would only
+    wake itself again.
+    """
+
+    def __init__(self, writes: Writes, *, marks_runs: bool = True) -> None:
         self.store = writes
+        self.marks_runs = marks_runs
 
     def now(self) -> datetime:
         return self.store.now()
@@ -122,6 +136,8 @@ class Writer:
     ) -> TaskRunRow:
         event = task_run.event_from_row(event_class, row.values(), source=source, actor=actor)
         self.store.append([event])
+        if self.marks_runs and event_class not in _LEAVE_RUN_ALONE:
+            self.store.mark_run(row.workflow_run_id)
         if row.state == _READY and source != _READY:
             self.store.enqueue_dispatch(
                 row.id, row.task_key, row.task_type, row.fencing_token, at=event.timestamp
@@ -153,6 +169,8 @@ class Writer:
             actor=actor,
         )
         self.store.append([event])
+        if self.marks_runs:
+            self.store.mark_run(row.id)
         return row
 
     def create_run(
@@ -180,6 +198,7 @@ class Writer:
         self.store.append([created])
         for task in definition.tasks:
             self._create_task(run_id, definition, task.key, at=at, actor=actor)
+        self.store.mark_run(run_id)
         return run_id, True
 
     def _create_task(

@@ -58,7 +58,11 @@ def open_app(settings: config.Settings, *, migrate: bool = False) -> FlowForge:
     if migrate and settings.database_url == config.DEFAULT_DATABASE_URL:
         # The embedded default lives in ./.flowforge/; nobody should have to create it.
         _DEFAULT_FILE.parent.mkdir(parents=True, exist_ok=True)
-    return FlowForge(settings.database_url, migrate=migrate)
+    return FlowForge(
+        settings.database_url,
+        migrate=migrate,
+        listen_database_url=settings.listen_database_url,
+    )
 
 
 def default_database_missing(settings: config.Settings) -> bool:

@@ -36,6 +36,8 @@ exit codes:
 configuration (flags override the environment):
   FLOWFORGE_DATABASE_URL   postgresql://user@host:5432/db or sqlite:///path.db
                            (default: sqlite:///.flowforge/flowforge.db)
+  FLOWFORGE_LISTEN_DATABASE_URL  PostgreSQL itself, for the wake-up LISTEN when the
+                           database URL goes through PgBouncer (default: the database URL)
   FLOWFORGE_BROKER_URL     amqp://user:password@host:5672/vhost; unset: embedded mode,
                            dispatch in-process (flowforge run / demo only)
   FLOWFORGE_DISPATCH_EXCHANGE, FLOWFORGE_DISPATCH_QUEUE, FLOWFORGE_DISPATCH_ROUTING_KEY,
@@ -306,7 +308,7 @@ def _db(commands: Any) -> None:
         actions,
         "init",
         "create the tables or apply missing migrations (idempotent)",
-        "flowforge db init\n  database sqlite .flowforge/flowforge.db: schema version 2, "
+        "flowforge db init\n  database sqlite .flowforge/flowforge.db: schema version 3, "
         "deployment 3f2a6c1e0b9d",
         "flowforge.cli.db:init",
     )

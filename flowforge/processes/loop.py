@@ -28,6 +28,9 @@ RECONNECT_BACKOFF_CAP_S = 1.0
 #: A connection that stayed up this long was healthy: the next outage starts the
 #: backoff from the base again, instead of where the last outage left it.
 RECONNECT_BACKOFF_RESET_AFTER_S = 60.0
+#: How long a loop waits at start for its wake-up LISTEN to be in place (a database
+#: that is down does not hold it up longer: the periodic pass covers until then).
+LISTEN_READY_S = 5.0
 
 
 class Stop:
@@ -36,11 +39,19 @@ class Stop:
     def __init__(self) -> None:
         self._event = threading.Event()
         self.reason = ""
+        self._wakes: list[Callable[[], None]] = []
 
     def set(self, reason: str = "requested") -> None:
         if not self._event.is_set():
             self.reason = reason
         self._event.set()
+        for wake in list(self._wakes):
+            wake()
+
+    def also_wakes(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` on a stop too: a loop sleeping on its own bell (a wake-up)
+        is woken by a stop as well."""
+        self._wakes.append(wake)
 
     def is_set(self) -> bool:
         return self._event.is_set()

@@ -7,8 +7,9 @@ from collections.abc import Callable, Collection
 
 from flowforge import errors
 from flowforge.app.service import FlowForge
-from flowforge.processes.loop import Backoff, Stop
+from flowforge.processes.loop import LISTEN_READY_S, Backoff, Stop
 from flowforge.processes.transport import DispatchPublisher
+from flowforge.projections.wakeups import Bell
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,17 @@ class Publisher:
         return total
 
     def run(self) -> None:
+        """Sweep whenever an outbox row commits (its NOTIFY, or this process's bell),
+        and every ``interval`` anyway: the poll is the safety net for a lost wake-up."""
         self.stop.install_signal_handlers()
         log.info("publisher started", extra={"batch_size": self.batch_size})
+        with self.app.listening(ready_timeout=LISTEN_READY_S) as wakeups:
+            self.stop.also_wakes(wakeups.outbox.ring)
+            self._loop(wakeups.outbox)
+        self.close()
+        log.info("publisher stopped", extra={"reason": self.stop.reason})
+
+    def _loop(self, outbox: Bell) -> None:
         while not self.stop.is_set():
             try:
                 published = self.sweep()
@@ -91,9 +101,7 @@ class Publisher:
                 self.stop.wait(delay)
                 continue
             if published < self.batch_size:
-                self.stop.wait(self.interval)
-        self.close()
-        log.info("publisher stopped", extra={"reason": self.stop.reason})
+                outbox.wait(self.interval)
 
     def close(self) -> None:
         if self._publisher is not None:

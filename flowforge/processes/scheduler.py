@@ -1,8 +1,10 @@
-"""The scheduler process: ``schedule_once`` on an interval, until stopped."""
+"""The scheduler process: advances the runs that changed, woken at once, with a
+periodic safety-net pass."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from uuid import UUID
@@ -10,18 +12,25 @@ from uuid import UUID
 from flowforge import errors
 from flowforge.app.results import ScheduleSummary
 from flowforge.app.service import REDISPATCH_AFTER_S, FlowForge
-from flowforge.processes.loop import Stop
+from flowforge.processes.loop import LISTEN_READY_S, Stop
 
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 1.0
+#: The shortest sleep before a timer pass, so a timer that keeps falling due at once
+#: (a retry whose run cannot be advanced) cannot spin the loop.
+MIN_TIMER_S = 0.05
 
 
 class Scheduler:
-    """Reaps expired leases and advances every active run, every ``interval`` seconds.
+    """Advances marked runs as soon as their wake-up arrives; every ``interval`` (and
+    when the next retry or lease expiry falls due) runs the safety net: reap expired
+    leases, advance runs with retries due and any marked run whose wake-up was lost,
+    redispatch stalled dispatches.
 
-    Several schedulers may run at once: the conditional writes decide, so nothing is
-    promoted, retried or reaped twice.
+    Several schedulers may run at once: they divide the woken runs (a run another
+    scheduler is advancing is skipped), and the conditional writes decide the rest, so
+    nothing is promoted, retried or reaped twice.
     """
 
     def __init__(
@@ -39,27 +48,54 @@ class Scheduler:
         self.stop = stop or Stop()
         #: Which runs this scheduler advances (all, if None): see ProcessGroup.
         self.covers = covers
+        self._next_pass = 0.0
 
     def run_once(self) -> ScheduleSummary:
+        """The full pass (the safety net)."""
         summary = self.app.schedule_once(
             redispatch_after=self.redispatch_after, covers=self.covers
         )
-        changes = asdict(summary)
-        changes.pop("runs_advanced")
-        if any(changes.values()):
-            log.info("scheduler pass", extra=asdict(summary))
+        _log_changes("scheduler pass", summary)
         return summary
+
+    def step(self) -> float:
+        """Advance the woken runs, or run the full pass when it is due; the seconds to
+        sleep until the next full pass unless a wake-up comes first."""
+        now = time.monotonic()
+        timer = None
+        try:
+            if now >= self._next_pass:
+                self._next_pass = now + self.interval
+                self.run_once()
+                timer = self.app.seconds_to_next_timer()
+            else:
+                summary = self.app.advance_woken_runs(covers=self.covers)
+                _log_changes("woken runs advanced", summary)
+                # A retry scheduled just now may fall due before the next full pass;
+                # a new lease cannot expire before it (leases outlast the interval).
+                if summary.retried:
+                    timer = self.app.seconds_to_next_timer()
+        except (errors.PersistenceError, errors.NotFoundError) as exc:
+            # NotFoundError: a run that vanished mid-pass (its rows being rebuilt) is
+            # simply advanced by the next pass, as a database hiccup is.
+            log.warning("scheduler pass failed; retrying", extra={"error": str(exc)})
+        if timer is not None:
+            self._next_pass = min(self._next_pass, time.monotonic() + max(timer, MIN_TIMER_S))
+        return max(0.0, self._next_pass - time.monotonic())
 
     def run(self) -> None:
         """Loop until a stop is requested; a database outage is logged and retried."""
         self.stop.install_signal_handlers()
         log.info("scheduler started", extra={"interval": self.interval})
-        while not self.stop.is_set():
-            try:
-                self.run_once()
-            except (errors.PersistenceError, errors.NotFoundError) as exc:
-                # NotFoundError: a run that vanished mid-pass (its rows being rebuilt) is
-                # simply advanced by the next pass, as a database hiccup is.
-                log.warning("scheduler pass failed; retrying", extra={"error": str(exc)})
-            self.stop.wait(self.interval)
+        with self.app.listening(ready_timeout=LISTEN_READY_S) as wakeups:
+            self.stop.also_wakes(wakeups.runs.ring)
+            while not self.stop.is_set():
+                wakeups.runs.wait(self.step())
         log.info("scheduler stopped", extra={"reason": self.stop.reason})
+
+
+def _log_changes(message: str, summary: ScheduleSummary) -> None:
+    changes = asdict(summary)
+    changes.pop("runs_advanced")
+    if any(changes.values()):
+        log.info(message, extra=asdict(summary))

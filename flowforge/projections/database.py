@@ -27,6 +27,7 @@ from eventsourcing import persistence as es_persistence
 from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
 from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Json
 
 from flowforge import errors
@@ -34,6 +35,9 @@ from flowforge.projections import queries
 from flowforge.projections.tables import COLUMN_KINDS, Kind
 
 Row = dict[str, Any]
+#: How the wake-up connections show in ``pg_stat_activity`` (and PgBouncer's SHOW CLIENTS).
+LISTENER_APPLICATION_NAME = "flowforge-listener"
+NOTIFIER_APPLICATION_NAME = "flowforge-notifier"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 #: A transaction whose BEGIN finds its pooled connection dead is begun once more, on a
@@ -54,6 +58,8 @@ class Transaction(Protocol):
 class Database(Protocol):
     dialect: str
     location: str
+    #: Whether a commit can wake another process (PostgreSQL's NOTIFY).
+    notifies: bool
 
     def transaction(self) -> Any:
         """A context manager yielding a :class:`Transaction` that commits on success."""
@@ -61,6 +67,17 @@ class Database(Protocol):
 
     def read(self) -> Any:
         """A context manager yielding a :class:`Transaction` for queries only."""
+        ...
+
+    def notify_connection(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection outside the pool, to send NOTIFY; only where
+        ``notifies`` (PostgreSQL)."""
+        ...
+
+    def listen_connection(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection outside the pool, to LISTEN on; only where
+        ``notifies``. It goes to the listen URL when one is set (a LISTEN needs a session
+        of its own on the server, which a transaction-pooling PgBouncer cannot give)."""
         ...
 
 
@@ -94,10 +111,14 @@ def _encode_postgres(name: str, value: Any) -> Any:
 
 class PostgresDatabase:
     dialect = "postgres"
+    notifies = True
 
-    def __init__(self, datastore: PostgresDatastore, location: str) -> None:
+    def __init__(
+        self, datastore: PostgresDatastore, location: str, listen_url: str | None = None
+    ) -> None:
         self._datastore = datastore
         self.location = location
+        self._listen_url = listen_url
 
     @contextmanager
     def transaction(self) -> Iterator[_PostgresTransaction]:
@@ -135,6 +156,37 @@ class PostgresDatabase:
             # Out of the attempt's block: the dead connection went back, and was discarded.
             self._datastore.pool.check()
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def notify_connection(self) -> psycopg.Connection[Any]:
+        return self._pool_settings_connection(NOTIFIER_APPLICATION_NAME)
+
+    def listen_connection(self) -> psycopg.Connection[Any]:
+        if self._listen_url is None:
+            return self._pool_settings_connection(LISTENER_APPLICATION_NAME)
+        # The URL's own connect_timeout, if it has one, wins over the default here.
+        conninfo = make_conninfo("connect_timeout=5", **conninfo_to_dict(self._listen_url))
+        return psycopg.connect(
+            conninfo, autocommit=True, application_name=LISTENER_APPLICATION_NAME
+        )
+
+    def _pool_settings_connection(self, application_name: str) -> psycopg.Connection[Any]:
+        # The pool's own settings (host, port, dbname, user, password), minus its rows.
+        pool_settings = self._datastore.pool.kwargs
+        if callable(pool_settings):
+            pool_settings = pool_settings()
+        settings = {k: v for k, v in (pool_settings or {}).items() if k != "row_factory" and v}
+        # The URL's other libpq options too (``target_session_attrs=read-write``: a LISTEN
+        # must reach the primary).
+        conninfo = self._datastore.pool.conninfo
+        if callable(conninfo):
+            conninfo = conninfo()
+        return psycopg.connect(
+            conninfo,
+            **settings,
+            autocommit=True,
+            connect_timeout=5,
+            application_name=application_name,
+        )
 
 
 # --- SQLite -------------------------------------------------------------------------------
@@ -187,6 +239,8 @@ def _decode_sqlite(row: sqlite3.Row) -> Row:
 
 class SqliteDatabase:
     dialect = "sqlite"
+    # One process: the store's in-process bells are the whole story.
+    notifies = False
 
     def __init__(self, datastore: SQLiteDatastore, location: str) -> None:
         self._datastore = datastore
@@ -197,6 +251,12 @@ class SqliteDatabase:
         # reads first and writes later fails at once (SQLITE_BUSY_SNAPSHOT) when another
         # writer committed in between, instead of waiting its turn.
         return self._begin("BEGIN IMMEDIATE", writer=True)
+
+    def notify_connection(self) -> psycopg.Connection[Any]:
+        raise NotImplementedError("SQLite has no notifications; the bells are in-process")
+
+    def listen_connection(self) -> psycopg.Connection[Any]:
+        raise NotImplementedError("SQLite has no notifications; the bells are in-process")
 
     def read(self) -> AbstractContextManager[_SqliteTransaction]:
         # A deferred transaction: a consistent snapshot that does not block writers.

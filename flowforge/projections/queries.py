@@ -47,9 +47,16 @@ def _assignments(fields: tuple[str, ...]) -> str:
     return ", ".join(f"{f} = :{f}" for f in fields)
 
 
+#: The PostgreSQL notification channels a commit wakes (flowforge/projections/wakeups.py).
+RUN_WAKEUPS_CHANNEL = "flowforge_run_wakeups"
+OUTBOX_CHANNEL = "flowforge_outbox"
+
+
 def code_macros() -> dict[str, str]:
     """The macros filled from the code's one declaration of each thing."""
     macros = {
+        "run_wakeups_channel": RUN_WAKEUPS_CHANNEL,
+        "outbox_channel": OUTBOX_CHANNEL,
         # The state CHECKs are filled from the enums, so the schema cannot drift from them.
         "task_run_states": _quoted([s.value for s in TaskRunState]),
         "workflow_run_states": _quoted([s.value for s in WorkflowRunState]),

@@ -56,6 +56,27 @@ class Reads:
         """Runs the scheduler has work on: active, or with unfinished tasks."""
         return _ids(self._tx.run("select_runs_to_advance"))
 
+    def woken_runs(self, limit: int) -> list[UUID]:
+        """Runs marked as needing an advance, oldest mark first."""
+        return _ids(self._tx.run("select_woken_runs", {"limit": limit}))
+
+    def wakeup_count(self) -> int:
+        (row,) = self._tx.run("count_run_wakeups")
+        return int(row["marks"])
+
+    def runs_with_retries_due(self, limit: int) -> list[UUID]:
+        """Runs with a retrying task whose retry is due by the database's clock."""
+        return _ids(self._tx.run("select_runs_with_retries_due", {"limit": limit}))
+
+    def seconds_to_next_timer(self) -> float | None:
+        """Seconds until the next retry falls due or lease expires (negative: already
+        past), by the database's clock; None when there is neither."""
+        (row,) = self._tx.run("select_next_timers")
+        timers = [t for t in (row["retry_due_at"], row["lease_expires_at"]) if t is not None]
+        if not timers:
+            return None
+        return float((min(timers) - row["db_now"]).total_seconds())
+
     def dispatches_of(self, task_run_id: UUID) -> list[OutboxRow]:
         rows = self._tx.run("select_outbox_of_task_run", {"task_run_id": task_run_id})
         return [OutboxRow.from_mapping(r) for r in rows]

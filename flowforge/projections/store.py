@@ -18,6 +18,7 @@ from eventsourcing.persistence import Mapper
 
 from flowforge.projections.database import Database, Transaction
 from flowforge.projections.reads import Reads
+from flowforge.projections.wakeups import PostgresListener, PostgresNotifier, Wakeups
 from flowforge.projections.writes import Writes
 
 
@@ -27,6 +28,16 @@ class Store:
     def __init__(self, database: Database, mapper: Mapper[UUID]) -> None:
         self.database = database
         self._mapper = mapper
+        #: This process's bells, rung after a commit that left work for a loop.
+        self.wakeups = Wakeups()
+        #: Other processes' bells, rung by a NOTIFY after such a commit (PostgreSQL).
+        self._notifier = (
+            PostgresNotifier(database.notify_connection) if database.notifies else None
+        )
+
+    def close(self) -> None:
+        if self._notifier is not None:
+            self._notifier.close()
 
     @property
     def dialect(self) -> str:
@@ -41,7 +52,33 @@ class Store:
         """One write transaction: it commits everything written in it, or nothing."""
         tx: Transaction
         with self.database.transaction() as tx:
-            yield Writes(tx, self._mapper)
+            writes = Writes(tx, self._mapper)
+            yield writes
+        # Committed: wake this process's loops, and other processes' by a NOTIFY.
+        if writes.marked_runs:
+            self.wakeups.runs.ring()
+            if self._notifier is not None:
+                self._notifier.request("notify_run_wakeups")
+        if writes.enqueued:
+            self.wakeups.outbox.ring()
+            if self._notifier is not None:
+                self._notifier.request("notify_outbox")
+
+    @contextmanager
+    def listening(self, *, ready_timeout: float = 0.0) -> Iterator[Wakeups]:
+        """This process's bells, also rung by other processes' commits while open
+        (PostgreSQL's LISTEN on a dedicated connection; on SQLite only this process's
+        commits ring them). ``ready_timeout``: wait that long for LISTEN to be in place."""
+        if not self.database.notifies:
+            yield self.wakeups
+            return
+        listener = PostgresListener(self.database.listen_connection, self.wakeups).start()
+        try:
+            if ready_timeout:
+                listener.wait_listening(ready_timeout)
+            yield self.wakeups
+        finally:
+            listener.close()
 
     @contextmanager
     def read(self) -> Iterator[Reads]:

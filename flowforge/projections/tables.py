@@ -48,6 +48,7 @@ COLUMN_KINDS: Mapping[str, Kind] = {
     "published_at": Kind.TIMESTAMP,
     "db_now": Kind.TIMESTAMP,
     "applied_at": Kind.TIMESTAMP,
+    "marked_at": Kind.TIMESTAMP,
 }
 
 

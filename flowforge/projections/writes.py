@@ -60,6 +60,9 @@ class Writes(Reads):
     def __init__(self, tx: Transaction, mapper: Mapper[UUID]) -> None:
         super().__init__(tx)
         self._mapper = mapper
+        #: What this transaction leaves for other loops (the store rings after commit).
+        self.marked_runs = False
+        self.enqueued = False
 
     # --- the event log ---------------------------------------------------------------
 
@@ -197,6 +200,21 @@ class Writes(Reads):
         """The run row, locked until this transaction ends (one advance at a time)."""
         return first_row(WorkflowRunRow, self._tx.run("lock_workflow_run", {"id": run_id}))
 
+    def try_lock_run(self, run_id: UUID) -> WorkflowRunRow | None:
+        """Like :meth:`lock_run`, but ``None`` at once if another transaction holds the
+        row (PostgreSQL; SQLite's write lock already excludes everyone else)."""
+        return first_row(WorkflowRunRow, self._tx.run("try_lock_workflow_run", {"id": run_id}))
+
+    def mark_run(self, run_id: UUID) -> None:
+        """Record that the run needs advancing; on PostgreSQL the commit NOTIFYs."""
+        self._tx.run("mark_run_wakeup", {"workflow_run_id": run_id})
+        self.marked_runs = True
+
+    def clear_wakeups(self, run_id: UUID) -> None:
+        """Delete the run's marks that this statement sees: a mark committed after it
+        stays, so the change it announces is advanced next time."""
+        self._tx.run("delete_run_wakeups", {"workflow_run_id": run_id})
+
     def move_run(self, run_id: UUID, edge: Transition) -> WorkflowRunRow | None:
         """Any WorkflowRun edge; ``start`` sets started_at, a terminal one finished_at."""
         params = {
@@ -247,6 +265,7 @@ class Writes(Reads):
                 "created_at": at,
             },
         )
+        self.enqueued = True
         return dispatch_id
 
     def pending_dispatches(

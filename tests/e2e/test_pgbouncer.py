@@ -16,11 +16,13 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
+import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
 from flowforge.bootstrap import ProcessGroup, Transport
 from flowforge.processes.registry import TaskContext, TaskRegistry
+from flowforge.projections.database import LISTENER_APPLICATION_NAME
 from tests import servers, topology
 from tests.e2e.cluster import admin
 from tests.e2e.pgbouncer import pgbouncer
@@ -59,12 +61,14 @@ def database() -> Iterator[str]:
 
 class ServerConnections:
     """Samples, from PostgreSQL's side, how many backends serve the database (every
-    10 ms, on a connection to another database, so it never counts itself)."""
+    10 ms, on a connection to another database, so it never counts itself): those
+    PgBouncer pools, and apart from them the wake-up listeners, which connect directly."""
 
     def __init__(self, dbname: str) -> None:
         self._dbname = dbname
         self._stop = threading.Event()
         self.samples: list[int] = []
+        self.listener_samples: list[int] = []
         self._thread = threading.Thread(target=self._sample, name="sampler")
 
     def __enter__(self) -> ServerConnections:
@@ -79,18 +83,39 @@ class ServerConnections:
         with admin() as conn:
             while not self._stop.wait(0.01):
                 row = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = %s AND backend_type = 'client backend'",
-                    (self._dbname,),
+                    "SELECT count(*) FILTER (WHERE application_name <> %(listener)s),"
+                    " count(*) FILTER (WHERE application_name = %(listener)s)"
+                    " FROM pg_stat_activity"
+                    " WHERE datname = %(dbname)s AND backend_type = 'client backend'",
+                    {"dbname": self._dbname, "listener": LISTENER_APPLICATION_NAME},
                 ).fetchone()
-                self.samples.append(int(row[0]) if row else 0)
+                assert row is not None
+                self.samples.append(int(row[0]))
+                self.listener_samples.append(int(row[1]))
 
 
-def _open_apps(url: str) -> list[FlowForge]:
+def _open_apps(url: str, listen_url: str) -> list[FlowForge]:
     """Every group's FlowForge, created at once, each migrating: the schema lock races
-    through PgBouncer too (as processes started with `flowforge run` would)."""
-    apps: list[FlowForge] = race(*[lambda: FlowForge(url, migrate=True)] * GROUPS)
+    through PgBouncer too (as processes started with `flowforge run` would). Their
+    wake-up listeners connect to PostgreSQL itself, as docs/deployment.md says to."""
+
+    def open_app() -> FlowForge:
+        return FlowForge(url, migrate=True, listen_database_url=listen_url)
+
+    apps: list[FlowForge] = race(*[open_app] * GROUPS)
     return apps
+
+
+def _each_server_connections_synchronous_commit(url: str) -> list[str]:
+    """``synchronous_commit`` as each of PgBouncer's server connections has it: as many
+    clients as it has server connections, each inside a transaction, hold one each."""
+    values = []
+    with ExitStack() as stack:
+        for _ in range(SERVER_CONNECTIONS):
+            conn = stack.enter_context(psycopg.connect(url, prepare_threshold=None))
+            row = conn.execute("SHOW synchronous_commit").fetchone()  # BEGINs: holds it
+            values.append(str(row[0]) if row else "")
+    return values
 
 
 def test_twenty_workers_through_pgbouncer_on_four_server_connections_finish_each_task_once(
@@ -114,7 +139,7 @@ def test_twenty_workers_through_pgbouncer_on_four_server_connections_finish_each
         ExitStack() as stack,
     ):
         transport = Transport.rabbitmq(broker)
-        apps = _open_apps(url)
+        apps = _open_apps(url, servers.postgres_url(database))
         for app in apps:
             stack.callback(app.close)
         groups = [
@@ -126,6 +151,7 @@ def test_twenty_workers_through_pgbouncer_on_four_server_connections_finish_each
         errors = [error for group in groups for error in group.errors]
         assert errors == []
         assert states == ["succeeded"] * RUNS
+        settings = _each_server_connections_synchronous_commit(url)
         succeeded = Counter(
             task.id
             for run_id in run_ids
@@ -139,3 +165,8 @@ def test_twenty_workers_through_pgbouncer_on_four_server_connections_finish_each
     assert set(succeeded.values()) == {1}, "a task finished twice"
     assert len(handled) == tasks
     assert 0 < max(server.samples) <= SERVER_CONNECTIONS, f"server connections: {server.samples}"
+    # The notifiers' SET LOCAL stayed in their transactions: no pooled server
+    # connection was left committing asynchronously for the next client.
+    assert settings == ["on"] * SERVER_CONNECTIONS
+    # A scheduler's and a publisher's listener per group, none through PgBouncer.
+    assert max(server.listener_samples) == 2 * GROUPS, server.listener_samples

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
+import psycopg
 import pytest
 
 from flowforge import errors
@@ -124,7 +125,14 @@ class _KillBeforeCommit:
         self._dbname = dbname
         self.dialect = inner.dialect
         self.location = inner.location
+        self.notifies = inner.notifies
         self.bodies_run = 0
+
+    def notify_connection(self) -> psycopg.Connection[Any]:
+        return self._inner.notify_connection()
+
+    def listen_connection(self) -> psycopg.Connection[Any]:
+        return self._inner.listen_connection()
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:

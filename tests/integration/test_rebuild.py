@@ -577,11 +577,11 @@ def test_two_schedulers_advancing_one_run_at_once_never_deadlock(
     finish_if_derived = advance_module._finish_if_derived
     take_run_edge = Writer.take_run_edge
 
-    def finish_late(writer: Writer, run_row: Any, now: Any, result: Any) -> None:
+    def finish_late(writer: Writer, run_row: Any, *rest: Any) -> None:
         if threading.current_thread().name == "late":
             late_stepped.set()
             late_may_finish.wait(timeout=5)
-        finish_if_derived(writer, run_row, now, result)
+        finish_if_derived(writer, run_row, *rest)
 
     def early_takes_run_edge(self: Writer, edge: Any, run_id: UUID, *, actor: str) -> Any:
         if threading.current_thread().name == "early" and not late_may_finish.is_set():

@@ -88,6 +88,42 @@ INSERT INTO dispatch_outbox (dispatch_id, task_run_id, task_key, task_type, fenc
                              created_at)
 VALUES (:dispatch_id, :task_run_id, :task_key, :task_type, :fencing_token, :created_at);
 
+-- --- run wake-ups: which runs the scheduler must advance ------------------------------
+-- A transition that can change what its run should do next (a task finished, reaped,
+-- cancelled or made ready; a run created or cancelled) adds a row here in its own
+-- transaction; once it commits, the store wakes the schedulers (wakeups.py). Rows are
+-- only ever inserted by writers and deleted by an advance, so a writer never waits for
+-- a scheduler (flowforge/app/advance.py says why the advance deletes them first).
+
+-- name: mark_run_wakeup
+INSERT INTO run_wakeups (workflow_run_id, marked_at) VALUES (:workflow_run_id, {now});
+
+-- Oldest first; several schedulers see the same list and divide it with
+-- try_lock_workflow_run. A mark whose run is gone (deleted by hand) is never picked.
+-- name: select_woken_runs
+SELECT w.workflow_run_id FROM run_wakeups w
+JOIN workflow_runs r ON r.id = w.workflow_run_id
+GROUP BY w.workflow_run_id ORDER BY min(w.id) LIMIT :limit;
+
+-- name: delete_run_wakeups
+DELETE FROM run_wakeups WHERE workflow_run_id = :workflow_run_id;
+
+-- name: count_run_wakeups
+SELECT count(*) AS marks FROM run_wakeups;
+
+-- The safety net's timers: runs with a retry that became due, and when the next retry
+-- or lease expiry falls (the scheduler sleeps until then, not a whole interval).
+-- name: select_runs_with_retries_due
+SELECT DISTINCT workflow_run_id FROM task_runs
+WHERE state = 'retrying' AND retry_due_at <= {now}
+LIMIT :limit;
+
+-- name: select_next_timers
+SELECT {now} AS db_now,
+       (SELECT min(retry_due_at) FROM task_runs WHERE state = 'retrying') AS retry_due_at,
+       (SELECT min(lease_expires_at) FROM task_runs WHERE state = 'running')
+           AS lease_expires_at;
+
 -- --- the conditional writes ---------------------------------------------------------------
 -- Each is ONE statement: the WHERE clause is the whole condition, the database decides
 -- the race, and 0 rows means "lost" (not an error). They compute the new row in the
@@ -185,6 +221,11 @@ SELECT * FROM workflow_runs WHERE id = :id;
 -- which locks workflow_runs before task_runs).
 -- name: lock_workflow_run
 SELECT * FROM workflow_runs WHERE id = :id {for_update};
+
+-- A woken run another scheduler is advancing is skipped, not waited for: schedulers
+-- divide the woken runs between them.
+-- name: try_lock_workflow_run
+SELECT * FROM workflow_runs WHERE id = :id {for_update_skip_locked};
 
 -- name: select_task_runs_of_run
 SELECT * FROM task_runs WHERE workflow_run_id = :workflow_run_id ORDER BY created_at, task_key;

@@ -76,3 +76,11 @@ CREATE TABLE flowforge_deployment (
 );
 INSERT INTO flowforge_deployment (singleton, deployment_id, created_at)
 VALUES (1, {random_deployment_id}, {now});
+
+CREATE TABLE run_wakeups (
+    id {serial_primary_key},
+    workflow_run_id {uuid} NOT NULL,
+    marked_at {timestamp} NOT NULL
+);
+CREATE INDEX run_wakeups_workflow_run_idx ON run_wakeups (workflow_run_id);
+CREATE INDEX task_runs_retry_due_idx ON task_runs (retry_due_at) WHERE state = 'retrying';

@@ -62,6 +62,28 @@ lower(hex(randomblob(6)))
 -- macro: task_types_list
 SELECT value FROM json_each(:task_types)
 
+-- An INTEGER PRIMARY KEY is the rowid: issued in insertion order.
+-- macro: serial_primary_key
+integer PRIMARY KEY
+
+-- No NOTIFY or LISTEN: never run (SqliteDatabase.notifies is False; the embedded mode
+-- runs every loop in one process, woken by the store's in-process bells). Here so both
+-- dialects name the same statements.
+-- name: notifier_session
+SELECT 1;
+
+-- name: notify_run_wakeups
+SELECT 1;
+
+-- name: notify_outbox
+SELECT 1;
+
+-- name: listen_run_wakeups
+SELECT 1;
+
+-- name: listen_outbox
+SELECT 1;
+
 -- The write lock (BEGIN IMMEDIATE) already serialises schema creation.
 -- name: lock_schema
 SELECT 1;

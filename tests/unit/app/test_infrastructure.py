@@ -9,7 +9,8 @@ import pytest
 
 from flowforge import errors
 from flowforge.app import event_store
-from flowforge.app.infrastructure import LIBPQ_OPTIONS, parse_database_url
+from flowforge.app.infrastructure import LIBPQ_OPTIONS, parse_database_url, parse_listen_url
+from flowforge.config import LISTEN_DATABASE_URL_VARIABLE, Settings
 
 
 def test_only_a_migrating_open_lets_the_library_create_its_table() -> None:
@@ -113,3 +114,23 @@ def test_a_bad_multi_host_url_is_a_clear_error_that_hides_the_password(
         parse_database_url(url)
     assert problem in str(caught.value)
     assert "hunter2" not in str(caught.value)
+
+
+def test_a_listen_url_must_be_postgres_beside_a_postgres_database_and_hides_its_password() -> None:
+    postgres = parse_database_url("postgresql://u@pgbouncer:6432/ff")
+    direct = "postgresql://u:secret@db-1:5432/ff"
+    assert parse_listen_url(direct, postgres) == direct
+    with pytest.raises(errors.ConfigurationError) as beside_sqlite:
+        parse_listen_url(direct, parse_database_url("sqlite:///x.db"))
+    with pytest.raises(errors.ConfigurationError) as to_sqlite:
+        parse_listen_url("sqlite:///x.db", postgres)
+    for raised in (beside_sqlite, to_sqlite):
+        assert "listen database URL" in str(raised.value)
+        assert "secret" not in str(raised.value)
+
+
+def test_the_listen_url_is_read_from_the_environment_and_unset_means_the_database_url() -> None:
+    direct = "postgresql://u@db-1:5432/ff"
+    assert Settings.from_env({LISTEN_DATABASE_URL_VARIABLE: direct}).listen_database_url == direct
+    assert Settings.from_env({}).listen_database_url is None
+    assert Settings.from_env({LISTEN_DATABASE_URL_VARIABLE: ""}).listen_database_url is None

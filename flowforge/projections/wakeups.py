@@ -1,0 +1,211 @@
+"""Wake-ups: a commit that leaves work for another loop wakes it at once.
+
+Two kinds of work are announced: a run to advance (a ``run_wakeups`` row) and a dispatch
+to publish (an outbox row). Each has a :class:`Bell`. After a commit that wrote such a
+row, the store rings this process's bell (the embedded mode: every loop in one process)
+and, on PostgreSQL, asks its :class:`PostgresNotifier` to NOTIFY the channel; a
+:class:`PostgresListener` in each scheduler and publisher process rings its bells when
+the notification arrives.
+
+The NOTIFY is sent after the commit, on a connection of the notifier's own, and
+coalesced (one NOTIFY covers every commit that asked while the previous one was being
+sent), never inside the writing transaction: PostgreSQL holds a cluster-wide lock from a
+notifying transaction's pre-commit until its commit is flushed, which serialises every
+notifying commit behind the disk (docs/performance.md has the numbers).
+
+A bell is only a hint to look now: the rows are the truth. A notification lost (a crash
+between the commit and the NOTIFY, a listener reconnecting) costs a poll interval, never
+a run: each loop's periodic pass reads the rows, and a listener that reconnects rings
+its bells once for whatever committed while it was not listening (a loop's first pass
+covers what came before its first LISTEN).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from flowforge.projections import queries
+
+log = logging.getLogger(__name__)
+
+#: How long the listener blocks for a notification before checking for a stop.
+LISTEN_POLL_S = 0.25
+RECONNECT_CAP_S = 5.0
+
+
+class Bell:
+    """A wake-up that is not lost between rings: :meth:`wait` returns at once if the
+    bell rang since the last wait, else sleeps until a ring or the timeout."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._rung = False
+
+    def ring(self) -> None:
+        with self._condition:
+            self._rung = True
+            self._condition.notify_all()
+
+    def wait(self, seconds: float) -> bool:
+        """True if rung (and clears it); False if ``seconds`` passed first."""
+        with self._condition:
+            if not self._rung:
+                self._condition.wait(max(0.0, seconds))
+            rung, self._rung = self._rung, False
+            return rung
+
+
+@dataclass
+class Wakeups:
+    """The bells of one process: runs to advance, dispatches to publish."""
+
+    runs: Bell = field(default_factory=Bell)
+    outbox: Bell = field(default_factory=Bell)
+
+    def by_listen_statement(self) -> Mapping[str, tuple[str, Bell]]:
+        return {
+            "listen_run_wakeups": (queries.RUN_WAKEUPS_CHANNEL, self.runs),
+            "listen_outbox": (queries.OUTBOX_CHANNEL, self.outbox),
+        }
+
+
+#: Opens a new autocommit connection outside the pool.
+Connect = Callable[[], psycopg.Connection[Any]]
+
+
+class PostgresListener:
+    """A thread on a dedicated connection that LISTENs and rings the bells.
+
+    Dedicated, not pooled: a LISTEN belongs to a session, and the pool's connections
+    are shared. On a lost connection it reconnects with a capped backoff and rings
+    every bell once listening again, since notifications sent meanwhile are gone.
+    """
+
+    def __init__(self, connect: Connect, wakeups: Wakeups) -> None:
+        self._connect = connect
+        self._bells = wakeups.by_listen_statement()
+        self._stopped = threading.Event()
+        self._listening = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="flowforge-listener", daemon=True)
+
+    def start(self) -> PostgresListener:
+        self._thread.start()
+        return self
+
+    def wait_listening(self, timeout: float) -> bool:
+        """True once LISTEN is in place (tests wait for it before committing)."""
+        return self._listening.wait(timeout)
+
+    def close(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stopped.is_set():
+            try:
+                self._listen(reconnected=failures > 0)
+                failures = 0
+            except psycopg.Error as exc:
+                self._listening.clear()
+                failures += 1
+                delay = min(RECONNECT_CAP_S, 0.1 * 2**failures)
+                log.warning(
+                    "wake-up listener lost its connection; the periodic pass covers",
+                    extra={"error": str(exc).strip().splitlines()[0:1], "retry_in_s": delay},
+                )
+                self._stopped.wait(delay)
+
+    def _listen(self, *, reconnected: bool) -> None:
+        statements = queries.load("postgres")
+        by_channel = {}
+        with self._connect() as conn:
+            for name, (channel, bell) in self._bells.items():
+                conn.execute(statements[name])
+                by_channel[channel] = bell
+            if reconnected:  # what committed while we were not listening
+                for bell in by_channel.values():
+                    bell.ring()
+            self._listening.set()
+            while not self._stopped.is_set():
+                for notify in conn.notifies(timeout=LISTEN_POLL_S):
+                    by_channel[notify.channel].ring()
+
+
+class PostgresNotifier:
+    """NOTIFYs after commits, coalesced, from a thread with a connection of its own.
+
+    :meth:`request` never blocks the committing thread and never raises: a failed
+    NOTIFY is logged and dropped (the periodic passes cover), and the connection is
+    opened again on the next request.
+    """
+
+    def __init__(self, connect: Connect) -> None:
+        self._connect = connect
+        self._pending: set[str] = set()
+        self._condition = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def request(self, statement: str) -> None:
+        """Ask for ``notify_run_wakeups`` or ``notify_outbox`` to be sent soon."""
+        with self._condition:
+            if self._closed:
+                return
+            self._pending.add(statement)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="flowforge-notifier", daemon=True
+                )
+                self._thread.start()
+            self._condition.notify()
+
+    def close(self) -> None:
+        with self._condition:
+            self._closed = True
+            self._condition.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def _next(self) -> set[str] | None:
+        """The requests to send; None once closed with nothing left to send (a short
+        process, e.g. ``flowforge runs start``, still wakes the scheduler on its way out)."""
+        with self._condition:
+            while not self._pending and not self._closed:
+                self._condition.wait()
+            if not self._pending:
+                return None
+            pending, self._pending = self._pending, set()
+            return pending
+
+    def _run(self) -> None:
+        statements = queries.load("postgres")
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            while (pending := self._next()) is not None:
+                try:
+                    if conn is None or conn.closed:
+                        conn = self._connect()
+                    # One transaction for every channel: one commit.
+                    notifies = [statements[name] for name in sorted(pending)]
+                    block = [statements["notify_begin"], *notifies, statements["notify_commit"]]
+                    conn.execute("\n".join(block))
+                except psycopg.Error as exc:
+                    log.warning(
+                        "wake-up notification not sent; the periodic pass covers",
+                        extra={"error": str(exc).strip().splitlines()[0:1]},
+                    )
+                    if conn is not None:  # its transaction may be left open: start afresh
+                        conn.close()
+                    conn = None
+        finally:
+            if conn is not None:
+                conn.close()

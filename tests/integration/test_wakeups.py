@@ -1,0 +1,288 @@
+"""Event-driven advancement and dispatch, on both backends (docs/architecture.md,
+"Wake-ups").
+
+A transition that can change what its run should do next marks the run in its own
+transaction; the commit wakes the schedulers (PostgreSQL: NOTIFY to a LISTENing
+connection, so these tests give the scheduler its own FlowForge, as another process
+would have; SQLite: the process's bell). The scheduler advances only marked runs, and
+its periodic pass is the safety net. The periodic pass is disabled here (an interval of
+an hour) wherever a test proves that the wake-up alone does the work.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from uuid import UUID
+
+import psycopg
+import pytest
+
+from flowforge.app.service import FlowForge
+from flowforge.processes.loop import Stop
+from flowforge.processes.publisher import Publisher
+from flowforge.processes.scheduler import Scheduler
+from flowforge.processes.transport import InMemoryDispatchChannel
+from flowforge.projections.wakeups import Wakeups
+
+HOUR = 3600.0
+CHAIN = {
+    "name": "chain",
+    "retry": {"max_attempts": 1},
+    "tasks": [
+        {"key": "a", "type": "work"},
+        {"key": "b", "type": "work", "depends_on": ["a"]},
+    ],
+}
+ONE = {"name": "one", "retry": {"max_attempts": 1}, "tasks": [{"key": "t", "type": "work"}]}
+FLAKY = {
+    "name": "flaky",
+    "retry": {"max_attempts": 2, "backoff_seconds": 0.2, "jitter": 0.0},
+    "tasks": [{"key": "t", "type": "work"}],
+}
+
+
+@pytest.fixture
+def other(app: FlowForge) -> Iterator[FlowForge]:
+    """The service as another process would have it: on PostgreSQL a second
+    FlowForge (its own bells, reached only by NOTIFY); on SQLite the same one (the
+    embedded mode runs every loop in one process)."""
+    if app.database.dialect == "sqlite":
+        yield app
+        return
+    second = FlowForge(_url(app))
+    yield second
+    second.close()
+
+
+def _url(app: FlowForge) -> str:
+    location = app.database.location  # host:port/dbname
+    return f"postgresql://postgres@{location}"
+
+
+@contextmanager
+def running(loop: Scheduler | Publisher) -> Iterator[Stop]:
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    try:
+        yield loop.stop
+    finally:
+        loop.stop.set("test over")
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+
+
+def eventually(probe: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.01)
+
+
+def task_state(app: FlowForge, run_id: UUID, key: str) -> str:
+    return next(t.state for t in app.task_runs(run_id) if t.task_key == key)
+
+
+def work(app: FlowForge, run_id: UUID, key: str, outcome: str = "succeed") -> None:
+    task = next(t for t in app.task_runs(run_id) if t.task_key == key)
+    claim = app.claim_task_run(task.id, "test-worker", 30)
+    assert claim is not None
+    error = {"type": "Boom", "message": "boom"} if outcome == "fail" else None
+    assert app.finish_task_run(task.id, claim.fencing_token, outcome, error=error)
+
+
+def marks(app: FlowForge) -> int:
+    with app.store.read() as reads:
+        return reads.wakeup_count()
+
+
+def test_a_run_is_advanced_by_wake_ups_alone_with_the_periodic_pass_disabled(
+    app: FlowForge, other: FlowForge
+) -> None:
+    scheduler = Scheduler(other, interval=HOUR)
+    with running(scheduler):
+        run_id = app.start_workflow_run(CHAIN)
+        eventually(lambda: app.get_workflow_run(run_id).state == "running", "run started")
+        work(app, run_id, "a")
+        eventually(lambda: task_state(app, run_id, "b") == "ready", "b promoted")
+        work(app, run_id, "b")
+        eventually(lambda: app.get_workflow_run(run_id).state == "succeeded", "run finished")
+    assert marks(app) == 0
+
+
+def test_a_retry_falls_due_without_waiting_for_the_periodic_pass(
+    app: FlowForge, other: FlowForge
+) -> None:
+    with running(Scheduler(other, interval=HOUR)):
+        run_id = app.start_workflow_run(FLAKY)
+        work(app, run_id, "t", "fail")
+        # retried on the wake-up, made ready when the scheduler's timer (0.2 s) fires
+        eventually(lambda: task_state(app, run_id, "t") == "ready", "retry made ready")
+        work(app, run_id, "t")
+        eventually(lambda: app.get_workflow_run(run_id).state == "succeeded", "run finished")
+
+
+def test_a_lost_wake_up_is_recovered_by_the_periodic_pass(
+    app: FlowForge, other: FlowForge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deaf = Wakeups()  # bells nobody rings: every notification is lost
+    monkeypatch.setattr(other, "listening", lambda **_: _yielding(deaf))
+    scheduler = Scheduler(other, interval=0.3)
+    with running(scheduler):
+        eventually(lambda: scheduler._next_pass > 0, "first pass done")
+        run_id = app.start_workflow_run(ONE)
+        eventually(lambda: app.get_workflow_run(run_id).state == "running", "run started")
+        work(app, run_id, "t")
+        eventually(lambda: app.get_workflow_run(run_id).state == "succeeded", "run finished")
+    assert marks(app) == 0
+
+
+@contextmanager
+def _yielding(wakeups: Wakeups) -> Iterator[Wakeups]:
+    yield wakeups
+
+
+def test_a_run_is_marked_by_each_change_for_the_scheduler_and_cleared_by_its_advance(
+    app: FlowForge,
+) -> None:
+    run_id = app.start_workflow_run(CHAIN)
+    assert marks(app) == 1  # created: it must be started
+    assert app.advance_woken_runs().runs_advanced == 1
+    assert marks(app) == 0
+    assert app.get_workflow_run(run_id).state == "running"
+    a = next(t for t in app.task_runs(run_id) if t.task_key == "a")
+    claim = app.claim_task_run(a.id, "w", 30)
+    assert claim is not None
+    assert app.renew_lease(a.id, claim.fencing_token, 30)
+    assert marks(app) == 0  # a claim or a heartbeat leaves the run nothing to do
+    assert app.advance_woken_runs().runs_advanced == 0
+    assert app.finish_task_run(a.id, claim.fencing_token, "succeed")
+    assert marks(app) == 1
+    summary = app.advance_woken_runs()
+    assert (summary.runs_advanced, summary.promoted) == (1, 1)
+    assert marks(app) == 0
+
+
+def test_a_cancelled_run_is_woken_and_its_leftovers_cancelled(app: FlowForge) -> None:
+    run_id = app.start_workflow_run(CHAIN)
+    app.advance_woken_runs()
+    assert app.transition_workflow_run(run_id, "cancel")
+    assert marks(app) == 1
+    assert app.advance_woken_runs().cancelled == 2
+    assert {t.state for t in app.task_runs(run_id)} == {"cancelled"}
+
+
+def test_a_commit_that_leaves_work_rings_this_process_bells(app: FlowForge) -> None:
+    bells = app.store.wakeups
+    bells.runs.wait(0)
+    bells.outbox.wait(0)
+    app.start_workflow_run(ONE)  # a mark and an outbox row
+    assert bells.runs.wait(0) and bells.outbox.wait(0)
+    assert not bells.runs.wait(0)  # a wait consumes the ring
+
+
+@pytest.mark.parametrize("app", ["postgres"], indirect=True)
+def test_a_notification_from_another_connection_rings_the_listening_bells(
+    app: FlowForge, other: FlowForge
+) -> None:
+    with other.listening(ready_timeout=10) as bells:
+        bells.runs.wait(0)
+        bells.outbox.wait(0)
+        app.start_workflow_run(ONE)
+        assert bells.runs.wait(10)
+        assert bells.outbox.wait(10)
+
+
+@pytest.mark.parametrize("app", ["postgres"], indirect=True)
+def test_a_scheduler_skips_a_run_another_is_advancing_and_takes_it_next_time(
+    app: FlowForge, other: FlowForge
+) -> None:
+    held, free = app.start_workflow_run(ONE), app.start_workflow_run(ONE)
+    with psycopg.connect(_url(app)) as conn:
+        # another scheduler, mid-advance of ``held``: it holds the run row
+        conn.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (held,))
+        started = time.monotonic()
+        summary = other.advance_woken_runs()
+        assert time.monotonic() - started < 5  # skipped, not waited for
+        assert summary.runs_advanced == 1
+        assert app.get_workflow_run(free).state == "running"
+        assert app.get_workflow_run(held).state == "pending"
+        assert marks(app) == 1  # held's mark stays for whoever advances it
+    assert other.advance_woken_runs().runs_advanced == 1
+    assert app.get_workflow_run(held).state == "running"
+    assert marks(app) == 0
+
+
+@pytest.mark.parametrize("app", ["postgres"], indirect=True)
+def test_two_schedulers_at_once_advance_every_marked_run_and_clear_every_mark(
+    app: FlowForge, other: FlowForge
+) -> None:
+    runs = [app.start_workflow_run(ONE) for _ in range(40)]
+    barrier = threading.Barrier(2)
+    results: dict[str, object] = {}
+
+    def schedule(name: str, service: FlowForge) -> None:
+        barrier.wait()
+        try:
+            results[name] = service.advance_woken_runs(batch=10)
+        except Exception as exc:  # pragma: no cover - reported below
+            results[name] = exc
+
+    threads = [
+        threading.Thread(target=schedule, args=(name, service))
+        for name, service in (("one", app), ("two", other))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(isinstance(r, Exception) for r in results.values()), results
+    assert {app.get_workflow_run(r).state for r in runs} == {"running"}
+    assert marks(app) == 0
+    for run_id in runs:  # started exactly once: created, started, nothing else
+        assert app.workflow_run_aggregate(run_id).version == 2
+
+
+def test_the_publisher_is_woken_by_an_outbox_row_with_its_poll_disabled(
+    app: FlowForge, other: FlowForge
+) -> None:
+    channel = InMemoryDispatchChannel()
+    publisher = Publisher(other, channel.publisher, interval=HOUR)
+    with running(publisher):
+        app.start_workflow_run(ONE)  # maybe published by the first sweep
+        eventually(lambda: channel.ready_count == 1, "first dispatch published")
+        app.start_workflow_run(ONE)  # the publisher sleeps: only the wake-up publishes it
+        eventually(lambda: channel.ready_count == 2, "second dispatch published")
+    assert app.pending_dispatch_count() == 0
+
+
+def test_many_runs_started_in_one_call_are_each_created_dispatched_and_woken(
+    app: FlowForge,
+) -> None:
+    run_ids = app.start_workflow_runs(ONE, [{"i": i} for i in range(5)])
+    assert len(set(run_ids)) == 5
+    assert [app.get_workflow_run(r).inputs for r in run_ids] == [{"i": i} for i in range(5)]
+    assert marks(app) == 5
+    assert app.pending_dispatch_count() == 5
+    assert app.advance_woken_runs().runs_advanced == 5
+    assert {app.get_workflow_run(r).state for r in run_ids} == {"running"}
+
+
+def test_bad_inputs_anywhere_in_a_batch_start_no_run(app: FlowForge) -> None:
+    with pytest.raises(ValueError, match=r"inputs\[1\]"):
+        app.start_workflow_runs(ONE, [{"ok": 1}, {"bad": float("nan")}])
+    assert app.recent_runs() == []
+
+
+@pytest.mark.parametrize("app", ["postgres"], indirect=True)
+def test_a_process_that_commits_and_closes_at_once_still_wakes_the_listeners(
+    app: FlowForge,
+) -> None:
+    with app.listening(ready_timeout=10) as bells:
+        bells.runs.wait(0)
+        short_lived = FlowForge(_url(app))  # e.g. `flowforge runs start`
+        short_lived.start_workflow_run(ONE)
+        short_lived.close()
+        assert bells.runs.wait(10)
