@@ -69,7 +69,10 @@ integer PRIMARY KEY
 -- No NOTIFY or LISTEN: never run (SqliteDatabase.notifies is False; the embedded mode
 -- runs every loop in one process, woken by the store's in-process bells). Here so both
 -- dialects name the same statements.
--- name: notifier_session
+-- name: notify_begin
+SELECT 1;
+
+-- name: notify_commit
 SELECT 1;
 
 -- name: notify_run_wakeups
