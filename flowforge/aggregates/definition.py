@@ -41,9 +41,11 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Annotated, Any
 
 from pydantic import (
@@ -202,14 +204,28 @@ class WorkflowDefinition(BaseModel):
             raise _problem(*problems)
         return self
 
+    @functools.cached_property
+    def _tasks_by_key(self) -> Mapping[str, TaskDefinition]:
+        # Built once per parsed definition: every per-task lookup (creating N task runs,
+        # a worker's lease, a retry's policy) is then O(1), not a scan of N tasks.
+        return MappingProxyType({task.key: task for task in self.tasks})
+
+    @functools.cached_property
+    def _dependents(self) -> Mapping[str, tuple[str, ...]]:
+        found: dict[str, list[str]] = {task.key: [] for task in self.tasks}
+        for task in self.tasks:
+            for dependency in task.depends_on:
+                found[dependency].append(task.key)
+        return MappingProxyType({key: tuple(keys) for key, keys in found.items()})
+
     def task(self, key: str) -> TaskDefinition:
         """The task called ``key``; ``KeyError`` naming the known keys if there is none."""
-        for task in self.tasks:
-            if task.key == key:
-                return task
-        raise KeyError(
-            f"no task {key!r} in workflow {self.name!r} (known: {dag.keys(self.tasks)})"
-        )
+        task = self._tasks_by_key.get(key)
+        if task is None:
+            raise KeyError(
+                f"no task {key!r} in workflow {self.name!r} (known: {dag.keys(self.tasks)})"
+            )
+        return task
 
     def retry_policy_for(self, key: str) -> RetryPolicy:
         """The task's own policy, or else the workflow's."""
@@ -232,7 +248,7 @@ class WorkflowDefinition(BaseModel):
     def dependents(self, key: str) -> tuple[str, ...]:
         """The tasks that depend directly on ``key``, in definition order."""
         self.task(key)  # KeyError for an unknown key, rather than a silent ()
-        return tuple(t.key for t in self.tasks if key in t.depends_on)
+        return self._dependents[key]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict that ``WorkflowDefinition.model_validate`` turns back into

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Container
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from flowforge import errors
@@ -15,6 +17,12 @@ from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 #: How many expired leases (or stalled ready tasks) one pass handles at most.
 REAP_BATCH = 500
+
+
+def _unknown_task_run(task_run_id: UUID) -> errors.UnknownTaskRunError:
+    return errors.UnknownTaskRunError(
+        f"no task run {task_run_id}; list a run's tasks with `flowforge status RUN`"
+    )
 
 
 class Queries(ServiceCore):
@@ -31,10 +39,30 @@ class Queries(ServiceCore):
         with self._reads() as reads:
             task = reads.task_run(task_run_id)
         if task is None:
-            raise errors.UnknownTaskRunError(
-                f"no task run {task_run_id}; list a run's tasks with `flowforge status RUN`"
-            )
+            raise _unknown_task_run(task_run_id)
         return task
+
+    def task_run_and_its_run(
+        self, task_run_id: UUID, *, unless_known: Container[UUID] = ()
+    ) -> tuple[TaskRunRow, WorkflowRunRow | None]:
+        """A task run and, in the same transaction, its workflow run, unless the run's id
+        is in ``unless_known`` (a worker that has the run's definition already): one
+        transaction where two reads were."""
+        with self._reads() as reads:
+            task = reads.task_run(task_run_id)
+            if task is None:
+                raise _unknown_task_run(task_run_id)
+            if task.workflow_run_id in unless_known:
+                return task, None
+            return task, reads.workflow_run(task.workflow_run_id)
+
+    def task_results(self, run_id: UUID, task_keys: Collection[str]) -> dict[str, Any]:
+        """The results of some tasks of a run by key (``None`` for one not succeeded):
+        a task's upstream results, read by key rather than the run's every row."""
+        if not task_keys:
+            return {}
+        with self._reads() as reads:
+            return reads.task_results(run_id, task_keys)
 
     def task_runs(self, run_id: UUID) -> list[TaskRunRow]:
         with self._reads() as reads:

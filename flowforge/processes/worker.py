@@ -41,7 +41,7 @@ from flowforge.processes.outcome import OUTCOME_WRITE_PATIENCE_S, Outcome, Outco
 from flowforge.processes.registry import TaskContext, TaskRegistry, default_registry
 from flowforge.processes.settle import Settlement
 from flowforge.processes.transport import Delivery, DispatchConsumer
-from flowforge.projections.tables import TaskRunRow
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 log = logging.getLogger(__name__)
 
@@ -195,10 +195,10 @@ class Worker:
             # The handler already ran here; only its outcome's write failed. Write it
             # now instead of running the handler a second time.
             return self._write(kept, consumer)
-        task = self.app.get_task_run(message.task_run_id)
+        task = self._task(message.task_run_id)
         if task.task_state is not TaskRunState.READY:
             return self._skipped(task, "not ready")
-        lease_seconds = self._run(task).definition.lease_seconds_for(task.task_key)
+        lease_seconds = self._facts(task).definition.lease_seconds_for(task.task_key)
         claim = self.app.claim_task_run(task.id, self.worker_id, lease_seconds)
         if claim is None:
             return self._skipped(task, "claimed elsewhere")
@@ -280,35 +280,40 @@ class Worker:
 
     def _context(self, task: TaskRunRow, claim: Claim) -> TaskContext:
         run_id = task.workflow_run_id
-        results = (
-            {t.task_key: t.result for t in self.app.task_runs(run_id)} if task.depends_on else {}
-        )
+        # Its own dependencies' rows only: a task of an N-task run costs O(1), not O(N).
+        results = self.app.task_results(run_id, task.depends_on)
         return TaskContext(
             task_run_id=task.id,
             workflow_run_id=run_id,
             task_key=task.task_key,
             task_type=task.task_type,
-            inputs=self._run(task).inputs,
+            inputs=self._facts(task).inputs,
             upstream={key: results.get(key) for key in task.depends_on},
             attempt=claim.attempt,
             fencing_token=claim.fencing_token,
             worker_id=self.worker_id,
         )
 
-    def _run(self, task: TaskRunRow) -> _RunFacts:
+    def _task(self, task_run_id: uuid.UUID) -> TaskRunRow:
+        """The task's row, before the claim; its run's definition and inputs are read in
+        the same transaction the first time the worker meets the run."""
+        task, run = self.app.task_run_and_its_run(task_run_id, unless_known=self._runs)
+        if run is not None:
+            self._remember(run)
+        return task
+
+    def _remember(self, run: WorkflowRunRow) -> None:
         # A run's definition and inputs never change: read them once per run, and keep
         # only the most recent runs so a long-lived worker does not grow without bound.
-        run_id = task.workflow_run_id
-        facts = self._runs.get(run_id)
-        if facts is None:
-            run = self.app.get_workflow_run(run_id)
-            facts = _RunFacts(WorkflowDefinition.model_validate(run.definition), run.inputs)
-            self._runs[run_id] = facts
-            if len(self._runs) > RUN_CACHE_SIZE:
-                self._runs.popitem(last=False)
-        else:
-            self._runs.move_to_end(run_id)
-        return facts
+        facts = _RunFacts(WorkflowDefinition.model_validate(run.definition), run.inputs)
+        self._runs[run.id] = facts
+        if len(self._runs) > RUN_CACHE_SIZE:
+            self._runs.popitem(last=False)
+
+    def _facts(self, task: TaskRunRow) -> _RunFacts:
+        # One worker handles one message at a time: what _task remembered is still here.
+        self._runs.move_to_end(task.workflow_run_id)
+        return self._runs[task.workflow_run_id]
 
     def _extra(self, **fields: Any) -> dict[str, Any]:
         return {"worker_id": self.worker_id, **fields}

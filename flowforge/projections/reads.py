@@ -7,8 +7,9 @@ transaction (:class:`~flowforge.projections.writes.Writes`) can read the same wa
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 from flowforge.projections.database import Row, Transaction
@@ -39,6 +40,14 @@ class Reads:
         """A run's task runs, in creation order."""
         rows = self._tx.run("select_task_runs_of_run", {"workflow_run_id": run_id})
         return [TaskRunRow.from_mapping(r) for r in rows]
+
+    def task_results(self, run_id: UUID, task_keys: Collection[str]) -> dict[str, Any]:
+        """The results of the named tasks of a run (``None`` until one succeeds), by key;
+        a key the run does not have is absent."""
+        rows = self._tx.run(
+            "select_task_results", {"workflow_run_id": run_id, "task_keys": sorted(task_keys)}
+        )
+        return {row["task_key"]: row["result"] for row in rows}
 
     def recent_runs(self, limit: int) -> list[WorkflowRunRow]:
         rows = self._tx.run("select_recent_runs", {"limit": limit})

@@ -39,6 +39,7 @@ COLUMN_KINDS: Mapping[str, Kind] = {
     "result": Kind.JSON,
     "error": Kind.JSON,
     "task_types": Kind.JSON,
+    "task_keys": Kind.JSON,
     "lease_expires_at": Kind.TIMESTAMP,
     "started_at": Kind.TIMESTAMP,
     "finished_at": Kind.TIMESTAMP,

@@ -227,6 +227,12 @@ SELECT * FROM workflow_runs WHERE id = :id {for_update};
 -- name: try_lock_workflow_run
 SELECT * FROM workflow_runs WHERE id = :id {for_update_skip_locked};
 
+-- The results of some tasks of one run: a worker's upstream results are its own
+-- dependencies', read by the (workflow_run_id, task_key) key, never the run's N rows.
+-- name: select_task_results
+SELECT task_key, result FROM task_runs
+WHERE workflow_run_id = :workflow_run_id AND task_key IN ({task_keys_list});
+
 -- name: select_task_runs_of_run
 SELECT * FROM task_runs WHERE workflow_run_id = :workflow_run_id ORDER BY created_at, task_key;
 

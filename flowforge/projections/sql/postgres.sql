@@ -58,6 +58,10 @@ substr(md5(random()::text || clock_timestamp()::text), 1, 12)
 -- macro: task_types_list
 SELECT json_array_elements_text(:task_types)
 
+-- The task keys a worker wants the results of, given as a JSON array (:task_keys).
+-- macro: task_keys_list
+SELECT json_array_elements_text(:task_keys)
+
 -- A row number issued in insertion order (the run wake-ups' key).
 -- macro: serial_primary_key
 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY

@@ -62,6 +62,10 @@ lower(hex(randomblob(6)))
 -- macro: task_types_list
 SELECT value FROM json_each(:task_types)
 
+-- The task keys a worker wants the results of, given as a JSON array (:task_keys).
+-- macro: task_keys_list
+SELECT value FROM json_each(:task_keys)
+
 -- An INTEGER PRIMARY KEY is the rowid: issued in insertion order.
 -- macro: serial_primary_key
 integer PRIMARY KEY

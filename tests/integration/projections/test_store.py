@@ -112,6 +112,20 @@ class StoreContract:
         assert (task.id, task.workflow_run_id, task.state) == (task_id, run_id, "ready")
         assert (task.fencing_token, task.attempt, task.depends_on) == (0, 1, [])
 
+    def test_task_results_reads_only_the_named_tasks_of_the_named_run(self, store: Store) -> None:
+        with store.write() as writes:
+            run_id, other_run = create_run(writes), create_run(writes)
+            done = {key: create_task(writes, run_id, TaskRunState.READY, key) for key in "abc"}
+            create_task(writes, other_run, TaskRunState.READY, "a")
+            for key, value in (("a", {"v": 1}), ("b", [2.5, None])):
+                token = writes.claim(done[key], "w", LEASE_S)
+                assert token is not None
+                writes.finish(done[key], edge("succeed"), token.fencing_token, result=value)
+        with store.read() as reads:
+            assert reads.task_results(run_id, ["a", "c", "zz"]) == {"a": {"v": 1}, "c": None}
+            assert reads.task_results(run_id, ("b",)) == {"b": [2.5, None]}
+            assert reads.task_results(other_run, ["a", "b"]) == {"a": None}
+
     def test_a_write_transaction_that_raises_writes_nothing(self, store: Store) -> None:
         created: list[UUID] = []
 

@@ -23,7 +23,7 @@ class FailingApp:
         self.error = error
         self.reads = 0
 
-    def get_task_run(self, task_run_id: uuid.UUID) -> Any:
+    def task_run_and_its_run(self, task_run_id: uuid.UUID, **_: Any) -> Any:
         self.reads += 1
         raise self.error
 
