@@ -7,18 +7,19 @@ longer run. Every step is a conditional write, so several schedulers may advance
 same run at once: a step another scheduler already took matches no row and is skipped.
 
 Lock order, to rule out deadlocks: the run row first (``lock_workflow_run``: one advance
-of a run at a time), then task rows in id order. A worker's finish and the reaper touch
-one task row each; a user's cancel touches only the run row; a rebuild locks
-workflow_runs before task_runs. This lock serialises the scheduler's multi-row
-transaction per run; it is not on the transition path, where every command is still
-one conditional write that the database decides.
+of a run at a time), then task rows in id order. The reaper touches one task row; a
+user's cancel touches the run row first; a rebuild locks workflow_runs before
+task_runs. A worker's finish writes its task row and then only *tries* the run row
+(SKIP LOCKED: :func:`advance_after_finish`), so it never waits while holding a task.
+This lock serialises the multi-row advances of a run; it is not on the transition
+path, where every command is still one conditional write that the database decides.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from uuid import UUID
 
@@ -40,6 +41,9 @@ _FINISH_RUN = {
     WorkflowRunState.CANCELLED: WORKFLOW_RUN_MACHINE.get("cancel"),
 }
 _PROMOTE = TASK_RUN_MACHINE.get("dependencies_satisfied")
+#: A changed task in one of these (effective) states decides the run's fate: only the
+#: full advance, which reads every task, judges it.
+_ENDS_THE_RUN = frozenset({_T.FAILED, _T.CANCELLED})
 #: How a terminal run cancels a leftover task, by the task's state.
 _CANCEL_LEFTOVER = {
     _T.PENDING: TASK_RUN_MACHINE.get("cancel_pending"),
@@ -56,6 +60,10 @@ class Definitions:
         self._size = size
         self._parsed: OrderedDict[UUID, WorkflowDefinition] = OrderedDict()
         self._lock = threading.Lock()
+
+    def cached(self, run_id: UUID) -> WorkflowDefinition | None:
+        with self._lock:
+            return self._parsed.get(run_id)
 
     def of(self, run: WorkflowRunRow) -> WorkflowDefinition:
         with self._lock:
@@ -86,15 +94,109 @@ def advance_woken(
     writer: Writer, run_id: UUID, rand: Callable[[], float], definitions: Definitions
 ) -> AdvanceResult | None:
     """Advance a marked run, or ``None`` at once if another scheduler is advancing it
-    (or it no longer exists): schedulers divide the woken runs instead of queueing."""
-    run = writer.store.try_lock_run(run_id)
-    if run is None:
+    (or it no longer exists): schedulers divide the woken runs instead of queueing.
+
+    When every mark names a task, only those tasks' consequences are worked out
+    (:func:`advance_changes`); a mark of the run itself, or a change only the whole run
+    can judge, takes the full advance."""
+    state = writer.store.try_lock_run_state(run_id)
+    if state is None:
         return None
-    return _advance_locked(writer, run, rand, definitions)
+    # The marks go first, before any task row is read: see _advance_locked.
+    changed = writer.store.clear_wakeups(run_id)
+    result = AdvanceResult(run_id)
+    keys = [key for key in changed if key is not None]
+    only_tasks_changed = state is WorkflowRunState.RUNNING and keys and len(keys) == len(changed)
+    if only_tasks_changed and advance_changes(writer, run_id, keys, definitions, rand, result):
+        return result
+    return _advance_locked(writer, load_run(writer, run_id), rand, definitions, result)
+
+
+def advance_after_finish(
+    writer: Writer,
+    task: TaskRunRow,
+    definitions: Definitions,
+    rand: Callable[[], float],
+    *,
+    actor: str,
+) -> AdvanceResult | None:
+    """In a worker's finishing transaction: advance the task's run right here (promote
+    its dependents, finish the run when it was the last task) if the task succeeded and
+    the run's row can be locked at once; else mark the run for a scheduler, as every
+    other transition does. ``None`` when it marked.
+
+    Only a success: a failure's retry is scheduled by a scheduler, in a transaction of
+    its own, so the failure and the retry keep distinct times in the task's history
+    (``flowforge why --at`` a pasted time answers "failed"), and its due time becomes a
+    timer the scheduler keeps.
+
+    Deadlock-free: the finish holds its task row and only *tries* the run row
+    (SKIP LOCKED), so it never waits for an advance that may be waiting for the task.
+    Fan-in stays exact: two finishes that each feed a task take the run's lock one
+    after the other; the one that cannot take it marks the run, and the one that can
+    sees every finish committed before it took the lock.
+    """
+    run_id = task.workflow_run_id
+    result = AdvanceResult(run_id)
+    if task.task_state is _T.SUCCEEDED:
+        state = writer.store.try_lock_run_state(run_id)
+        if state is WorkflowRunState.RUNNING and advance_changes(
+            writer, run_id, [task.task_key], definitions, rand, result, actor=actor
+        ):
+            return result
+    writer.store.mark_run(run_id, task.task_key)
+    return None
+
+
+def advance_changes(
+    writer: Writer,
+    run_id: UUID,
+    changed_keys: Collection[str],
+    definitions: Definitions,
+    rand: Callable[[], float],
+    result: AdvanceResult,
+    *,
+    actor: str = ACTOR_SCHEDULER,
+) -> bool:
+    """The consequences of changes to some tasks of a RUNNING run whose row this
+    transaction has locked, reading only those tasks, their dependents and the
+    dependents' dependencies: promote what became eligible, retry what failed with
+    attempts left, and succeed the run once every task has. O(changes), not O(tasks).
+
+    ``False`` when that is not the whole story and nothing final was decided here: a
+    changed task failed for good or was cancelled, a task was cancelled, or a step lost
+    a race. Then the full advance (or, in a worker, a mark for one) judges the run.
+    """
+    keys = set(changed_keys)
+    definition = definitions.cached(run_id) or definitions.of(load_run(writer, run_id))
+    dependents = {key for changed in keys for key in definition.dependents(changed)}
+    dependencies = {
+        key for dependent in dependents for key in definition.task(dependent).depends_on
+    }
+    rows = sorted(
+        writer.store.task_runs_by_keys(run_id, keys | dependents | dependencies), key=_by_id
+    )
+    if any(_effective_state(row) in _ENDS_THE_RUN for row in rows if row.task_key in keys):
+        return False
+    if _step_tasks(writer, rows, definition, writer.now, rand, result, actor=actor) is None:
+        return False
+    completion = writer.store.run_completion(run_id)
+    if completion == "unfinished":
+        return True
+    if completion == "cancelled":
+        return False
+    if writer.take_run_edge(_FINISH_RUN[WorkflowRunState.SUCCEEDED], run_id, actor=actor):
+        result.finished_as = WorkflowRunState.SUCCEEDED.value
+        return True
+    return False
 
 
 def _advance_locked(
-    writer: Writer, run: WorkflowRunRow, rand: Callable[[], float], definitions: Definitions
+    writer: Writer,
+    run: WorkflowRunRow,
+    rand: Callable[[], float],
+    definitions: Definitions,
+    result: AdvanceResult | None = None,
 ) -> AdvanceResult:
     # The marks go first, before any task row is read. A writer commits its change and
     # its mark together, so every change whose mark this DELETE removes is visible to
@@ -102,7 +204,7 @@ def _advance_locked(
     # committed later keeps its mark and wakes the run again. Deleting them last could
     # delete a mark whose change the reads missed: a lost wake-up.
     writer.store.clear_wakeups(run.id)
-    result = AdvanceResult(run.id)
+    result = result if result is not None else AdvanceResult(run.id)
     if run.run_state is WorkflowRunState.PENDING:
         started = writer.take_run_edge(
             WORKFLOW_RUN_MACHINE.get("start"), run.id, actor=ACTOR_SCHEDULER
@@ -113,7 +215,8 @@ def _advance_locked(
     if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
         _cancel_leftovers(writer, _tasks(writer, run.id), now, result)
         return result
-    tasks = _step_tasks(writer, _tasks(writer, run.id), definitions.of(run), now, rand, result)
+    definition = definitions.of(run)
+    tasks = _step_tasks(writer, _tasks(writer, run.id), definition, lambda: now, rand, result)
     _finish_if_derived(writer, run, tasks, now, result)
     return result
 
@@ -126,34 +229,42 @@ def load_run(writer: Writer, run_id: UUID, *, lock: bool = False) -> WorkflowRun
 
 
 def _tasks(writer: Writer, run_id: UUID) -> list[TaskRunRow]:
-    return sorted(writer.store.task_runs_of(run_id), key=lambda t: t.id)
+    return sorted(writer.store.task_runs_of(run_id), key=_by_id)
+
+
+def _by_id(task: TaskRunRow) -> UUID:
+    # Task rows are written in id order (the lock order, see the module's docstring).
+    return task.id
 
 
 def _step_tasks(
     writer: Writer,
     tasks: list[TaskRunRow],
     definition: WorkflowDefinition,
-    now: datetime,
+    now: Callable[[], datetime],
     rand: Callable[[], float],
     result: AdvanceResult,
+    *,
+    actor: str = ACTOR_SCHEDULER,
 ) -> list[TaskRunRow] | None:
     """Take each task's next step; the tasks as they now are, or ``None`` if a step
-    lost to another writer (whose change only a fresh read shows)."""
+    lost to another writer (whose change only a fresh read shows). ``now`` is asked
+    only for a retry's due time (one query fewer when nothing is retrying)."""
     succeeded = {t.task_key for t in tasks if t.task_state is _T.SUCCEEDED}
     after: list[TaskRunRow] | None = []
     for task in tasks:
         row: TaskRunRow | None = task
         if task.task_state is _T.PENDING and succeeded.issuperset(task.depends_on):
-            row = writer.move_task(_PROMOTE, task.id, actor=ACTOR_SCHEDULER)
+            row = writer.move_task(_PROMOTE, task.id, actor=actor)
             if row:
                 result.promoted.append(task.task_key)
         elif task.task_state is _T.FAILED and task.attempt < task.max_attempts:
             delay = definition.retry_policy_for(task.task_key).delay_for(task.attempt, rand())
-            row = writer.schedule_retry(task.id, delay.total_seconds(), actor=ACTOR_SCHEDULER)
+            row = writer.schedule_retry(task.id, delay.total_seconds(), actor=actor)
             if row:
                 result.retried.append(task.task_key)
-        elif task.task_state is _T.RETRYING and _is_due(task.retry_due_at, now):
-            row = writer.retry_ready(task.id, actor=ACTOR_SCHEDULER)
+        elif task.task_state is _T.RETRYING and _is_due(task.retry_due_at, now()):
+            row = writer.retry_ready(task.id, actor=actor)
             if row:
                 result.made_ready.append(task.task_key)
         if row is None or after is None:

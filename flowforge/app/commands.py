@@ -192,15 +192,23 @@ class Commands(Queries):
         succeeded, failed = edge.name == "succeed", edge.name == "fail"
         stored_result = json_values.checked_json(result, "result") if succeeded else None
         stored_error = json_values.error_details(error or {}) if failed else None
-        with self._writer() as writer:
+        actor = text(actor or "worker", "actor")
+        # The run is advanced here, in the finish's own transaction, when that is quick
+        # and safe; otherwise marked for a scheduler (advance.advance_after_finish).
+        with self._writer(marks_runs=False) as writer:
+            writer.store.lock_runs_before_tasks()
             row = writer.finish(
                 edge,
                 task_run_id,
                 fencing_token,
-                actor=text(actor or "worker", "actor"),
+                actor=actor,
                 result=stored_result,
                 error=stored_error,
             )
+            if row is not None:
+                advance.advance_after_finish(
+                    writer, row, self.definitions, random.random, actor=actor
+                )
         return row is not None
 
     def renew_lease(

@@ -137,7 +137,7 @@ class Writer:
         event = task_run.event_from_row(event_class, row.values(), source=source, actor=actor)
         self.store.append([event])
         if self.marks_runs and event_class not in _LEAVE_RUN_ALONE:
-            self.store.mark_run(row.workflow_run_id)
+            self.store.mark_run(row.workflow_run_id, row.task_key)
         if row.state == _READY and source != _READY:
             self.store.enqueue_dispatch(
                 row.id, row.task_key, row.task_type, row.fencing_token, at=event.timestamp

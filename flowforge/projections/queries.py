@@ -52,6 +52,18 @@ RUN_WAKEUPS_CHANNEL = "flowforge_run_wakeups"
 OUTBOX_CHANNEL = "flowforge_outbox"
 
 
+#: A task still to finish: every state but succeeded and cancelled (a failed task may
+#: yet retry). The order of task_runs_unfinished_idx's predicate, so that a query with
+#: this list is seen to imply it and uses the index.
+UNFINISHED_TASK_STATES = (
+    TaskRunState.PENDING,
+    TaskRunState.READY,
+    TaskRunState.RUNNING,
+    TaskRunState.RETRYING,
+    TaskRunState.FAILED,
+)
+
+
 def code_macros() -> dict[str, str]:
     """The macros filled from the code's one declaration of each thing."""
     macros = {
@@ -60,6 +72,8 @@ def code_macros() -> dict[str, str]:
         # The state CHECKs are filled from the enums, so the schema cannot drift from them.
         "task_run_states": _quoted([s.value for s in TaskRunState]),
         "workflow_run_states": _quoted([s.value for s in WorkflowRunState]),
+        # The states task_runs_unfinished_idx covers (schema.sql), in its order.
+        "unfinished_task_states": _quoted([s.value for s in UNFINISHED_TASK_STATES]),
         # The column lists an event fills, from the aggregates' field declarations.
         "task_run_assignments": _assignments(task_run.MUTABLE_FIELDS),
         "workflow_run_assignments": _assignments(workflow_run.MUTABLE_FIELDS),

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from flowforge.projections.database import Row, Transaction
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 _R = TypeVar("_R", TaskRunRow, WorkflowRunRow)
+RunCompletion = Literal["unfinished", "cancelled", "succeeded"]
 
 
 class Reads:
@@ -48,6 +49,20 @@ class Reads:
             "select_task_results", {"workflow_run_id": run_id, "task_keys": sorted(task_keys)}
         )
         return {row["task_key"]: row["result"] for row in rows}
+
+    def task_runs_by_keys(self, run_id: UUID, task_keys: Collection[str]) -> list[TaskRunRow]:
+        """The named task runs of a run (a key it does not have is skipped)."""
+        params = {"workflow_run_id": run_id, "task_keys": sorted(task_keys)}
+        return [
+            TaskRunRow.from_mapping(r) for r in self._tx.run("select_task_runs_by_keys", params)
+        ]
+
+    def run_completion(self, run_id: UUID) -> RunCompletion:
+        """``"unfinished"`` while any task of the run is not succeeded or cancelled;
+        then ``"cancelled"`` if any was cancelled, else ``"succeeded"``."""
+        (row,) = self._tx.run("select_run_completion", {"workflow_run_id": run_id})
+        completion: RunCompletion = row["completion"]
+        return completion
 
     def recent_runs(self, limit: int) -> list[WorkflowRunRow]:
         rows = self._tx.run("select_recent_runs", {"limit": limit})

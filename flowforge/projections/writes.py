@@ -110,6 +110,11 @@ class Writes(Reads):
     def insert_task_run(self, created: TaskRun.Created) -> None:
         projector.apply_event(self._tx, created)
 
+    def lock_runs_before_tasks(self) -> None:
+        """Take the run table's lock first, in a transaction that writes a task row and
+        then its run's (a finish that advances its run): the lock order of a rebuild."""
+        self._tx.run("lock_workflow_runs_first")
+
     def lock_projections(self) -> None:
         """Make writers wait until this transaction ends (the rebuild)."""
         self._tx.run("lock_projected_tables")
@@ -205,15 +210,24 @@ class Writes(Reads):
         row (PostgreSQL; SQLite's write lock already excludes everyone else)."""
         return first_row(WorkflowRunRow, self._tx.run("try_lock_workflow_run", {"id": run_id}))
 
-    def mark_run(self, run_id: UUID) -> None:
-        """Record that the run needs advancing; on PostgreSQL the commit NOTIFYs."""
-        self._tx.run("mark_run_wakeup", {"workflow_run_id": run_id})
+    def try_lock_run_state(self, run_id: UUID) -> WorkflowRunState | None:
+        """The run's state, its row locked like :meth:`try_lock_run` (``None`` if another
+        transaction holds it, or no such run), without reading its definition."""
+        rows = self._tx.run("try_lock_workflow_run_state", {"id": run_id})
+        return WorkflowRunState(rows[0]["state"]) if rows else None
+
+    def mark_run(self, run_id: UUID, task_key: str | None = None) -> None:
+        """Record that the run needs advancing, because of a change to ``task_key`` (or
+        to the run itself: ``None``); on PostgreSQL the commit NOTIFYs."""
+        self._tx.run("mark_run_wakeup", {"workflow_run_id": run_id, "task_key": task_key})
         self.marked_runs = True
 
-    def clear_wakeups(self, run_id: UUID) -> None:
-        """Delete the run's marks that this statement sees: a mark committed after it
+    def clear_wakeups(self, run_id: UUID) -> list[str | None]:
+        """Delete the run's marks that this statement sees; the task keys they named
+        (``None`` for a mark of the run itself). A mark committed after this statement
         stays, so the change it announces is advanced next time."""
-        self._tx.run("delete_run_wakeups", {"workflow_run_id": run_id})
+        rows = self._tx.run("delete_run_wakeups", {"workflow_run_id": run_id})
+        return [row["task_key"] for row in rows]
 
     def move_run(self, run_id: UUID, edge: Transition) -> WorkflowRunRow | None:
         """Any WorkflowRun edge; ``start`` sets started_at, a terminal one finished_at."""

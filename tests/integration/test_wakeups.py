@@ -158,11 +158,20 @@ def test_a_run_is_marked_by_each_change_for_the_scheduler_and_cleared_by_its_adv
     assert app.renew_lease(a.id, claim.fencing_token, 30)
     assert marks(app) == 0  # a claim or a heartbeat leaves the run nothing to do
     assert app.advance_woken_runs().runs_advanced == 0
+    # The finish advanced its running run itself (b promoted): nothing left to mark.
     assert app.finish_task_run(a.id, claim.fencing_token, "succeed")
+    assert (marks(app), task_state(app, run_id, "b")) == (0, "ready")
+    b = next(t for t in app.task_runs(run_id) if t.task_key == "b")
+    claim = app.claim_task_run(b.id, "w", 30)
+    assert claim is not None
+    # A failure for good is the whole run's business: marked for the scheduler.
+    error = {"type": "Boom", "message": "boom"}
+    assert app.finish_task_run(b.id, claim.fencing_token, "fail", error=error)
     assert marks(app) == 1
     summary = app.advance_woken_runs()
-    assert (summary.runs_advanced, summary.promoted) == (1, 1)
+    assert (summary.runs_advanced, summary.runs_finished) == (1, 1)
     assert marks(app) == 0
+    assert app.get_workflow_run(run_id).state == "failed"
 
 
 def test_a_cancelled_run_is_woken_and_its_leftovers_cancelled(app: FlowForge) -> None:

@@ -95,8 +95,10 @@ VALUES (:dispatch_id, :task_run_id, :task_key, :task_type, :fencing_token, :crea
 -- only ever inserted by writers and deleted by an advance, so a writer never waits for
 -- a scheduler (flowforge/app/advance.py says why the advance deletes them first).
 
+-- :task_key names the task whose change the mark announces; NULL marks the run itself.
 -- name: mark_run_wakeup
-INSERT INTO run_wakeups (workflow_run_id, marked_at) VALUES (:workflow_run_id, {now});
+INSERT INTO run_wakeups (workflow_run_id, marked_at, task_key)
+VALUES (:workflow_run_id, {now}, :task_key);
 
 -- Oldest first; several schedulers see the same list and divide it with
 -- try_lock_workflow_run. A mark whose run is gone (deleted by hand) is never picked.
@@ -106,7 +108,7 @@ JOIN workflow_runs r ON r.id = w.workflow_run_id
 GROUP BY w.workflow_run_id ORDER BY min(w.id) LIMIT :limit;
 
 -- name: delete_run_wakeups
-DELETE FROM run_wakeups WHERE workflow_run_id = :workflow_run_id;
+DELETE FROM run_wakeups WHERE workflow_run_id = :workflow_run_id RETURNING task_key;
 
 -- name: count_run_wakeups
 SELECT count(*) AS marks FROM run_wakeups;
@@ -232,6 +234,32 @@ SELECT * FROM workflow_runs WHERE id = :id {for_update_skip_locked};
 -- name: select_task_results
 SELECT task_key, result FROM task_runs
 WHERE workflow_run_id = :workflow_run_id AND task_key IN ({task_keys_list});
+
+-- The rows an advance of some changes needs: the changed tasks, their dependents and
+-- their dependents' dependencies, by the (workflow_run_id, task_key) key.
+-- name: select_task_runs_by_keys
+SELECT * FROM task_runs
+WHERE workflow_run_id = :workflow_run_id AND task_key IN ({task_keys_list});
+
+-- Whether a run has a task still to finish ('unfinished': one probe of the unfinished
+-- tasks' partial index, however many tasks the run has), else whether any was
+-- cancelled (a scan of the run's tasks, once they are all done) or all succeeded.
+-- name: select_run_completion
+SELECT CASE
+    WHEN EXISTS (
+        SELECT 1 FROM task_runs
+        WHERE workflow_run_id = :workflow_run_id AND state IN ({unfinished_task_states})
+    ) THEN 'unfinished'
+    WHEN EXISTS (
+        SELECT 1 FROM task_runs WHERE workflow_run_id = :workflow_run_id AND state = 'cancelled'
+    ) THEN 'cancelled'
+    ELSE 'succeeded'
+END AS completion;
+
+-- A run's state, locked like try_lock_workflow_run, without its definition and inputs
+-- (an advance of some changes needs only the state; the definition is cached).
+-- name: try_lock_workflow_run_state
+SELECT state FROM workflow_runs WHERE id = :id {for_update_skip_locked};
 
 -- name: select_task_runs_of_run
 SELECT * FROM task_runs WHERE workflow_run_id = :workflow_run_id ORDER BY created_at, task_key;

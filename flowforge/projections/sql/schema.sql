@@ -80,7 +80,8 @@ VALUES (1, {random_deployment_id}, {now});
 CREATE TABLE run_wakeups (
     id {serial_primary_key},
     workflow_run_id {uuid} NOT NULL,
-    marked_at {timestamp} NOT NULL
+    marked_at {timestamp} NOT NULL,
+    task_key text
 );
 CREATE INDEX run_wakeups_workflow_run_idx ON run_wakeups (workflow_run_id);
 CREATE INDEX task_runs_retry_due_idx ON task_runs (retry_due_at) WHERE state = 'retrying';

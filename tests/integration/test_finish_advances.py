@@ -1,0 +1,158 @@
+"""A worker's finish advances its own run, in its own transaction, when it safely can
+(``advance.advance_after_finish``), on both backends; otherwise it marks the run for a
+scheduler, as every other transition does.
+
+The finish of a success promotes the task's dependents and succeeds the run after its
+last task, without a scheduler's round; it leaves to the scheduler a run not yet
+started, a run whose row another transaction holds, and every failure. Fan-in
+stays exact under racing finishes (Barrier): the dependent is promoted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+
+from flowforge.app.service import FlowForge
+from tests.integration.test_concurrent_transitions import race
+
+ACTOR = "worker-7"
+DIAMOND = {
+    "name": "diamond",
+    "retry": {"max_attempts": 1},
+    "tasks": [
+        {"key": "a", "type": "work"},
+        {"key": "b", "type": "work", "depends_on": ["a"]},
+        {"key": "c", "type": "work", "depends_on": ["a"]},
+        {"key": "d", "type": "work", "depends_on": ["b", "c"]},
+    ],
+}
+ONE = {"name": "one", "tasks": [{"key": "t", "type": "work"}]}
+FLAKY = {
+    "name": "flaky",
+    "retry": {"max_attempts": 2, "backoff_seconds": 60, "jitter": 0.0},
+    "tasks": [{"key": "t", "type": "work"}],
+}
+FAN_IN_ROUNDS = 10
+
+
+def started(app: FlowForge, definition: Mapping[str, Any]) -> UUID:
+    run_id = app.start_workflow_run(definition)
+    assert app.advance_workflow_run(run_id).started
+    return run_id
+
+
+def task_id(app: FlowForge, run_id: UUID, key: str) -> UUID:
+    return next(t.id for t in app.task_runs(run_id) if t.task_key == key)
+
+
+def states(app: FlowForge, run_id: UUID) -> dict[str, str]:
+    return {t.task_key: t.state for t in app.task_runs(run_id)}
+
+
+def claimed(app: FlowForge, run_id: UUID, key: str) -> tuple[UUID, int]:
+    claim = app.claim_task_run(task_id(app, run_id, key), "w", 30)
+    assert claim is not None, f"{key} not claimable: {states(app, run_id)}"
+    return claim.task_run_id, claim.fencing_token
+
+
+def finish(app: FlowForge, task: tuple[UUID, int], outcome: str = "succeed") -> bool:
+    error = {"type": "Boom", "message": "boom"} if outcome == "fail" else None
+    return app.finish_task_run(*task, outcome, error=error, actor=ACTOR)
+
+
+def marks(app: FlowForge) -> int:
+    with app.store.read() as reads:
+        return reads.wakeup_count()
+
+
+def test_a_finish_promotes_its_dependents_and_dispatches_them_in_its_transaction(
+    app: FlowForge,
+) -> None:
+    run_id = started(app, DIAMOND)
+    assert finish(app, claimed(app, run_id, "a"))
+    assert states(app, run_id) == {"a": "succeeded", "b": "ready", "c": "ready", "d": "pending"}
+    assert marks(app) == 0  # nothing left for a scheduler
+    for key in ("b", "c"):
+        promoted = app.get_task_run(task_id(app, run_id, key))
+        (dispatch,) = app.dispatches_of(promoted.id)
+        assert dispatch.fencing_token == promoted.fencing_token
+        last = app.history(promoted.id)[-1]
+        assert (last.transition, last.actor) == ("dependencies_satisfied", ACTOR)
+
+
+def test_the_last_finish_succeeds_the_run(app: FlowForge) -> None:
+    run_id = started(app, ONE)
+    assert finish(app, claimed(app, run_id, "t"))
+    run = app.get_workflow_run(run_id)
+    assert (run.state, marks(app)) == ("succeeded", 0)
+    assert run.finished_at is not None
+    assert app.advance_workflow_run(run_id).finished_as is None  # nothing left to do
+
+
+def test_a_finish_in_a_run_not_yet_started_leaves_it_to_the_scheduler(app: FlowForge) -> None:
+    run_id = app.start_workflow_run(DIAMOND)
+    app.advance_woken_runs(covers=lambda _: False)  # nobody starts it
+    assert finish(app, claimed(app, run_id, "a"))
+    assert states(app, run_id)["b"] == "pending"
+    assert app.get_workflow_run(run_id).state == "pending"
+    app.advance_woken_runs()
+    assert states(app, run_id) == {"a": "succeeded", "b": "ready", "c": "ready", "d": "pending"}
+    assert marks(app) == 0
+
+
+def test_a_failure_for_good_is_marked_and_the_scheduler_fails_the_run(app: FlowForge) -> None:
+    run_id = started(app, DIAMOND)
+    assert finish(app, claimed(app, run_id, "a"), "fail")
+    assert (app.get_workflow_run(run_id).state, marks(app)) == ("running", 1)
+    assert app.advance_woken_runs().runs_finished == 1
+    assert app.get_workflow_run(run_id).state == "failed"
+    assert set(states(app, run_id).values()) == {"failed", "cancelled"}
+
+
+def test_a_failure_with_attempts_left_is_left_to_the_scheduler_to_retry(app: FlowForge) -> None:
+    run_id = started(app, FLAKY)
+    assert finish(app, claimed(app, run_id, "t"), "fail")
+    assert (app.get_task_run(task_id(app, run_id, "t")).state, marks(app)) == ("failed", 1)
+    assert app.advance_woken_runs().retried == 1  # its own transaction, its own time
+    task = app.get_task_run(task_id(app, run_id, "t"))
+    assert (task.state, task.attempt) == ("retrying", 2)
+    assert app.seconds_to_next_timer() is not None
+
+
+@pytest.mark.parametrize("app", ["postgres"], indirect=True)
+def test_a_finish_whose_run_row_is_held_marks_it_without_waiting(
+    app: FlowForge, postgres_url: str
+) -> None:
+    run_id = started(app, DIAMOND)
+    a = claimed(app, run_id, "a")
+    with psycopg.connect(postgres_url) as holder:  # another advance of the run, mid-way
+        holder.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (run_id,))
+        assert finish(app, a)  # returns at once: SKIP LOCKED, never a wait
+        assert (states(app, run_id)["b"], marks(app)) == ("pending", 1)
+    assert app.advance_woken_runs().promoted == 2
+    assert states(app, run_id) == {"a": "succeeded", "b": "ready", "c": "ready", "d": "pending"}
+    assert marks(app) == 0
+
+
+def test_racing_finishes_into_one_fan_in_promote_it_exactly_once(app: FlowForge) -> None:
+    for _ in range(FAN_IN_ROUNDS):
+        run_id = started(app, DIAMOND)
+        assert finish(app, claimed(app, run_id, "a"))
+        b, c = claimed(app, run_id, "b"), claimed(app, run_id, "c")
+        finishes = [lambda task=task: finish(app, task) for task in (b, c)]
+        assert race(*finishes) == [True, True]
+        # Whichever finish took the run's lock second saw both, or marked the run.
+        app.advance_woken_runs()
+        assert states(app, run_id)["d"] == "ready"
+        d = task_id(app, run_id, "d")
+        promotions = [e for e in app.history(d) if e.transition == "dependencies_satisfied"]
+        assert len(promotions) == 1
+        assert len(app.dispatches_of(d)) == 1
+        assert finish(app, claimed(app, run_id, "d"))
+        assert app.get_workflow_run(run_id).state == "succeeded"
+    assert marks(app) == 0
