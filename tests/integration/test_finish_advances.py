@@ -19,18 +19,9 @@ import pytest
 
 from flowforge.app.service import FlowForge
 from tests.integration.test_concurrent_transitions import race
+from tests.integration.test_scheduler import DIAMOND
 
 ACTOR = "worker-7"
-DIAMOND = {
-    "name": "diamond",
-    "retry": {"max_attempts": 1},
-    "tasks": [
-        {"key": "a", "type": "work"},
-        {"key": "b", "type": "work", "depends_on": ["a"]},
-        {"key": "c", "type": "work", "depends_on": ["a"]},
-        {"key": "d", "type": "work", "depends_on": ["b", "c"]},
-    ],
-}
 ONE = {"name": "one", "tasks": [{"key": "t", "type": "work"}]}
 FLAKY = {
     "name": "flaky",
