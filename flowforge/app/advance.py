@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -141,7 +141,7 @@ def advance_after_finish(
     if task.task_state is _T.SUCCEEDED:
         state = writer.store.try_lock_run_state(run_id)
         if state is WorkflowRunState.RUNNING and advance_changes(
-            writer, run_id, [task.task_key], definitions, rand, result, actor=actor
+            writer, run_id, [task.task_key], definitions, rand, result, actor=actor, known=[task]
         ):
             return result
     writer.store.mark_run(run_id, task.task_key)
@@ -157,11 +157,13 @@ def advance_changes(
     result: AdvanceResult,
     *,
     actor: str = ACTOR_SCHEDULER,
+    known: Sequence[TaskRunRow] = (),
 ) -> bool:
     """The consequences of changes to some tasks of a RUNNING run whose row this
     transaction has locked, reading only those tasks, their dependents and the
     dependents' dependencies: promote what became eligible, retry what failed with
     attempts left, and succeed the run once every task has. O(changes), not O(tasks).
+    ``known``: rows this transaction wrote last (a finish's task), not read again.
 
     ``False`` when that is not the whole story and nothing final was decided here: a
     changed task failed for good or was cancelled, a task was cancelled, or a step lost
@@ -173,9 +175,10 @@ def advance_changes(
     dependencies = {
         key for dependent in dependents for key in definition.task(dependent).depends_on
     }
-    rows = sorted(
-        writer.store.task_runs_by_keys(run_id, keys | dependents | dependencies), key=_by_id
-    )
+    needed = keys | dependents | dependencies
+    have = [row for row in known if row.task_key in needed]
+    missing = needed - {row.task_key for row in have}
+    rows = sorted([*have, *writer.store.task_runs_by_keys(run_id, missing)], key=_by_id)
     if any(_effective_state(row) in _ENDS_THE_RUN for row in rows if row.task_key in keys):
         return False
     if _step_tasks(writer, rows, definition, writer.now, rand, result, actor=actor) is None:

@@ -24,6 +24,11 @@ from flowforge.app.results import ScheduleSummary
 REDISPATCH_AFTER_S = 300.0
 #: Woken runs read per batch; the pass takes batches until the marks run out.
 WOKEN_BATCH = 200
+#: Woken runs advanced per transaction: one commit (one WAL flush) for many runs, where
+#: one per run made the scheduler the bottleneck of many small runs (each start and
+#: each finish a flush, one after the other). Bounded, because the batch's run rows
+#: stay locked until it commits (a finish meanwhile marks its run instead).
+ADVANCES_PER_TRANSACTION = 50
 
 
 class Scheduling(Outbox):
@@ -61,18 +66,27 @@ class Scheduling(Outbox):
             with self._reads() as reads:
                 runs = reads.woken_runs(batch)
             mine = [run_id for run_id in runs if covers is None or covers(run_id)]
-            advanced = sum(self._advance_woken(run_id, summary, rand) for run_id in mine)
+            step = ADVANCES_PER_TRANSACTION
+            chunks = [mine[i : i + step] for i in range(0, len(mine), step)]
+            advanced = sum(self._advance_woken(chunk, summary, rand) for chunk in chunks)
             if len(runs) < batch or not advanced:
                 return summary
 
     def _advance_woken(
-        self, run_id: UUID, summary: ScheduleSummary, rand: Callable[[], float]
-    ) -> bool:
+        self, run_ids: list[UUID], summary: ScheduleSummary, rand: Callable[[], float]
+    ) -> int:
+        """Advance the runs in ONE transaction; how many it advanced (a run another
+        transaction holds is skipped). Counted only once committed: a failure rolls
+        every advance of the batch back, marks included, for the next pass to redo."""
+        results = []
         with self._writer(marks_runs=False) as writer:
-            result = advance.advance_woken(writer, run_id, rand, self.definitions)
-        if result is not None:
+            for run_id in run_ids:
+                result = advance.advance_woken(writer, run_id, rand, self.definitions)
+                if result is not None:
+                    results.append(result)
+        for result in results:
             summary.add(result)
-        return result is not None
+        return len(results)
 
     def advance_runs_with_retries_due(
         self, summary: ScheduleSummary, *, covers: Callable[[UUID], bool] | None = None

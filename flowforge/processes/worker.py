@@ -305,7 +305,8 @@ class Worker:
     def _remember(self, run: WorkflowRunRow) -> None:
         # A run's definition and inputs never change: read them once per run, and keep
         # only the most recent runs so a long-lived worker does not grow without bound.
-        facts = _RunFacts(WorkflowDefinition.model_validate(run.definition), run.inputs)
+        # Parsed into the service's cache: the finish that advances the run finds it there.
+        facts = _RunFacts(self.app.definitions.of(run), run.inputs)
         self._runs[run.id] = facts
         if len(self._runs) > RUN_CACHE_SIZE:
             self._runs.popitem(last=False)

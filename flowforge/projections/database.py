@@ -84,19 +84,25 @@ class Database(Protocol):
 # --- PostgreSQL ---------------------------------------------------------------------------
 
 
+def _execute(
+    cursor: psycopg.Cursor[Any], statement: str, params: Mapping[str, Any] | None
+) -> list[Row]:
+    encoded = {k: _encode_postgres(k, v) for k, v in (params or {}).items()}
+    cursor.execute(statement, encoded)
+    # Not ``cursor.description``: psycopg builds a Column per column on each access,
+    # a measurable share of a claim (docs/performance.md).
+    result = cursor.pgresult
+    returned_rows = result is not None and result.status == pq.ExecStatus.TUPLES_OK
+    return list(cursor.fetchall()) if returned_rows else []
+
+
 class _PostgresTransaction:
     def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
         self._cursor = cursor
         self._queries = queries.load("postgres")
 
     def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        encoded = {k: _encode_postgres(k, v) for k, v in (params or {}).items()}
-        self._cursor.execute(self._queries[name], encoded)
-        # Not ``cursor.description``: psycopg builds a Column per column on each access,
-        # a measurable share of a claim (docs/performance.md).
-        result = self._cursor.pgresult
-        returned_rows = result is not None and result.status == pq.ExecStatus.TUPLES_OK
-        return list(self._cursor.fetchall()) if returned_rows else []
+        return _execute(self._cursor, self._queries[name], params)
 
     def run_script(self, name: str) -> None:
         for statement in queries.statements(self._queries[name]):
@@ -107,6 +113,43 @@ def _encode_postgres(name: str, value: Any) -> Any:
     if value is not None and COLUMN_KINDS.get(name) is Kind.JSON:
         return Json(value)
     return value
+
+
+class _PostgresRead:
+    """The statements of one read, each autocommitted on one pooled connection.
+
+    Its first statement is the probe a write's BEGIN is (``PostgresDatabase._begin``):
+    on a connection found dead, the connection is dropped, the pool checked, and the
+    statement tried once more. A read changes nothing, so that retry is always safe.
+    """
+
+    def __init__(self, datastore: PostgresDatastore, stack: ExitStack) -> None:
+        self._datastore = datastore
+        self._stack = stack
+        self._queries = queries.load("postgres")
+        self._cursor: psycopg.Cursor[Any] | None = None
+
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        if self._cursor is not None:
+            return _execute(self._cursor, self._queries[name], params)
+        for attempt in range(1, BEGIN_ATTEMPTS + 1):
+            with ExitStack() as attempt_stack:
+                conn = attempt_stack.enter_context(self._datastore.get_connection())
+                cursor = attempt_stack.enter_context(conn.cursor())
+                try:
+                    rows = _execute(cursor, self._queries[name], params)
+                except psycopg.OperationalError:
+                    if not conn.closed or attempt == BEGIN_ATTEMPTS:
+                        raise
+                else:
+                    self._stack.push(attempt_stack.pop_all())
+                    self._cursor = cursor
+                    return rows
+            self._datastore.pool.check()  # out of the attempt: the dead one went back
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def run_script(self, name: str) -> None:
+        raise TypeError(f"a read runs no script ({name}); open a transaction")
 
 
 class PostgresDatabase:
@@ -127,8 +170,13 @@ class PostgresDatabase:
             with conn.cursor() as cursor:
                 yield _PostgresTransaction(cursor)
 
-    def read(self) -> AbstractContextManager[_PostgresTransaction]:
-        return self.transaction()
+    @contextmanager
+    def read(self) -> Iterator[_PostgresRead]:
+        """Queries on a pooled connection in autocommit, with no BEGIN and COMMIT: at
+        READ COMMITTED every statement of a transaction took its own snapshot anyway,
+        so those two round trips bought nothing for a read."""
+        with translate_errors(self.location), ExitStack() as stack:
+            yield _PostgresRead(self._datastore, stack)
 
     def _begin(self, stack: ExitStack) -> psycopg.Connection[Any]:
         """A pooled connection with the transaction's BEGIN done, its exits on ``stack``.

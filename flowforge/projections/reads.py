@@ -52,6 +52,8 @@ class Reads:
 
     def task_runs_by_keys(self, run_id: UUID, task_keys: Collection[str]) -> list[TaskRunRow]:
         """The named task runs of a run (a key it does not have is skipped)."""
+        if not task_keys:
+            return []
         params = {"workflow_run_id": run_id, "task_keys": sorted(task_keys)}
         return [
             TaskRunRow.from_mapping(r) for r in self._tx.run("select_task_runs_by_keys", params)

@@ -82,7 +82,9 @@ class Store:
 
     @contextmanager
     def read(self) -> Iterator[Reads]:
-        """One read-only transaction: a consistent snapshot of the projected tables."""
+        """One read of the projected tables. Each PostgreSQL statement sees what had
+        committed when it began (READ COMMITTED, autocommitted); SQLite's deferred
+        transaction is one snapshot."""
         tx: Transaction
         with self.database.read() as tx:
             yield Reads(tx)

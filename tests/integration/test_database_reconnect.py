@@ -115,6 +115,18 @@ def test_after_every_connection_is_killed_concurrent_commands_all_succeed(
     assert renewed == [True] * threads
 
 
+def test_after_every_connection_is_killed_concurrent_reads_all_succeed(
+    pg_app: FlowForge, claimed_then_killed: tuple[UUID, int]
+) -> None:
+    # A read runs in autocommit, without a BEGIN to probe the connection: its first
+    # statement is the probe, and a read is always safe to try once more.
+    task_id, token = claimed_then_killed
+
+    read = race(*[lambda: pg_app.get_task_run(task_id)] * 8)
+
+    assert [(task.state, task.fencing_token) for task in read] == [("running", token)] * 8
+
+
 class _KillBeforeCommit:
     """The app's database, except that once a transaction's body has run, its backend is
     terminated: the COMMIT that follows goes out on a dead connection. From the client's
