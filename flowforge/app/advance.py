@@ -40,6 +40,7 @@ _FINISH_RUN = {
     WorkflowRunState.FAILED: WORKFLOW_RUN_MACHINE.get("fail"),
     WorkflowRunState.CANCELLED: WORKFLOW_RUN_MACHINE.get("cancel"),
 }
+_START = WORKFLOW_RUN_MACHINE.get("start")
 _PROMOTE = TASK_RUN_MACHINE.get("dependencies_satisfied")
 #: A changed task in one of these (effective) states decides the run's fate: only the
 #: full advance, which reads every task, judges it.
@@ -96,18 +97,24 @@ def advance_woken(
     """Advance a marked run, or ``None`` at once if another scheduler is advancing it
     (or it no longer exists): schedulers divide the woken runs instead of queueing.
 
-    When every mark names a task, only those tasks' consequences are worked out
-    (:func:`advance_changes`); a mark of the run itself, or a change only the whole run
-    can judge, takes the full advance."""
+    A pending run is started (its creation marked it). Then, for a running run, only
+    the marked tasks' consequences are worked out (:func:`advance_changes`); a run in
+    any other state, or a change only the whole run can judge, takes the full advance.
+    A mark of the run itself (its creation, a user's start) changed no task: a running
+    run needs only the check whether all its tasks are done."""
     state = writer.store.try_lock_run_state(run_id)
     if state is None:
         return None
     # The marks go first, before any task row is read: see _advance_locked.
     changed = writer.store.clear_wakeups(run_id)
     result = AdvanceResult(run_id)
-    keys = [key for key in changed if key is not None]
-    only_tasks_changed = state is WorkflowRunState.RUNNING and keys and len(keys) == len(changed)
-    if only_tasks_changed and advance_changes(writer, run_id, keys, definitions, rand, result):
+    if state is WorkflowRunState.PENDING:
+        result.started = writer.take_run_edge(_START, run_id, actor=ACTOR_SCHEDULER) is not None
+        state = WorkflowRunState.RUNNING if result.started else state
+    keys = {key for key in changed if key is not None}
+    if state is WorkflowRunState.RUNNING and advance_changes(
+        writer, run_id, keys, definitions, rand, result
+    ):
         return result
     return _advance_locked(writer, load_run(writer, run_id), rand, definitions, result)
 
@@ -170,6 +177,31 @@ def advance_changes(
     a race. Then the full advance (or, in a worker, a mark for one) judges the run.
     """
     keys = set(changed_keys)
+    if keys and not _step_changes(writer, run_id, keys, definitions, rand, result, actor, known):
+        return False
+    completion = writer.store.run_completion(run_id)
+    if completion == "unfinished":
+        return True
+    if completion == "cancelled":
+        return False
+    if writer.take_run_edge(_FINISH_RUN[WorkflowRunState.SUCCEEDED], run_id, actor=actor):
+        result.finished_as = WorkflowRunState.SUCCEEDED.value
+        return True
+    return False
+
+
+def _step_changes(
+    writer: Writer,
+    run_id: UUID,
+    keys: set[str],
+    definitions: Definitions,
+    rand: Callable[[], float],
+    result: AdvanceResult,
+    actor: str,
+    known: Sequence[TaskRunRow],
+) -> bool:
+    """Step the changed tasks, their dependents and the dependents' dependencies; False
+    if a changed task ends the run or a step lost a race (see advance_changes)."""
     definition = definitions.cached(run_id) or definitions.of(load_run(writer, run_id))
     dependents = {key for changed in keys for key in definition.dependents(changed)}
     dependencies = {
@@ -181,17 +213,7 @@ def advance_changes(
     rows = sorted([*have, *writer.store.task_runs_by_keys(run_id, missing)], key=_by_id)
     if any(_effective_state(row) in _ENDS_THE_RUN for row in rows if row.task_key in keys):
         return False
-    if _step_tasks(writer, rows, definition, writer.now, rand, result, actor=actor) is None:
-        return False
-    completion = writer.store.run_completion(run_id)
-    if completion == "unfinished":
-        return True
-    if completion == "cancelled":
-        return False
-    if writer.take_run_edge(_FINISH_RUN[WorkflowRunState.SUCCEEDED], run_id, actor=actor):
-        result.finished_as = WorkflowRunState.SUCCEEDED.value
-        return True
-    return False
+    return _step_tasks(writer, rows, definition, writer.now, rand, result, actor=actor) is not None
 
 
 def _advance_locked(
@@ -209,10 +231,8 @@ def _advance_locked(
     writer.store.clear_wakeups(run.id)
     result = result if result is not None else AdvanceResult(run.id)
     if run.run_state is WorkflowRunState.PENDING:
-        started = writer.take_run_edge(
-            WORKFLOW_RUN_MACHINE.get("start"), run.id, actor=ACTOR_SCHEDULER
-        )
-        result.started = started is not None
+        started = writer.take_run_edge(_START, run.id, actor=ACTOR_SCHEDULER)
+        result.started = result.started or started is not None
         run = started or load_run(writer, run.id)
     now = writer.now()
     if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
