@@ -9,8 +9,8 @@ same run at once: a step another scheduler already took matches no row and is sk
 Lock order, to rule out deadlocks: the run row first (``lock_workflow_run``: one advance
 of a run at a time), then task rows in id order. The reaper touches one task row; a
 user's cancel touches the run row first; a rebuild locks workflow_runs before
-task_runs. A worker's finish writes its task row and then only *tries* the run row
-(SKIP LOCKED: :func:`advance_after_finish`), so it never waits while holding a task.
+task_runs. A worker's finish *tries* the run row (SKIP LOCKED, never waiting) before
+it writes its task row (:func:`advance_after_finish`).
 This lock serialises the multi-row advances of a run; it is not on the transition
 path, where every command is still one conditional write that the database decides.
 """
@@ -122,6 +122,7 @@ def advance_woken(
 def advance_after_finish(
     writer: Writer,
     task: TaskRunRow,
+    run_state: WorkflowRunState | None,
     definitions: Definitions,
     rand: Callable[[], float],
     *,
@@ -129,28 +130,29 @@ def advance_after_finish(
 ) -> AdvanceResult | None:
     """In a worker's finishing transaction: advance the task's run right here (promote
     its dependents, finish the run when it was the last task) if the task succeeded and
-    the run's row can be locked at once; else mark the run for a scheduler, as every
-    other transition does. ``None`` when it marked.
+    the finish could lock the run's row at once (``run_state``, taken by the finish
+    before its task row: ``Writes.try_lock_run_of_task``; ``None`` when another
+    transaction held it); else mark the run for a scheduler, as every other transition
+    does. ``None`` when it marked.
 
     Only a success: a failure's retry is scheduled by a scheduler, in a transaction of
     its own, so the failure and the retry keep distinct times in the task's history
     (``flowforge why --at`` a pasted time answers "failed"), and its due time becomes a
     timer the scheduler keeps.
 
-    Deadlock-free: the finish holds its task row and only *tries* the run row
-    (SKIP LOCKED), so it never waits for an advance that may be waiting for the task.
+    Deadlock-free: the finish tries the run row (SKIP LOCKED) before it writes its task
+    row, the order every advance takes them in, and never waits for it.
     Fan-in stays exact: two finishes that each feed a task take the run's lock one
     after the other; the one that cannot take it marks the run, and the one that can
     sees every finish committed before it took the lock.
     """
     run_id = task.workflow_run_id
     result = AdvanceResult(run_id)
-    if task.task_state is _T.SUCCEEDED:
-        state = writer.store.try_lock_run_state(run_id)
-        if state is WorkflowRunState.RUNNING and advance_changes(
-            writer, run_id, [task.task_key], definitions, rand, result, actor=actor, known=[task]
-        ):
-            return result
+    advances = task.task_state is _T.SUCCEEDED and run_state is WorkflowRunState.RUNNING
+    if advances and advance_changes(
+        writer, run_id, [task.task_key], definitions, rand, result, actor=actor, known=[task]
+    ):
+        return result
     writer.store.mark_run(run_id, task.task_key)
     return None
 

@@ -196,7 +196,8 @@ class Commands(Queries):
         # The run is advanced here, in the finish's own transaction, when that is quick
         # and safe; otherwise marked for a scheduler (advance.advance_after_finish).
         with self._writer(marks_runs=False) as writer:
-            writer.store.lock_runs_before_tasks()
+            # First: the run row, then the task's (the lock order; advance.py says why).
+            run_state = writer.store.try_lock_run_of_task(task_run_id)
             row = writer.finish(
                 edge,
                 task_run_id,
@@ -207,7 +208,7 @@ class Commands(Queries):
             )
             if row is not None:
                 advance.advance_after_finish(
-                    writer, row, self.definitions, random.random, actor=actor
+                    writer, row, run_state, self.definitions, random.random, actor=actor
                 )
         return row is not None
 

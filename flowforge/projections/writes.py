@@ -110,11 +110,6 @@ class Writes(Reads):
     def insert_task_run(self, created: TaskRun.Created) -> None:
         projector.apply_event(self._tx, created)
 
-    def lock_runs_before_tasks(self) -> None:
-        """Take the run table's lock first, in a transaction that writes a task row and
-        then its run's (a finish that advances its run): the lock order of a rebuild."""
-        self._tx.run("lock_workflow_runs_first")
-
     def lock_projections(self) -> None:
         """Make writers wait until this transaction ends (the rebuild)."""
         self._tx.run("lock_projected_tables")
@@ -214,6 +209,12 @@ class Writes(Reads):
         """The run's state, its row locked like :meth:`try_lock_run` (``None`` if another
         transaction holds it, or no such run), without reading its definition."""
         rows = self._tx.run("try_lock_workflow_run_state", {"id": run_id})
+        return WorkflowRunState(rows[0]["state"]) if rows else None
+
+    def try_lock_run_of_task(self, task_run_id: UUID) -> WorkflowRunState | None:
+        """Like :meth:`try_lock_run_state`, for the run of ``task_run_id``: ``None`` if
+        another transaction holds the run's row (or there is no such task)."""
+        rows = self._tx.run("try_lock_workflow_run_of_task", {"id": task_run_id})
         return WorkflowRunState(rows[0]["state"]) if rows else None
 
     def mark_run(self, run_id: UUID, task_key: str | None = None) -> None:

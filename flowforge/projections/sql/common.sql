@@ -261,6 +261,16 @@ END AS completion;
 -- name: try_lock_workflow_run_state
 SELECT state FROM workflow_runs WHERE id = :id {for_update_skip_locked};
 
+-- The same, for the run of a task, as the FIRST statement of a worker's finish: the
+-- finish then takes the run row before its task row, the order of every advance, and
+-- workflow_runs' table lock before task_runs' (the subquery only reads task_runs),
+-- the order of the rebuild's LOCK TABLE. A finish that took task_runs' lock first and
+-- then asked for workflow_runs' deadlocked with a rebuild (tests/integration/
+-- test_rebuild.py). Nothing when another transaction holds the run row.
+-- name: try_lock_workflow_run_of_task
+SELECT state FROM workflow_runs
+WHERE id = (SELECT workflow_run_id FROM task_runs WHERE id = :id) {for_update_skip_locked};
+
 -- name: select_task_runs_of_run
 SELECT * FROM task_runs WHERE workflow_run_id = :workflow_run_id ORDER BY created_at, task_key;
 

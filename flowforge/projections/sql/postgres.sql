@@ -99,15 +99,6 @@ LISTEN {outbox_channel};
 -- name: lock_schema
 SELECT pg_advisory_xact_lock(7354219860);
 
--- A worker's finish also advances its run (advance_after_finish): it takes the
--- workflow_runs table's lock before its UPDATE takes task_runs', the order the rebuild
--- and the scheduler take them in. Without it a finish holding task_runs and asking for
--- workflow_runs deadlocked with a rebuild holding workflow_runs and asking for
--- task_runs (tests/integration/test_rebuild.py). ROW SHARE conflicts only with the
--- rebuild's EXCLUSIVE and with DDL, never with another writer.
--- name: lock_workflow_runs_first
-LOCK TABLE workflow_runs IN ROW SHARE MODE;
-
 -- The rebuild: writers wait while the rows are deleted and rebuilt from the log.
 -- name: lock_projected_tables
 LOCK TABLE workflow_runs, task_runs IN EXCLUSIVE MODE;

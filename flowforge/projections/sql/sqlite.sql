@@ -95,10 +95,6 @@ SELECT 1;
 -- name: lock_schema
 SELECT 1;
 
--- BEGIN IMMEDIATE's write lock already orders every writer.
--- name: lock_workflow_runs_first
-SELECT 1;
-
 -- The write lock already keeps writers out during a rebuild.
 -- name: lock_projected_tables
 SELECT 1;
