@@ -97,11 +97,12 @@ def advance_woken(
     """Advance a marked run, or ``None`` at once if another scheduler is advancing it
     (or it no longer exists): schedulers divide the woken runs instead of queueing.
 
-    A pending run is started (its creation marked it). Then, for a running run, only
-    the marked tasks' consequences are worked out (:func:`advance_changes`); a run in
-    any other state, or a change only the whole run can judge, takes the full advance.
-    A mark of the run itself (its creation, a user's start) changed no task: a running
-    run needs only the check whether all its tasks are done."""
+    A pending run is started (its creation marked it); if none of its tasks has changed
+    since its creation, that is all. A running run whose every mark names a task has
+    only those tasks' consequences worked out (:func:`advance_changes`). Everything else
+    takes the full advance: a mark of the run itself on a running run (a user's edge, or
+    a mark written before marks named tasks, migration 3), a started run whose tasks
+    moved before its start, a change only the whole run can judge."""
     state = writer.store.try_lock_run_state(run_id)
     if state is None:
         return None
@@ -110,12 +111,12 @@ def advance_woken(
     result = AdvanceResult(run_id)
     if state is WorkflowRunState.PENDING:
         result.started = writer.take_run_edge(_START, run_id, actor=ACTOR_SCHEDULER) is not None
-        state = WorkflowRunState.RUNNING if result.started else state
-    keys = {key for key in changed if key is not None}
-    if state is WorkflowRunState.RUNNING and advance_changes(
-        writer, run_id, keys, definitions, rand, result
-    ):
-        return result
+        if result.started and not writer.store.run_has_moved_tasks(run_id):
+            return result
+    elif state is WorkflowRunState.RUNNING and None not in changed:
+        keys = {key for key in changed if key is not None}
+        if advance_changes(writer, run_id, keys, definitions, rand, result):
+            return result
     return _advance_locked(writer, load_run(writer, run_id), rand, definitions, result)
 
 

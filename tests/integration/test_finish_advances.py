@@ -147,3 +147,36 @@ def test_racing_finishes_into_one_fan_in_promote_it_exactly_once(app: FlowForge)
         assert finish(app, claimed(app, run_id, "d"))
         assert app.get_workflow_run(run_id).state == "succeeded"
     assert marks(app) == 0
+
+
+def as_whole_run_marks(app: FlowForge, run_id: UUID) -> None:
+    """Replace the run's marks with one that names no task, as a mark written before
+    marks named tasks (migration 3 marked every active run so) or a user's edge does."""
+    with app.store.write() as writes:
+        assert writes.clear_wakeups(run_id)
+        writes.mark_run(run_id)
+
+
+def test_a_whole_run_mark_on_a_run_whose_tasks_moved_before_its_start_advances_it_all(
+    app: FlowForge,
+) -> None:
+    run_id = app.start_workflow_run(DIAMOND)
+    assert finish(app, claimed(app, run_id, "a"))  # before any start: a mark only
+    as_whole_run_marks(app, run_id)
+    summary = app.advance_woken_runs()
+    assert (app.get_workflow_run(run_id).state, summary.promoted) == ("running", 2)
+    assert states(app, run_id) == {"a": "succeeded", "b": "ready", "c": "ready", "d": "pending"}
+
+
+@pytest.mark.parametrize("app", ["postgres"], indirect=True)
+def test_a_whole_run_mark_on_a_running_run_advances_it_all(
+    app: FlowForge, postgres_url: str
+) -> None:
+    run_id = started(app, DIAMOND)
+    a = claimed(app, run_id, "a")
+    with psycopg.connect(postgres_url) as holder:  # the finish cannot advance the run
+        holder.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (run_id,))
+        assert finish(app, a)
+    as_whole_run_marks(app, run_id)
+    assert app.advance_woken_runs().promoted == 2
+    assert states(app, run_id) == {"a": "succeeded", "b": "ready", "c": "ready", "d": "pending"}

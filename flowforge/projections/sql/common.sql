@@ -256,6 +256,13 @@ SELECT CASE
     ELSE 'succeeded'
 END AS completion;
 
+-- Whether any task of a run has moved since its creation (a task's first version is its
+-- creation): a run just started with none has nothing else to advance.
+-- name: select_run_has_moved_tasks
+SELECT EXISTS (
+    SELECT 1 FROM task_runs WHERE workflow_run_id = :workflow_run_id AND version > 1
+) AS moved;
+
 -- A run's state, locked like try_lock_workflow_run, without its definition and inputs
 -- (an advance of some changes needs only the state; the definition is cached).
 -- name: try_lock_workflow_run_state
