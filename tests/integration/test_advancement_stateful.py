@@ -1,0 +1,166 @@
+"""Advancement, driven by random work against the DAG rule, on both backends.
+
+Random DAGs (up to five tasks, random dependencies, one or two attempts, retries due at
+once) and a random interleaving of: a worker claiming and finishing a ready task (a
+success or a failure), a scheduler's woken pass, a full pass, and a user's cancel of
+a run. Finishes advance their running run themselves when they can, a woken pass works
+out only the marked tasks, a full pass reads the whole run: this checks that however
+they interleave, once the schedulers have nothing left to do (``settle``), every run is
+where the DAG rule puts it:
+
+- no pending task of a running run has all its dependencies succeeded (nothing stuck);
+- a run is terminal exactly when the rule derives a terminal state from its tasks, and
+  then no task of it is left unfinished;
+- each task was promoted at most once, and has one dispatch per move into ready.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from flowforge.aggregates.rules import derive_workflow_run_state
+from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.app.service import FlowForge
+from flowforge.projections.tables import TaskRunRow
+
+KEYS = ("a", "b", "c", "d", "e")
+MAX_RUNS = 3
+#: A settle that has not settled after this many passes is a bug (each pass makes progress).
+SETTLE_PASSES = 20
+TERMINAL = {WorkflowRunState.SUCCEEDED, WorkflowRunState.FAILED, WorkflowRunState.CANCELLED}
+UNFINISHED = {"pending", "ready", "running", "retrying", "failed"}
+#: The transitions that make a task ready after its creation: each writes a dispatch.
+INTO_READY = ("dependencies_satisfied", "retry_ready", "reap_lease")
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> dict[str, Any]:
+    count = draw(st.integers(1, len(KEYS)))
+    keys = KEYS[:count]
+    tasks = [
+        {
+            "key": key,
+            "type": "work",
+            "depends_on": draw(st.lists(st.sampled_from(keys[:i]), unique=True)) if i else [],
+        }
+        for i, key in enumerate(keys)
+    ]
+    attempts = draw(st.sampled_from([1, 2]))
+    retry = {"max_attempts": attempts, "backoff_seconds": 0.0, "jitter": 0.0}
+    return {"name": "dag", "retry": retry, "tasks": tasks}
+
+
+class Advancement(RuleBasedStateMachine):
+    app: FlowForge
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Earlier examples' runs stay in the database, settled: only these are judged.
+        self.runs: list[UUID] = []
+
+    @precondition(lambda self: len(self.runs) < MAX_RUNS)
+    @rule(definition=dags())
+    def start_run(self, definition: dict[str, Any]) -> None:
+        self.runs.append(self.app.start_workflow_run(definition))
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(data=st.data(), succeed=st.booleans())
+    def work(self, data: st.DataObject, succeed: bool) -> None:
+        ready = [t for run in self.runs for t in self.app.task_runs(run) if t.state == "ready"]
+        if not ready:
+            return
+        task = data.draw(st.sampled_from(ready), label="task")
+        claim = self.app.claim_task_run(task.id, "w", 300)
+        assert claim is not None
+        error = None if succeed else {"type": "Boom", "message": "no"}
+        outcome = "succeed" if succeed else "fail"
+        assert self.app.finish_task_run(task.id, claim.fencing_token, outcome, error=error)
+
+    @rule()
+    def woken_pass(self) -> None:
+        self.app.advance_woken_runs()
+
+    @rule()
+    def full_pass(self) -> None:
+        self.app.schedule_once()
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        self.app.cancel_workflow_run(data.draw(st.sampled_from(self.runs), label="run"))
+
+    def settle(self) -> None:
+        for _ in range(SETTLE_PASSES):
+            summary = self.app.schedule_once()
+            with self.app.store.read() as reads:
+                marks = reads.wakeup_count()
+            if not marks and not (summary.promoted or summary.retried or summary.runs_advanced):
+                return
+        pytest.fail(f"the schedulers did not settle in {SETTLE_PASSES} passes")
+
+    @invariant()
+    def every_run_is_where_the_dag_rule_puts_it(self) -> None:
+        self.settle()
+        for run_id in self.runs:
+            run = self.app.get_workflow_run(run_id)
+            tasks = self.app.task_runs(run_id)
+            assert run.run_state is not WorkflowRunState.PENDING  # a settled run started
+            self._check_run(run.run_state, tasks)
+            for task in tasks:
+                self._check_task(task)
+
+    def _check_run(self, state: WorkflowRunState, tasks: list[TaskRunRow]) -> None:
+        effective = [_effective(t) for t in tasks]
+        snapshot = {t.task_key: t.state for t in tasks}
+        if state in TERMINAL:
+            # What was left is cancelled (a failed task stays failed).
+            assert not {t.state for t in tasks} & UNFINISHED - {"failed"}, snapshot
+            if state is WorkflowRunState.SUCCEEDED:
+                assert set(effective) == {TaskRunState.SUCCEEDED}, snapshot
+            if state is WorkflowRunState.FAILED:
+                assert TaskRunState.FAILED in effective, snapshot
+            return
+        assert derive_workflow_run_state(effective) not in TERMINAL, snapshot
+        succeeded = {t.task_key for t in tasks if t.task_state is TaskRunState.SUCCEEDED}
+        stuck = [
+            t.task_key for t in tasks if t.state == "pending" and succeeded >= set(t.depends_on)
+        ]
+        assert not stuck, f"eligible but pending: {stuck} in {snapshot}"
+
+    def _check_task(self, task: TaskRunRow) -> None:
+        history = [entry.transition for entry in self.app.history(task.id)]
+        assert history.count("dependencies_satisfied") <= 1, history
+        into_ready = sum(t in INTO_READY for t in history)
+        initially_ready = not task.depends_on
+        assert len(self.app.dispatches_of(task.id)) == into_ready + initially_ready, history
+
+
+def _effective(task: TaskRunRow) -> TaskRunState:
+    if task.task_state is TaskRunState.FAILED and task.attempt < task.max_attempts:
+        return TaskRunState.RETRYING
+    return task.task_state
+
+
+def test_advancement_keeps_every_run_where_the_dag_rule_puts_it(app: FlowForge) -> None:
+    Advancement.app = app
+    run_state_machine_as_test(
+        Advancement,
+        settings=settings(
+            max_examples=25,
+            stateful_step_count=12,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        ),
+    )
