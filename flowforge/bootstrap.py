@@ -87,6 +87,7 @@ def open_app(settings: Settings, *, migrate: bool | None = None) -> FlowForge:
         settings.database_url,
         migrate=migrate,
         listen_database_url=settings.listen_database_url,
+        prepared_statements=settings.prepared_statements,
     )
 
 

@@ -137,11 +137,24 @@ def _check_url(url: str, setting: str) -> None:
         )
 
 
+def _switch(environ: Mapping[str, str], variable: str, *, default: bool) -> bool:
+    """An on/off setting; anything else is refused, naming the variable."""
+    value = environ.get(variable, "").strip().lower()
+    if not value:
+        return default
+    if value not in _SWITCH:
+        raise errors.ConfigurationError(f"{variable} must be on or off, got {value!r}")
+    return _SWITCH[value]
+
+
 #: With no configuration FlowForge runs embedded: SQLite in the working directory.
 DEFAULT_DATABASE_URL = "sqlite:///.flowforge/flowforge.db"
 DATABASE_URL_VARIABLE = "FLOWFORGE_DATABASE_URL"
 #: Where the wake-up listeners connect, when not through the database URL (PgBouncer).
 LISTEN_DATABASE_URL_VARIABLE = "FLOWFORGE_LISTEN_DATABASE_URL"
+#: "off" behind a pooler that cannot keep server-side prepared statements.
+PREPARED_STATEMENTS_VARIABLE = "FLOWFORGE_PREPARED_STATEMENTS"
+_SWITCH = {"on": True, "off": False}
 
 
 class Settings(BaseModel):
@@ -151,6 +164,7 @@ class Settings(BaseModel):
 
     database_url: str = Field(DEFAULT_DATABASE_URL, repr=False)
     listen_database_url: str | None = Field(None, repr=False)
+    prepared_statements: bool = True
     broker: BrokerConfig | None = None
 
     @classmethod
@@ -164,7 +178,12 @@ class Settings(BaseModel):
         )
         url = environ.get(DATABASE_URL_VARIABLE, DEFAULT_DATABASE_URL)
         listen_url = environ.get(LISTEN_DATABASE_URL_VARIABLE) or None
-        return cls(database_url=url, listen_database_url=listen_url, broker=broker)
+        return cls(
+            database_url=url,
+            listen_database_url=listen_url,
+            prepared_statements=_switch(environ, PREPARED_STATEMENTS_VARIABLE, default=True),
+            broker=broker,
+        )
 
     @property
     def embedded(self) -> bool:

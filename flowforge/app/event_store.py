@@ -79,10 +79,15 @@ def migrates_by_default(location: DatabaseLocation) -> bool:
 
 
 def open_persistence(
-    database_url: str, *, migrate: bool | None = None, listen_database_url: str | None = None
+    database_url: str,
+    *,
+    migrate: bool | None = None,
+    listen_database_url: str | None = None,
+    prepared_statements: bool = True,
 ) -> Persistence:
     """The event store and the store on ``database_url``, migrated or checked;
-    ``listen_database_url``: where the wake-up listener connects, if not there."""
+    ``listen_database_url``: where the wake-up listener connects, if not there;
+    ``prepared_statements``: False behind a pooler that cannot keep them (PgBouncer)."""
     location = parse_database_url(database_url)
     listen_url = listen_database_url and parse_listen_url(listen_database_url, location)
     migrating = migrates_by_default(location) if migrate is None else migrate
@@ -96,7 +101,11 @@ def open_persistence(
     with lock:
         try:
             with translate_errors(location.display):
-                events = EventStore(env=location.eventsourcing_env(create_tables=migrating))
+                events = EventStore(
+                    env=location.eventsourcing_env(
+                        create_tables=migrating, prepared_statements=prepared_statements
+                    )
+                )
         except errors.DatabaseUnavailableError:
             check_reachable(location)  # names a missing database or role, if that is why
             raise

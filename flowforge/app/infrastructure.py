@@ -33,15 +33,16 @@ POSTGRES_MAX_OVERFLOW = 16
 class FlowForgePostgresFactory(PostgresFactory):
     """The library's PostgreSQL infrastructure, with FlowForge's connection settings.
 
-    Server-side prepared statements are off (``prepare_threshold=None``; the library
-    asks for them on its reads with ``prepare=True``, which this also turns off). A
-    prepared statement lives in one server session, and behind PgBouncer in transaction
-    pooling mode (1.18, Debian 12's, does not track them) the next transaction runs in
-    another session: "prepared statement _pg3_0 does not exist" or "... already exists".
-    FlowForge's statements are short single-row ones, so the parse and plan they save is
-    small next to a round trip, and one setting that works with and without a pooler is
-    worth more than that (docs/architecture.md, "Through PgBouncer"). The URL's other
-    libpq parameters (``LIBPQ_OPTIONS``) reach every connection the pool opens.
+    Server-side prepared statements are on (psycopg prepares a statement once it has
+    run ``PREPARE_THRESHOLD`` times on a connection): parsing and planning FlowForge's
+    statements on every execution cost a third of a claim+finish cycle's machine CPU
+    (docs/performance.md). They are off (``prepare_threshold=None``; the library's
+    ``prepare=True`` on its reads too) when ``PREPARED_STATEMENTS`` says so: a prepared
+    statement lives in one server session, and behind PgBouncer in transaction pooling
+    mode (1.18, Debian 12's, does not track them) the next transaction runs in another
+    session: "prepared statement _pg3_0 does not exist" (docs/architecture.md, "Through
+    PgBouncer"). The URL's other libpq parameters (``LIBPQ_OPTIONS``) reach every
+    connection the pool opens.
     """
 
     def __init__(self, env: Environment | EnvType | None) -> None:
@@ -49,7 +50,8 @@ class FlowForgePostgresFactory(PostgresFactory):
         # Before the pool opens its first connection: the library opens it lazily.
         kwargs = self.datastore.pool.kwargs
         assert isinstance(kwargs, dict), "the library passes its pool a dict of kwargs"
-        kwargs["prepare_threshold"] = None
+        prepared = self.env.get(PREPARED_STATEMENTS) != "n"
+        kwargs["prepare_threshold"] = PREPARE_THRESHOLD if prepared else None
         # The library's settings carry host, port, database, user and password only. The
         # rest of the URL (``target_session_attrs=read-write``, which makes every new
         # connection skip hosts that are standbys and so find the primary after a
@@ -66,9 +68,15 @@ class DatabaseLocation:
     env: dict[str, str]
     display: str
 
-    def eventsourcing_env(self, *, create_tables: bool) -> dict[str, str]:
+    def eventsourcing_env(
+        self, *, create_tables: bool, prepared_statements: bool = True
+    ) -> dict[str, str]:
         """The library's settings; it creates its event table only when migrating."""
-        return {**self.env, "CREATE_TABLE": "y" if create_tables else "n"}
+        return {
+            **self.env,
+            "CREATE_TABLE": "y" if create_tables else "n",
+            PREPARED_STATEMENTS: "y" if prepared_statements else "n",
+        }
 
     def require_directory(self) -> None:
         """Refuse to create a SQLite database in a directory that does not exist."""
@@ -112,6 +120,10 @@ def parse_database_url(url: str) -> DatabaseLocation:
 #: The eventsourcing setting (environment key) under which the URL's other libpq
 #: parameters travel to :class:`FlowForgePostgresFactory`, as a conninfo string.
 LIBPQ_OPTIONS = "FLOWFORGE_LIBPQ_OPTIONS"
+#: The eventsourcing setting that turns server-side prepared statements off ("n").
+PREPARED_STATEMENTS = "FLOWFORGE_PREPARED_STATEMENTS_OPTION"
+#: Executions of a statement on one connection before psycopg prepares it (its default).
+PREPARE_THRESHOLD = 5
 #: The URL's parts that eventsourcing's own settings carry; everything else is an option.
 _LIBPQ_SETTINGS = ("host", "port", "dbname", "user", "password")
 

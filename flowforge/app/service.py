@@ -31,6 +31,10 @@ class FlowForge(Scheduling):
     connect (PostgreSQL's LISTEN needs a session of its own); default the database URL.
     Set it to the server itself when the database URL goes through a PgBouncer in
     transaction pooling mode.
+
+    ``prepared_statements``: PostgreSQL's server-side prepared statements (faster);
+    ``False`` when the database URL goes through a pooler that cannot keep them, such
+    as PgBouncer before 1.21 in transaction pooling mode.
     """
 
     def __init__(
@@ -39,9 +43,13 @@ class FlowForge(Scheduling):
         *,
         migrate: bool | None = None,
         listen_database_url: str | None = None,
+        prepared_statements: bool = True,
     ) -> None:
         opened = open_persistence(
-            database_url, migrate=migrate, listen_database_url=listen_database_url
+            database_url,
+            migrate=migrate,
+            listen_database_url=listen_database_url,
+            prepared_statements=prepared_statements,
         )
         self.events = opened.events
         self.store = opened.store

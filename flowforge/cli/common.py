@@ -62,6 +62,7 @@ def open_app(settings: config.Settings, *, migrate: bool = False) -> FlowForge:
         settings.database_url,
         migrate=migrate,
         listen_database_url=settings.listen_database_url,
+        prepared_statements=settings.prepared_statements,
     )
 
 

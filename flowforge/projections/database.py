@@ -351,6 +351,14 @@ def translate_errors(location: str) -> Iterator[None]:
 
 
 def _translated(exc: Exception, location: str) -> errors.FlowForgeError | None:
+    if isinstance(exc, _LOST_PREPARED_STATEMENT):
+        return errors.ConfigurationError(
+            f"the database at {location} does not know a statement this connection "
+            f"prepared ({_first_line(exc)}): the database URL goes through a pooler in "
+            f"transaction mode (PgBouncer) that cannot keep prepared statements; set "
+            f"FLOWFORGE_PREPARED_STATEMENTS=off (or max_prepared_statements in PgBouncer "
+            f"1.21+)"
+        )
     if _is_conflict(exc):
         return errors.TransactionConflictError(
             f"the database at {location} rolled the transaction back to break a conflict "
@@ -372,6 +380,13 @@ def _translated(exc: Exception, location: str) -> errors.FlowForgeError | None:
         )
     return None
 
+
+#: A prepared statement missing from, or already in, the server session: a pooler in
+#: transaction mode sent the connection's statements to another session.
+_LOST_PREPARED_STATEMENT = (
+    psycopg.errors.InvalidSqlStatementName,
+    psycopg.errors.DuplicatePreparedStatement,
+)
 
 #: What PostgreSQL says when a connection names something that is not there.
 _MISSING_DATABASE = re.compile(r'database "(?P<name>[^"]+)" does not exist')

@@ -100,7 +100,10 @@ def _open_apps(url: str, listen_url: str) -> list[FlowForge]:
     wake-up listeners connect to PostgreSQL itself, as docs/deployment.md says to."""
 
     def open_app() -> FlowForge:
-        return FlowForge(url, migrate=True, listen_database_url=listen_url)
+        # PgBouncer 1.18 cannot keep prepared statements across transactions.
+        return FlowForge(
+            url, migrate=True, listen_database_url=listen_url, prepared_statements=False
+        )
 
     apps: list[FlowForge] = race(*[open_app] * GROUPS)
     return apps

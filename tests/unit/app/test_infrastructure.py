@@ -5,12 +5,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from flowforge import errors
 from flowforge.app import event_store
-from flowforge.app.infrastructure import LIBPQ_OPTIONS, parse_database_url, parse_listen_url
-from flowforge.config import LISTEN_DATABASE_URL_VARIABLE, Settings
+from flowforge.app.infrastructure import (
+    LIBPQ_OPTIONS,
+    PREPARED_STATEMENTS,
+    parse_database_url,
+    parse_listen_url,
+)
+from flowforge.config import (
+    LISTEN_DATABASE_URL_VARIABLE,
+    PREPARED_STATEMENTS_VARIABLE,
+    Settings,
+)
+from flowforge.projections.database import translate_errors
 
 
 def test_only_a_migrating_open_lets_the_library_create_its_table() -> None:
@@ -134,3 +145,27 @@ def test_the_listen_url_is_read_from_the_environment_and_unset_means_the_databas
     assert Settings.from_env({LISTEN_DATABASE_URL_VARIABLE: direct}).listen_database_url == direct
     assert Settings.from_env({}).listen_database_url is None
     assert Settings.from_env({LISTEN_DATABASE_URL_VARIABLE: ""}).listen_database_url is None
+
+
+def test_prepared_statements_are_on_unless_switched_off_and_a_bad_value_is_refused() -> None:
+    assert Settings.from_env({}).prepared_statements is True
+    assert Settings.from_env({PREPARED_STATEMENTS_VARIABLE: "off"}).prepared_statements is False
+    assert Settings.from_env({PREPARED_STATEMENTS_VARIABLE: " On "}).prepared_statements is True
+    with pytest.raises(errors.ConfigurationError, match="FLOWFORGE_PREPARED_STATEMENTS"):
+        Settings.from_env({PREPARED_STATEMENTS_VARIABLE: "no"})
+    location = parse_database_url("postgresql://u@db.example:5432/ff")
+    off = location.eventsourcing_env(create_tables=False, prepared_statements=False)
+    on = location.eventsourcing_env(create_tables=False)
+    assert (off[PREPARED_STATEMENTS], on[PREPARED_STATEMENTS]) == ("n", "y")
+
+
+def test_a_prepared_statement_lost_to_a_pooler_is_a_configuration_error_naming_the_switch() -> (
+    None
+):
+    for lost in (
+        psycopg.errors.InvalidSqlStatementName('prepared statement "_pg3_0" does not exist'),
+        psycopg.errors.DuplicatePreparedStatement('prepared statement "_pg3_0" already exists'),
+    ):
+        with pytest.raises(errors.ConfigurationError) as raised, translate_errors("h:5432/ff"):
+            raise lost
+        assert "FLOWFORGE_PREPARED_STATEMENTS=off" in str(raised.value)
