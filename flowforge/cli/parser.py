@@ -36,9 +36,11 @@ exit codes:
 configuration (flags override the environment):
   FLOWFORGE_DATABASE_URL   postgresql://user@host:5432/db or sqlite:///path.db
                            (default: sqlite:///.flowforge/flowforge.db)
-  FLOWFORGE_LISTEN_DATABASE_URL  PostgreSQL itself, for the wake-up LISTEN when the
-                           database URL goes through PgBouncer (default: the database URL)
-  FLOWFORGE_PREPARED_STATEMENTS  on (default) or off: off through PgBouncer < 1.21
+  FLOWFORGE_LISTEN_DATABASE_URL
+                           PostgreSQL itself, for the wake-up LISTEN when the
+                           database URL goes through PgBouncer (default: that URL)
+  FLOWFORGE_PREPARED_STATEMENTS
+                           on (default) or off: off through PgBouncer before 1.21
   FLOWFORGE_BROKER_URL     amqp://user:password@host:5672/vhost; unset: embedded mode,
                            dispatch in-process (flowforge run / demo only)
   FLOWFORGE_DISPATCH_EXCHANGE, FLOWFORGE_DISPATCH_QUEUE, FLOWFORGE_DISPATCH_ROUTING_KEY,
