@@ -133,8 +133,8 @@ def advance_after_finish(
     its dependents, finish the run when it was the last task) if the task succeeded and
     the finish could lock the run's row at once (``run_state``, taken by the finish
     before its task row: ``Writes.try_lock_run_of_task``; ``None`` when another
-    transaction held it); else mark the run for a scheduler, as every other transition
-    does. ``None`` when it marked.
+    transaction held it, or when the finish was no success and did not try); else mark
+    the run for a scheduler, as every other transition does. ``None`` when it marked.
 
     Only a success: a failure's retry is scheduled by a scheduler, in a transaction of
     its own, so the failure and the retry keep distinct times in the task's history

@@ -197,7 +197,8 @@ class Commands(Queries):
         # and safe; otherwise marked for a scheduler (advance.advance_after_finish).
         with self._writer(marks_runs=False) as writer:
             # First: the run row, then the task's (the lock order; advance.py says why).
-            run_state = writer.store.try_lock_run_of_task(task_run_id)
+            # Only a success advances its run here: a failure leaves the run row alone.
+            run_state = writer.store.try_lock_run_of_task(task_run_id) if succeeded else None
             row = writer.finish(
                 edge,
                 task_run_id,

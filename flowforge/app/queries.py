@@ -59,8 +59,6 @@ class Queries(ServiceCore):
     def task_results(self, run_id: UUID, task_keys: Collection[str]) -> dict[str, Any]:
         """The results of some tasks of a run by key (``None`` for one not succeeded):
         a task's upstream results, read by key rather than the run's every row."""
-        if not task_keys:
-            return {}
         with self._reads() as reads:
             return reads.task_results(run_id, task_keys)
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -115,12 +115,46 @@ def _encode_postgres(name: str, value: Any) -> Any:
     return value
 
 
+_Probed = TypeVar("_Probed")
+_FirstRead = tuple[psycopg.Cursor[Any], list[Row]]
+
+
+def _on_live_connection(
+    datastore: PostgresDatastore,
+    stack: ExitStack,
+    probe: Callable[[ExitStack, psycopg.Connection[Any]], _Probed],
+) -> _Probed:
+    """``probe`` (a write's BEGIN, a read's first statement) on a pooled connection whose
+    exits go on ``stack``; its result.
+
+    The pool does not ping a connection before lending it (that was a round trip on
+    every transaction, and after a mass kill the pool checked its dead connections one
+    at a time, waiting 1, 2, 4 s between them). Instead a connection found dead by the
+    probe is dropped, the pool checks all its idle connections at once (replacing the
+    dead ones), and the probe runs once more. That retry is safe because the probe
+    changes nothing: nothing after it is ever retried.
+    """
+    for attempt in range(1, BEGIN_ATTEMPTS + 1):
+        with ExitStack() as attempt_stack:
+            conn = attempt_stack.enter_context(datastore.get_connection())
+            try:
+                probed = probe(attempt_stack, conn)
+            except psycopg.OperationalError:
+                if not conn.closed or attempt == BEGIN_ATTEMPTS:
+                    raise
+            else:
+                stack.push(attempt_stack.pop_all())
+                return probed
+        # Out of the attempt's block: the dead connection went back, and was discarded.
+        datastore.pool.check()
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 class _PostgresRead:
     """The statements of one read, each autocommitted on one pooled connection.
 
-    Its first statement is the probe a write's BEGIN is (``PostgresDatabase._begin``):
-    on a connection found dead, the connection is dropped, the pool checked, and the
-    statement tried once more. A read changes nothing, so that retry is always safe.
+    Its first statement is the probe of ``_on_live_connection``, as a write's BEGIN is:
+    a read changes nothing, so trying it once more on a fresh connection is safe.
     """
 
     def __init__(self, datastore: PostgresDatastore, stack: ExitStack) -> None:
@@ -130,23 +164,16 @@ class _PostgresRead:
         self._cursor: psycopg.Cursor[Any] | None = None
 
     def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        statement = self._queries[name]
         if self._cursor is not None:
-            return _execute(self._cursor, self._queries[name], params)
-        for attempt in range(1, BEGIN_ATTEMPTS + 1):
-            with ExitStack() as attempt_stack:
-                conn = attempt_stack.enter_context(self._datastore.get_connection())
-                cursor = attempt_stack.enter_context(conn.cursor())
-                try:
-                    rows = _execute(cursor, self._queries[name], params)
-                except psycopg.OperationalError:
-                    if not conn.closed or attempt == BEGIN_ATTEMPTS:
-                        raise
-                else:
-                    self._stack.push(attempt_stack.pop_all())
-                    self._cursor = cursor
-                    return rows
-            self._datastore.pool.check()  # out of the attempt: the dead one went back
-        raise AssertionError("unreachable: the last attempt returns or raises")
+            return _execute(self._cursor, statement, params)
+
+        def first(attempt: ExitStack, conn: psycopg.Connection[Any]) -> _FirstRead:
+            cursor = attempt.enter_context(conn.cursor())
+            return cursor, _execute(cursor, statement, params)
+
+        self._cursor, rows = _on_live_connection(self._datastore, self._stack, first)
+        return rows
 
     def run_script(self, name: str) -> None:
         raise TypeError(f"a read runs no script ({name}); open a transaction")
@@ -181,29 +208,18 @@ class PostgresDatabase:
     def _begin(self, stack: ExitStack) -> psycopg.Connection[Any]:
         """A pooled connection with the transaction's BEGIN done, its exits on ``stack``.
 
-        The pool does not ping a connection before lending it (that was a round trip on
-        every transaction, and after a mass kill the pool checked its dead connections
-        one at a time, waiting 1, 2, 4 s between them). Instead a connection found dead
-        at BEGIN is dropped, the pool checks all its idle connections at once (replacing
-        the dead ones), and BEGIN is tried once more. That retry is safe because none of
-        the transaction's statements has run yet. Nothing after BEGIN is ever retried: a
-        connection lost during the statements or the COMMIT surfaces as
-        ``DatabaseUnavailableError``, since a lost COMMIT may or may not have applied.
+        BEGIN is the probe of ``_on_live_connection``: none of the transaction's
+        statements has run yet, so a dead connection found there is replaced and BEGIN
+        tried once more. Nothing after BEGIN is ever retried: a connection lost during
+        the statements or the COMMIT surfaces as ``DatabaseUnavailableError``, since a
+        lost COMMIT may or may not have applied.
         """
-        for attempt in range(1, BEGIN_ATTEMPTS + 1):
-            with ExitStack() as attempt_stack:
-                conn = attempt_stack.enter_context(self._datastore.get_connection())
-                try:
-                    attempt_stack.enter_context(conn.transaction())
-                except psycopg.OperationalError:
-                    if not conn.closed or attempt == BEGIN_ATTEMPTS:
-                        raise
-                else:
-                    stack.push(attempt_stack.pop_all())
-                    return conn
-            # Out of the attempt's block: the dead connection went back, and was discarded.
-            self._datastore.pool.check()
-        raise AssertionError("unreachable: the last attempt returns or raises")
+
+        def begin(attempt: ExitStack, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+            attempt.enter_context(conn.transaction())
+            return conn
+
+        return _on_live_connection(self._datastore, stack, begin)
 
     def notify_connection(self) -> psycopg.Connection[Any]:
         return self._pool_settings_connection(NOTIFIER_APPLICATION_NAME)

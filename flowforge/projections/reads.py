@@ -45,6 +45,8 @@ class Reads:
     def task_results(self, run_id: UUID, task_keys: Collection[str]) -> dict[str, Any]:
         """The results of the named tasks of a run (``None`` until one succeeds), by key;
         a key the run does not have is absent."""
+        if not task_keys:
+            return {}
         rows = self._tx.run(
             "select_task_results", {"workflow_run_id": run_id, "task_keys": sorted(task_keys)}
         )

@@ -29,7 +29,7 @@ from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.projections import projector
-from flowforge.projections.database import Transaction
+from flowforge.projections.database import Row, Transaction
 from flowforge.projections.reads import Reads, first_row
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
@@ -208,14 +208,12 @@ class Writes(Reads):
     def try_lock_run_state(self, run_id: UUID) -> WorkflowRunState | None:
         """The run's state, its row locked like :meth:`try_lock_run` (``None`` if another
         transaction holds it, or no such run), without reading its definition."""
-        rows = self._tx.run("try_lock_workflow_run_state", {"id": run_id})
-        return WorkflowRunState(rows[0]["state"]) if rows else None
+        return _run_state(self._tx.run("try_lock_workflow_run_state", {"id": run_id}))
 
     def try_lock_run_of_task(self, task_run_id: UUID) -> WorkflowRunState | None:
         """Like :meth:`try_lock_run_state`, for the run of ``task_run_id``: ``None`` if
         another transaction holds the run's row (or there is no such task)."""
-        rows = self._tx.run("try_lock_workflow_run_of_task", {"id": task_run_id})
-        return WorkflowRunState(rows[0]["state"]) if rows else None
+        return _run_state(self._tx.run("try_lock_workflow_run_of_task", {"id": task_run_id}))
 
     def mark_run(self, run_id: UUID, task_key: str | None = None) -> None:
         """Record that the run needs advancing, because of a change to ``task_key`` (or
@@ -304,3 +302,8 @@ class Writes(Reads):
         published within that time."""
         params = {"older_than": older_than_seconds, "limit": limit}
         return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_stalled_ready", params)]
+
+
+def _run_state(rows: list[Row]) -> WorkflowRunState | None:
+    """The state a run-locking query returned; ``None`` for no row (held, or no run)."""
+    return WorkflowRunState(rows[0]["state"]) if rows else None
