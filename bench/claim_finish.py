@@ -14,16 +14,6 @@ Measured, for each process count:
 * FlowForge as shipped: N worker processes (spawned, each with its own ``FlowForge`` and
   connection pool), each claiming and finishing its own disjoint slice of task runs that
   were created before the clock starts (wide workflows of independent tasks, all READY).
-* FlowForge + events-table lock: the same, with ``LOCK TABLE flowforge_events IN
-  EXCLUSIVE MODE`` before the event INSERT of every transaction, where the
-  ``eventsourcing`` library's own ``PostgresApplicationRecorder`` takes it. No library
-  file is edited: the bench wraps ``FlowForge.database``.
-* FlowForge, lean: two client-side costs found while profiling, removed in the worker
-  process only (no file is edited): the pool's per-checkout health check (an empty query,
-  one extra round trip per transaction, from ``POSTGRES_PRE_PING=y``) and
-  ``cursor.description`` in ``_PostgresTransaction.run``, which psycopg rebuilds (one
-  ``Column`` per column, 19 for ``RETURNING *``) on every call just to ask "are there
-  rows?". ``--variants no-ping`` prices the pre-ping alone.
 * pgbench, the ceiling: the same two conditional UPDATEs (same table definition, same
   WHERE clauses, same client-side fencing token) and nothing else, one client per process.
 * pgbench + events: the exact transaction shape FlowForge runs (BEGIN, UPDATE, INSERT of a
@@ -64,7 +54,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -74,10 +64,9 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from uuid import UUID
 
 import psycopg
-from psycopg import pq, sql
+from psycopg import sql
 
 from flowforge.app.service import FlowForge
-from flowforge.projections import database as pg_database
 
 PROC_STAT = "/proc/stat"
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -101,17 +90,11 @@ EVENT_PAYLOAD_BYTES = 425
 PGBENCH_ROWS_PER_CLIENT = 60_000
 
 VARIANT_SHIPPED = "as shipped"
-VARIANT_LOCK = "+ LOCK events table"
-VARIANT_NO_PING = "- pool pre-ping"
-VARIANT_LEAN = "- pre-ping - description"
 SQLITE = "FlowForge on SQLite"
-VARIANTS = {
-    "shipped": VARIANT_SHIPPED,
-    "lock": VARIANT_LOCK,
-    "lean": VARIANT_LEAN,
-    "no-ping": VARIANT_NO_PING,
-}
-DEFAULT_VARIANTS = ["shipped", "lock", "lean"]
+#: Earlier versions also measured patched variants (the events-table lock, no pre-ping,
+#: no ``cursor.description``: docs/performance.md); what they priced is gone or shipped.
+VARIANTS = {"shipped": VARIANT_SHIPPED}
+DEFAULT_VARIANTS = ["shipped"]
 
 # --- SQL (constants; identifiers composed with psycopg.sql) ------------------------------
 
@@ -344,66 +327,6 @@ def cycle(ff: FlowForge, task_run_id: UUID, worker_id: str) -> bool:
     return ff.finish_task_run(task_run_id, claim.fencing_token, "succeed", RESULT)
 
 
-class _LockingTransaction:
-    """Takes the library's events-table lock just before the transaction's first event
-    INSERT: where ``PostgresApplicationRecorder._insert_stored_events`` takes it, and
-    held, as there, until commit."""
-
-    def __init__(self, tx: Any) -> None:
-        self._tx = tx
-        self._locked = False
-
-    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        if name == "insert_stored_event" and not self._locked:
-            self._tx._cursor.execute(LOCK_EVENTS_TABLE)
-            self._locked = True
-        result: list[dict[str, Any]] = self._tx.run(name, params)
-        return result
-
-    def run_script(self, name: str) -> None:
-        self._tx.run_script(name)
-
-
-class _LockingDatabase:
-    """``FlowForge.database`` with :class:`_LockingTransaction` transactions."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.dialect = inner.dialect
-        self.location = inner.location
-
-    @contextmanager
-    def transaction(self) -> Iterator[_LockingTransaction]:
-        with self._inner.transaction() as tx:
-            yield _LockingTransaction(tx)
-
-    def read(self) -> Any:
-        return self._inner.read()
-
-
-def apply_variant(ff: FlowForge, variant: str) -> None:
-    if variant == VARIANT_LOCK:
-        ff.database = _LockingDatabase(ff.database)
-    if variant in (VARIANT_NO_PING, VARIANT_LEAN):
-        # psycopg_pool runs its ``check`` callback (an empty query) on every checkout.
-        ff.events.recorder.datastore.pool._check = None
-    if variant == VARIANT_LEAN:
-        # This worker process only (spawned, so nothing else sees it).
-        pg_database._PostgresTransaction.run = _run_without_description
-
-
-def _run_without_description(
-    self: Any, name: str, params: Mapping[str, Any] | None = None
-) -> list[dict[str, Any]]:
-    """``_PostgresTransaction.run`` asking the result's status, not ``description``."""
-    encoded = {k: pg_database._encode_postgres(k, v) for k, v in (params or {}).items()}
-    self._cursor.execute(self._queries[name], encoded)
-    result = self._cursor.pgresult
-    if result is None or result.status != pq.ExecStatus.TUPLES_OK:
-        return []
-    return list(self._cursor.fetchall())
-
-
 def worker_main(
     url: str,
     variant: str,
@@ -415,7 +338,6 @@ def worker_main(
     """One worker process: its own FlowForge, warm-up, then the timed cycles."""
     try:
         with FlowForge(url) as ff:
-            apply_variant(ff, variant)
             worker_id = f"bench-{os.getpid()}"
             lost = sum(not cycle(ff, task_id, worker_id) for task_id in warmup)
             barrier.wait(BARRIER_TIMEOUT_S)
@@ -695,7 +617,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         nargs="*",
         choices=list(VARIANTS),
         default=DEFAULT_VARIANTS,
-        help="FlowForge variants (default: shipped lock lean; none: skip)",
+        help="FlowForge variants (default: shipped; none: skip)",
     )
     parser.add_argument(
         "--sqlite-tasks", type=int, default=1000, help="timed SQLite cycles (0: skip)"

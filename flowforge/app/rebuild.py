@@ -14,8 +14,7 @@ def rebuild_projections(store: Store, events: EventStore) -> RebuildReport:
     meanwhile, so the rebuilt rows are exactly the log's. The outbox is not a
     projection (it is delivery state) and is kept.
     """
-    with store.write() as writes:
-        writes.lock_projections()
+    with store.write(rebuild=True) as writes:
         stored = writes.stored_events()
         writes.delete_projections()
         for record in stored:

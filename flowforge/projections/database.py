@@ -16,17 +16,21 @@ import json
 import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
+from weakref import WeakKeyDictionary
 
 import psycopg
 import psycopg.errors
 from eventsourcing import persistence as es_persistence
 from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
-from psycopg import pq
+from psycopg import generators, pq
+from psycopg.adapt import Transformer
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Json
 
@@ -40,14 +44,20 @@ LISTENER_APPLICATION_NAME = "flowforge-listener"
 NOTIFIER_APPLICATION_NAME = "flowforge-notifier"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-#: A transaction whose BEGIN finds its pooled connection dead is begun once more, on a
-#: connection the pool has just checked (see ``PostgresDatabase._begin``).
-BEGIN_ATTEMPTS = 2
+#: A transaction whose first round trip finds its pooled connection dead sends it once
+#: more, on a connection the pool has just checked (see ``_on_live_connection``).
+FIRST_ROUND_TRIP_ATTEMPTS = 2
 
 
 class Transaction(Protocol):
     def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         """Run the statement called ``name``; its rows (empty for a write with none)."""
+        ...
+
+    def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+        """Run the statement called ``name``, whose rows nobody reads, in this transaction
+        before anything that follows it (PostgreSQL sends it with the next statement or
+        the COMMIT: one round trip fewer; its error surfaces there)."""
         ...
 
     def run_script(self, name: str) -> None:
@@ -89,6 +99,11 @@ def _execute(
 ) -> list[Row]:
     encoded = {k: _encode_postgres(k, v) for k, v in (params or {}).items()}
     cursor.execute(statement, encoded)
+    return _rows(cursor)
+
+
+def _rows(cursor: psycopg.Cursor[Any]) -> list[Row]:
+    """The current result's rows; none for a statement that returns none."""
     # Not ``cursor.description``: psycopg builds a Column per column on each access,
     # a measurable share of a claim (docs/performance.md).
     result = cursor.pgresult
@@ -96,17 +111,214 @@ def _execute(
     return list(cursor.fetchall()) if returned_rows else []
 
 
+#: A statement waiting to be sent: a named one with its parameters, or raw SQL (DDL).
+_Statement = tuple[str, Mapping[str, Any] | None] | bytes
+_PARAMETER = re.compile(r"%\((\w+)\)s")
+#: The statements PostgreSQL's PREPARE takes (by their first word).
+_PREPARABLE = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "VALUES"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    """One named statement, ready for a batch: ``EXECUTE`` of the statement prepared in
+    the session by ``prepare`` (``$n`` standing for ``order[n-1]``), or the statement
+    itself with its parameters inline."""
+
+    execute: bytes
+    #: None for a statement PREPARE refuses (LOCK, DDL): it always goes inline.
+    prepare: bytes | None
+    order: tuple[str, ...]
+    inline: bytes
+
+    @classmethod
+    def of(cls, name: str, statement: str) -> _Template:
+        order: list[str] = []
+
+        def positional(match: re.Match[str]) -> str:
+            if match[1] not in order:
+                order.append(match[1])
+            return f"${order.index(match[1]) + 1}"
+
+        prepared = f"flowforge_{name}"
+        body = _PARAMETER.sub(positional, statement).replace("%%", "%")
+        preparable = statement.split(None, 1)[0].upper() in _PREPARABLE
+        return cls(
+            execute=f"EXECUTE {prepared}".encode(),
+            prepare=f"PREPARE {prepared} AS {body}".encode() if preparable else None,
+            order=tuple(order),
+            inline=statement.encode(),
+        )
+
+
+@cache
+def _templates() -> Mapping[str, _Template]:
+    return {name: _Template.of(name, text) for name, text in queries.load("postgres").items()}
+
+
+class _Session:
+    """What FlowForge keeps per server session: the statements it prepared there, and
+    the transformer that quotes parameters as literals for that connection."""
+
+    __slots__ = ("literals", "prepared")
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.prepared: set[str] = set()
+        self.literals = Transformer(conn)
+
+
+#: Per connection: a new connection (a reconnect) starts with nothing prepared.
+_SESSIONS: WeakKeyDictionary[psycopg.Connection[Any], _Session] = WeakKeyDictionary()
+
+
+def _session(conn: psycopg.Connection[Any]) -> _Session:
+    session = _SESSIONS.get(conn)
+    if session is None:
+        session = _SESSIONS[conn] = _Session(conn)
+    return session
+
+
+def _sql(conn: psycopg.Connection[Any], statement: _Statement, *, prepared: bool) -> bytes:
+    """One statement of a batch as SQL text, its parameters quoted as literals."""
+    if isinstance(statement, bytes):
+        return statement
+    name, params = statement
+    template = _templates()[name]
+    session = _session(conn)
+    literals = {
+        key: session.literals.as_literal(_encode_postgres(key, value))
+        for key, value in (params or {}).items()
+    }
+    if not prepared or template.prepare is None:
+        return template.inline % {key.encode(): value for key, value in literals.items()}
+    if name not in session.prepared:
+        # Once per session, in a round trip of its own: PREPARE outlives a rollback.
+        _simple_query(conn, template.prepare)
+        session.prepared.add(name)
+    if not template.order:
+        return template.execute
+    return template.execute + b"(" + b", ".join(literals[k] for k in template.order) + b")"
+
+
+def _send_batch(
+    conn: psycopg.Connection[Any],
+    batch: list[_Statement],
+    *,
+    prepared: bool,
+    begin: bool = False,
+    commit: bool = False,
+) -> list[Row]:
+    """ONE round trip: ``batch`` (after BEGIN, before COMMIT, if asked) as one
+    simple-protocol query; the rows of its last statement.
+
+    The server runs the statements in order and stops at the first error: the
+    transaction is then aborted and nothing after the error runs, COMMIT included.
+    """
+    parts = [b"BEGIN"] if begin else []
+    parts += [_sql(conn, statement, prepared=prepared) for statement in batch]
+    if commit:
+        parts.append(b"COMMIT")
+    return _simple_query(conn, b";\n".join(parts))
+
+
+def _simple_query(conn: psycopg.Connection[Any], query: bytes) -> list[Row]:
+    """Send ``query`` (one or more statements, no parameters), wait for every result;
+    the last one's rows. Straight to libpq: a cursor costs ~100 µs of client CPU for
+    each new query text (psycopg caches and counts every text it sees, to prepare it),
+    and a batch's text is new every time."""
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    conn.pgconn.send_query(query)
+    results = conn.wait(generators.execute(conn.pgconn))
+    for result in results:
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+    last = results[-1]
+    if last.status != pq.ExecStatus.TUPLES_OK:
+        return []
+    names = [(last.fname(i) or b"").decode() for i in range(last.nfields)]
+    loader = _session(conn).literals
+    loader.set_pgresult(last)
+    return loader.load_rows(0, last.ntuples, lambda values: dict(zip(names, values, strict=True)))
+
+
+def _roll_back(conn: psycopg.Connection[Any]) -> None:
+    """End the open transaction, if any, on a live connection; quietly (the error that
+    made us roll back says more than one from the ROLLBACK)."""
+    if conn.closed or conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        return
+    with suppress(psycopg.Error):
+        _simple_query(conn, b"ROLLBACK")
+
+
 class _PostgresTransaction:
-    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
-        self._cursor = cursor
-        self._queries = queries.load("postgres")
+    """A write transaction, sent in as few round trips as it can be.
+
+    A statement whose rows the caller needs (:meth:`run`) goes out at once; one whose
+    rows nobody reads (:meth:`defer`: an event, an outbox row, a wake-up mark) waits and
+    goes with the next, or with the COMMIT; BEGIN goes with the first. A claim is two
+    round trips (BEGIN + the conditional write; the event + COMMIT) where it was four,
+    and each round trip costs CPU on both sides (docs/performance.md). Deferring changes
+    no outcome: the statements run in the same order in the same transaction, and an
+    error in any of them (the events' primary key, the second guard) aborts the
+    transaction before its COMMIT runs.
+
+    Parameters are quoted into the SQL text (a simple-protocol query can carry several
+    statements; the extended protocol only one). With prepared statements on, each
+    statement is prepared once per session and sent as ``EXECUTE``, so the server plans
+    it once; off (PgBouncer before 1.21), it is sent inline.
+
+    The first round trip is the probe of ``_on_live_connection``: nothing is written
+    before it, so a dead connection found there is replaced and the batch sent again.
+    A round trip carrying the COMMIT is never the first: a COMMIT lost on the wire may
+    or may not have applied, and that must surface.
+    """
+
+    def __init__(self, datastore: PostgresDatastore, stack: ExitStack, *, prepared: bool) -> None:
+        self._datastore = datastore
+        self._stack = stack
+        self._prepared = prepared
+        self._pending: list[_Statement] = []
+        self._conn: psycopg.Connection[Any] | None = None
 
     def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        return _execute(self._cursor, self._queries[name], params)
+        return self._round_trip((name, params))
+
+    def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+        self._pending.append((name, params))
 
     def run_script(self, name: str) -> None:
-        for statement in queries.statements(self._queries[name]):
-            self._cursor.execute(statement)
+        for statement in queries.statements(queries.load("postgres")[name]):
+            self._round_trip(statement.encode())
+
+    def commit(self) -> None:
+        if self._conn is None:
+            if not self._pending:
+                return  # nothing was sent, nothing is open
+            self._round_trip(None)  # BEGIN alone: the probe, apart from the COMMIT
+        assert self._conn is not None
+        batch, self._pending = self._pending, []
+        _send_batch(self._conn, batch, prepared=self._prepared, commit=True)
+
+    def rollback(self) -> None:
+        """After an error: end the transaction, if one is open on a live connection."""
+        if self._conn is not None:
+            _roll_back(self._conn)
+
+    def _round_trip(self, last: _Statement | None) -> list[Row]:
+        batch = [*self._pending, *([] if last is None else [last])]
+        self._pending = []
+        if self._conn is not None:
+            return _send_batch(self._conn, batch, prepared=self._prepared)
+
+        def first(_: ExitStack, conn: psycopg.Connection[Any]) -> _FirstBatch:
+            try:
+                return conn, _send_batch(conn, batch, prepared=self._prepared, begin=True)
+            except psycopg.Error:
+                _roll_back(conn)
+                raise
+
+        self._conn, rows = _on_live_connection(self._datastore, self._stack, first)
+        return rows
 
 
 def _encode_postgres(name: str, value: Any) -> Any:
@@ -117,6 +329,7 @@ def _encode_postgres(name: str, value: Any) -> Any:
 
 _Probed = TypeVar("_Probed")
 _FirstRead = tuple[psycopg.Cursor[Any], list[Row]]
+_FirstBatch = tuple[psycopg.Connection[Any], list[Row]]
 
 
 def _on_live_connection(
@@ -124,23 +337,23 @@ def _on_live_connection(
     stack: ExitStack,
     probe: Callable[[ExitStack, psycopg.Connection[Any]], _Probed],
 ) -> _Probed:
-    """``probe`` (a write's BEGIN, a read's first statement) on a pooled connection whose
-    exits go on ``stack``; its result.
+    """``probe`` (a write's first round trip, a read's first statement) on a pooled
+    connection whose exits go on ``stack``; its result.
 
     The pool does not ping a connection before lending it (that was a round trip on
     every transaction, and after a mass kill the pool checked its dead connections one
     at a time, waiting 1, 2, 4 s between them). Instead a connection found dead by the
     probe is dropped, the pool checks all its idle connections at once (replacing the
     dead ones), and the probe runs once more. That retry is safe because the probe
-    changes nothing: nothing after it is ever retried.
+    commits nothing: nothing after it is ever retried.
     """
-    for attempt in range(1, BEGIN_ATTEMPTS + 1):
+    for attempt in range(1, FIRST_ROUND_TRIP_ATTEMPTS + 1):
         with ExitStack() as attempt_stack:
             conn = attempt_stack.enter_context(datastore.get_connection())
             try:
                 probed = probe(attempt_stack, conn)
             except psycopg.OperationalError:
-                if not conn.closed or attempt == BEGIN_ATTEMPTS:
+                if not conn.closed or attempt == FIRST_ROUND_TRIP_ATTEMPTS:
                     raise
             else:
                 stack.push(attempt_stack.pop_all())
@@ -175,6 +388,9 @@ class _PostgresRead:
         self._cursor, rows = _on_live_connection(self._datastore, self._stack, first)
         return rows
 
+    def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+        raise TypeError(f"a read defers no write ({name}); open a transaction")
+
     def run_script(self, name: str) -> None:
         raise TypeError(f"a read runs no script ({name}); open a transaction")
 
@@ -189,13 +405,22 @@ class PostgresDatabase:
         self._datastore = datastore
         self.location = location
         self._listen_url = listen_url
+        # The pool's own setting (FLOWFORGE_PREPARED_STATEMENTS) decides for the writes.
+        settings = datastore.pool.kwargs
+        self._prepared = not isinstance(settings, dict) or (
+            settings.get("prepare_threshold") is not None
+        )
 
     @contextmanager
     def transaction(self) -> Iterator[_PostgresTransaction]:
         with translate_errors(self.location), ExitStack() as stack:
-            conn = self._begin(stack)
-            with conn.cursor() as cursor:
-                yield _PostgresTransaction(cursor)
+            tx = _PostgresTransaction(self._datastore, stack, prepared=self._prepared)
+            try:
+                yield tx
+                tx.commit()
+            except BaseException:
+                tx.rollback()
+                raise
 
     @contextmanager
     def read(self) -> Iterator[_PostgresRead]:
@@ -204,22 +429,6 @@ class PostgresDatabase:
         so those two round trips bought nothing for a read."""
         with translate_errors(self.location), ExitStack() as stack:
             yield _PostgresRead(self._datastore, stack)
-
-    def _begin(self, stack: ExitStack) -> psycopg.Connection[Any]:
-        """A pooled connection with the transaction's BEGIN done, its exits on ``stack``.
-
-        BEGIN is the probe of ``_on_live_connection``: none of the transaction's
-        statements has run yet, so a dead connection found there is replaced and BEGIN
-        tried once more. Nothing after BEGIN is ever retried: a connection lost during
-        the statements or the COMMIT surfaces as ``DatabaseUnavailableError``, since a
-        lost COMMIT may or may not have applied.
-        """
-
-        def begin(attempt: ExitStack, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-            attempt.enter_context(conn.transaction())
-            return conn
-
-        return _on_live_connection(self._datastore, stack, begin)
 
     def notify_connection(self) -> psycopg.Connection[Any]:
         return self._pool_settings_connection(NOTIFIER_APPLICATION_NAME)
@@ -265,6 +474,10 @@ class _SqliteTransaction:
         encoded = {k: _encode_sqlite(k, v) for k, v in (params or {}).items()}
         self._cursor.execute(self._queries[name], encoded)
         return [_decode_sqlite(row) for row in self._cursor.fetchall()]
+
+    def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+        # In-process: no round trip to save.
+        self.run(name, params)
 
     def run_script(self, name: str) -> None:
         for statement in queries.statements(self._queries[name]):

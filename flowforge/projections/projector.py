@@ -27,7 +27,7 @@ def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
     """Apply ``event`` to the rows. False only for a run whose idempotency key exists."""
     if isinstance(event, TaskRun.Created):
         params = _created_params(event, task_run.STATIC_FIELDS, event.state)
-        tx.run("insert_task_run", params)
+        tx.defer("insert_task_run", params)
         return True
     if isinstance(event, WorkflowRun.Created):
         initial = WORKFLOW_RUN_MACHINE.initial.value

@@ -48,10 +48,19 @@ class Store:
         return self.database.location
 
     @contextmanager
-    def write(self) -> Iterator[Writes]:
-        """One write transaction: it commits everything written in it, or nothing."""
+    def write(self, *, rebuild: bool = False) -> Iterator[Writes]:
+        """One write transaction: it commits everything written in it, or nothing.
+        ``rebuild``: the rebuild's, which every other write waits for.
+
+        Its first statement takes the projected tables' lock: exclusive for the rebuild,
+        shared (the lock any write takes) for the rest. Taken first, before any
+        statement that reads: a PostgreSQL statement sent in a simple-protocol batch
+        takes its snapshot before its locks, so a write's first UPDATE that waited out a
+        rebuild would look for the rows the rebuild deleted and find nothing.
+        """
         tx: Transaction
         with self.database.transaction() as tx:
+            tx.defer("lock_projected_tables" if rebuild else "share_projected_tables")
             writes = Writes(tx, self._mapper)
             yield writes
         # Committed: wake this process's loops, and other processes' by a NOTIFY.

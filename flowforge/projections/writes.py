@@ -72,7 +72,7 @@ class Writes(Reads):
         version of one aggregate."""
         for event in events:
             stored = self._mapper.to_stored_event(event)
-            self._tx.run(
+            self._tx.defer(
                 "insert_stored_event",
                 {
                     "originator_id": stored.originator_id,
@@ -109,10 +109,6 @@ class Writes(Reads):
 
     def insert_task_run(self, created: TaskRun.Created) -> None:
         projector.apply_event(self._tx, created)
-
-    def lock_projections(self) -> None:
-        """Make writers wait until this transaction ends (the rebuild)."""
-        self._tx.run("lock_projected_tables")
 
     def delete_projections(self) -> None:
         self._tx.run("delete_task_runs")
@@ -218,7 +214,7 @@ class Writes(Reads):
     def mark_run(self, run_id: UUID, task_key: str | None = None) -> None:
         """Record that the run needs advancing, because of a change to ``task_key`` (or
         to the run itself: ``None``); on PostgreSQL the commit NOTIFYs."""
-        self._tx.run("mark_run_wakeup", {"workflow_run_id": run_id, "task_key": task_key})
+        self._tx.defer("mark_run_wakeup", {"workflow_run_id": run_id, "task_key": task_key})
         self.marked_runs = True
 
     def clear_wakeups(self, run_id: UUID) -> list[str | None]:
@@ -267,7 +263,7 @@ class Writes(Reads):
     ) -> UUID:
         """The outbox row that makes a ready task's dispatch durable; its dispatch id."""
         dispatch_id = uuid4()
-        self._tx.run(
+        self._tx.defer(
             "insert_outbox",
             {
                 "dispatch_id": dispatch_id,
@@ -295,7 +291,7 @@ class Writes(Reads):
         return [OutboxRow.from_mapping(r) for r in rows]
 
     def mark_published(self, dispatch_id: UUID) -> None:
-        self._tx.run("mark_outbox_published", {"dispatch_id": dispatch_id})
+        self._tx.defer("mark_outbox_published", {"dispatch_id": dispatch_id})
 
     def stalled_ready(self, older_than_seconds: float, limit: int) -> list[TaskRunRow]:
         """Tasks READY for over ``older_than_seconds`` with no dispatch pending or

@@ -152,6 +152,9 @@ def test_a_dropped_database_connection_during_the_outcome_write_is_retried_and_r
     # has logged a failed write, which a loaded machine can stretch past LEASE_S.
     run_id = cluster.submit(single("held", lease_seconds=OUTAGE_LEASE_S))
     first_start(cluster)
+    # The task can start before the scheduler is up (it is dispatched at creation): a
+    # scheduler whose start-up meets the outage exits, which is not what is tested here.
+    wait_until(lambda: "scheduler started" in _log(cluster, "scheduler"), 30, "no scheduler")
     with admin() as conn:
         conn.execute(f'ALTER DATABASE "{cluster.dbname}" ALLOW_CONNECTIONS false')
         conn.execute(

@@ -103,6 +103,10 @@ SELECT pg_advisory_xact_lock(7354219860);
 -- name: lock_projected_tables
 LOCK TABLE workflow_runs, task_runs IN EXCLUSIVE MODE;
 
+-- Every other write, first: waits out a rebuild (Store.write says why it comes first).
+-- name: share_projected_tables
+LOCK TABLE workflow_runs, task_runs IN ROW EXCLUSIVE MODE;
+
 -- Whether the schema was ever created, asked without creating anything (the catalog).
 -- name: schema_table_exists
 SELECT 1 AS present WHERE to_regclass('flowforge_schema') IS NOT NULL;

@@ -99,6 +99,9 @@ SELECT 1;
 -- name: lock_projected_tables
 SELECT 1;
 
+-- name: share_projected_tables
+SELECT 1;
+
 -- Whether the schema was ever created, asked without creating anything (the catalog).
 -- name: schema_table_exists
 SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = 'flowforge_schema';
