@@ -34,7 +34,7 @@ class FlowForge(Scheduling):
 
     ``prepared_statements``: PostgreSQL's server-side prepared statements (faster);
     ``False`` when the database URL goes through a pooler that cannot keep them, such
-    as PgBouncer before 1.21 in transaction pooling mode.
+    as PgBouncer in transaction pooling mode (any version).
     """
 
     def __init__(

@@ -40,7 +40,7 @@ configuration (flags override the environment):
                            PostgreSQL itself, for the wake-up LISTEN when the
                            database URL goes through PgBouncer (default: that URL)
   FLOWFORGE_PREPARED_STATEMENTS
-                           on (default) or off: off through PgBouncer before 1.21
+                           on (default) or off: off through PgBouncer (transaction mode)
   FLOWFORGE_BROKER_URL     amqp://user:password@host:5672/vhost; unset: embedded mode,
                            dispatch in-process (flowforge run / demo only)
   FLOWFORGE_DISPATCH_EXCHANGE, FLOWFORGE_DISPATCH_QUEUE, FLOWFORGE_DISPATCH_ROUTING_KEY,

@@ -265,7 +265,7 @@ class _PostgresTransaction:
     Parameters are quoted into the SQL text (a simple-protocol query can carry several
     statements; the extended protocol only one). With prepared statements on, each
     statement is prepared once per session and sent as ``EXECUTE``, so the server plans
-    it once; off (PgBouncer before 1.21), it is sent inline.
+    it once; off (behind PgBouncer), it is sent inline.
 
     The first round trip is the probe of ``_on_live_connection``: nothing is written
     before it, so a dead connection found there is replaced and the batch sent again.
@@ -585,8 +585,8 @@ def _translated(exc: Exception, location: str) -> errors.FlowForgeError | None:
             f"the database at {location} does not know a statement this connection "
             f"prepared ({_first_line(exc)}): the database URL goes through a pooler in "
             f"transaction mode (PgBouncer) that cannot keep prepared statements; set "
-            f"FLOWFORGE_PREPARED_STATEMENTS=off (or max_prepared_statements in PgBouncer "
-            f"1.21+)"
+            f"FLOWFORGE_PREPARED_STATEMENTS=off (PgBouncer's max_prepared_statements does "
+            f"not cover FlowForge's SQL PREPARE)"
         )
     if _is_conflict(exc):
         return errors.TransactionConflictError(

@@ -397,7 +397,7 @@ class TestPostgresStore(StoreContract):
 
 
 class TestPostgresStoreInline(StoreContract):
-    """The same contract with prepared statements off (behind PgBouncer before 1.21):
+    """The same contract with prepared statements off (behind a transaction-pooling PgBouncer):
     each statement is sent inline, parameters quoted as literals, not as EXECUTE."""
 
     @pytest.fixture
