@@ -132,7 +132,7 @@ def advance_after_finish(
     """In a worker's finishing transaction: advance the task's run right here (promote
     its dependents, finish the run when it was the last task) if the task succeeded and
     the finish could lock the run's row at once (``run_state``, taken by the finish
-    before its task row: ``Writes.try_lock_run_of_task``; ``None`` when another
+    before its task row: ``Writes.finish_trying_run``; ``None`` when another
     transaction held it, or when the finish was no success and did not try); else mark
     the run for a scheduler, as every other transition does. ``None`` when it marked.
 

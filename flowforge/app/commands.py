@@ -196,13 +196,14 @@ class Commands(Queries):
         # The run is advanced here, in the finish's own transaction, when that is quick
         # and safe; otherwise marked for a scheduler (advance.advance_after_finish).
         with self._writer(marks_runs=False) as writer:
-            # First: the run row, then the task's (the lock order; advance.py says why).
-            # Only a success advances its run here: a failure leaves the run row alone.
-            run_state = writer.store.try_lock_run_of_task(task_run_id) if succeeded else None
-            row = writer.finish(
+            # Only a success advances its run here, so only a success tries the run row
+            # (first, then the task's: the lock order, advance.py says why); a failure
+            # leaves the run row alone.
+            run_state, row = writer.finish_trying_run(
                 edge,
                 task_run_id,
                 fencing_token,
+                try_run=succeeded,
                 actor=actor,
                 result=stored_result,
                 error=stored_error,

@@ -86,6 +86,29 @@ class Writer:
         row = self.store.finish(task_run_id, edge, fencing_token, result=result, error=error)
         return self._record_task(row, edge, actor)
 
+    def finish_trying_run(
+        self,
+        edge: Transition,
+        task_run_id: UUID,
+        fencing_token: int,
+        *,
+        try_run: bool,
+        actor: str,
+        result: Any = None,
+        error: Mapping[str, str] | None = None,
+    ) -> tuple[WorkflowRunState | None, TaskRunRow | None]:
+        """:meth:`finish`, after trying the run's row if ``try_run``
+        (``Writes.finish_trying_run``); the run's state (``None``: not tried, or held
+        elsewhere) and the new task row."""
+        if not try_run:
+            return None, self.finish(
+                edge, task_run_id, fencing_token, actor=actor, result=result, error=error
+            )
+        run_state, row = self.store.finish_trying_run(
+            task_run_id, edge, fencing_token, result=result, error=error
+        )
+        return run_state, self._record_task(row, edge, actor)
+
     def renew_lease(
         self, task_run_id: UUID, fencing_token: int, lease_seconds: float, *, actor: str
     ) -> TaskRunRow | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -39,6 +39,8 @@ from flowforge.projections import queries
 from flowforge.projections.tables import COLUMN_KINDS, Kind
 
 Row = dict[str, Any]
+#: A named statement (``sql/*.sql``) and its parameters.
+_Named = tuple[str, Mapping[str, Any] | None]
 #: How the wake-up connections show in ``pg_stat_activity`` (and PgBouncer's SHOW CLIENTS).
 LISTENER_APPLICATION_NAME = "flowforge-listener"
 NOTIFIER_APPLICATION_NAME = "flowforge-notifier"
@@ -52,6 +54,11 @@ FIRST_ROUND_TRIP_ATTEMPTS = 2
 class Transaction(Protocol):
     def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         """Run the statement called ``name``; its rows (empty for a write with none)."""
+        ...
+
+    def run_each(self, statements: Sequence[_Named]) -> list[list[Row]]:
+        """Run the ``(name, params)`` statements in order (PostgreSQL: in one round trip,
+        so none may depend on another's rows); the rows of each."""
         ...
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
@@ -112,7 +119,7 @@ def _rows(cursor: psycopg.Cursor[Any]) -> list[Row]:
 
 
 #: A statement waiting to be sent: a named one with its parameters, or raw SQL (DDL).
-_Statement = tuple[str, Mapping[str, Any] | None] | bytes
+_Statement = _Named | bytes
 _PARAMETER = re.compile(r"%\((\w+)\)s")
 #: The statements PostgreSQL's PREPARE takes (by their first word).
 _PREPARABLE = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "VALUES"})
@@ -206,9 +213,10 @@ def _send_batch(
     prepared: bool,
     begin: bool = False,
     commit: bool = False,
-) -> list[Row]:
+    wanted: int = 1,
+) -> list[list[Row]]:
     """ONE round trip: ``batch`` (after BEGIN, before COMMIT, if asked) as one
-    simple-protocol query; the rows of its last statement.
+    simple-protocol query; the rows of each of its last ``wanted`` statements.
 
     The server runs the statements in order and stops at the first error: the
     transaction is then aborted and nothing after the error runs, COMMIT included.
@@ -217,28 +225,34 @@ def _send_batch(
     parts += [_sql(conn, statement, prepared=prepared) for statement in batch]
     if commit:
         parts.append(b"COMMIT")
-    return _simple_query(conn, b";\n".join(parts))
+    results = _simple_query(conn, b";\n".join(parts))
+    last = len(results) - (1 if commit else 0)
+    return [_loaded(conn, result) for result in results[last - wanted : last]]
 
 
-def _simple_query(conn: psycopg.Connection[Any], query: bytes) -> list[Row]:
+def _simple_query(conn: psycopg.Connection[Any], query: bytes) -> list[pq.abc.PGresult]:
     """Send ``query`` (one or more statements, no parameters), wait for every result;
-    the last one's rows. Straight to libpq: a cursor costs ~100 µs of client CPU for
+    the results, one per statement. Straight to libpq: a cursor costs ~100 µs of client CPU for
     each new query text (psycopg caches and counts every text it sees, to prepare it),
     and a batch's text is new every time."""
     if conn.closed:
         raise psycopg.OperationalError("the connection is closed")
     conn.pgconn.send_query(query)
-    results = conn.wait(generators.execute(conn.pgconn))
+    results: list[pq.abc.PGresult] = conn.wait(generators.execute(conn.pgconn))
     for result in results:
         if result.status == pq.ExecStatus.FATAL_ERROR:
             raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
-    last = results[-1]
-    if last.status != pq.ExecStatus.TUPLES_OK:
+    return results
+
+
+def _loaded(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> list[Row]:
+    """A result's rows as dicts of Python values (none for a statement without rows)."""
+    if result.status != pq.ExecStatus.TUPLES_OK:
         return []
-    names = [(last.fname(i) or b"").decode() for i in range(last.nfields)]
+    names = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
     loader = _session(conn).literals
-    loader.set_pgresult(last)
-    return loader.load_rows(0, last.ntuples, lambda values: dict(zip(names, values, strict=True)))
+    loader.set_pgresult(result)
+    return loader.load_rows(0, result.ntuples, lambda row: dict(zip(names, row, strict=True)))
 
 
 def _roll_back(conn: psycopg.Connection[Any]) -> None:
@@ -281,20 +295,24 @@ class _PostgresTransaction:
         self._conn: psycopg.Connection[Any] | None = None
 
     def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        return self._round_trip((name, params))
+        (rows,) = self._round_trip([(name, params)])
+        return rows
+
+    def run_each(self, statements: Sequence[_Named]) -> list[list[Row]]:
+        return self._round_trip(statements)
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
         self._pending.append((name, params))
 
     def run_script(self, name: str) -> None:
         for statement in queries.statements(queries.load("postgres")[name]):
-            self._round_trip(statement.encode())
+            self._round_trip([statement.encode()])
 
     def commit(self) -> None:
         if self._conn is None:
             if not self._pending:
                 return  # nothing was sent, nothing is open
-            self._round_trip(None)  # BEGIN alone: the probe, apart from the COMMIT
+            self._round_trip([])  # BEGIN alone: the probe, apart from the COMMIT
         assert self._conn is not None
         batch, self._pending = self._pending, []
         _send_batch(self._conn, batch, prepared=self._prepared, commit=True)
@@ -304,15 +322,18 @@ class _PostgresTransaction:
         if self._conn is not None:
             _roll_back(self._conn)
 
-    def _round_trip(self, last: _Statement | None) -> list[Row]:
-        batch = [*self._pending, *([] if last is None else [last])]
-        self._pending = []
+    def _round_trip(self, statements: Sequence[_Statement]) -> list[list[Row]]:
+        """The pending statements and ``statements``, sent; the rows of each of the
+        latter."""
+        batch, self._pending = [*self._pending, *statements], []
+        wanted = len(statements)
         if self._conn is not None:
-            return _send_batch(self._conn, batch, prepared=self._prepared)
+            return _send_batch(self._conn, batch, prepared=self._prepared, wanted=wanted)
 
         def first(_: ExitStack, conn: psycopg.Connection[Any]) -> _FirstBatch:
             try:
-                return conn, _send_batch(conn, batch, prepared=self._prepared, begin=True)
+                rows = _send_batch(conn, batch, prepared=self._prepared, begin=True, wanted=wanted)
+                return conn, rows
             except psycopg.Error:
                 _roll_back(conn)
                 raise
@@ -329,7 +350,7 @@ def _encode_postgres(name: str, value: Any) -> Any:
 
 _Probed = TypeVar("_Probed")
 _FirstRead = tuple[psycopg.Cursor[Any], list[Row]]
-_FirstBatch = tuple[psycopg.Connection[Any], list[Row]]
+_FirstBatch = tuple[psycopg.Connection[Any], list[list[Row]]]
 
 
 def _on_live_connection(
@@ -387,6 +408,9 @@ class _PostgresRead:
 
         self._cursor, rows = _on_live_connection(self._datastore, self._stack, first)
         return rows
+
+    def run_each(self, statements: Sequence[_Named]) -> list[list[Row]]:
+        return [self.run(name, params) for name, params in statements]
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
         raise TypeError(f"a read defers no write ({name}); open a transaction")
@@ -474,6 +498,9 @@ class _SqliteTransaction:
         encoded = {k: _encode_sqlite(k, v) for k, v in (params or {}).items()}
         self._cursor.execute(self._queries[name], encoded)
         return [_decode_sqlite(row) for row in self._cursor.fetchall()]
+
+    def run_each(self, statements: Sequence[_Named]) -> list[list[Row]]:
+        return [self.run(name, params) for name, params in statements]
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
         # In-process: no round trip to save.

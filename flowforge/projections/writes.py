@@ -141,10 +141,30 @@ class Writes(Reads):
         error: Mapping[str, str] | None = None,
     ) -> TaskRunRow | None:
         """succeed, fail or cancel_running, only with the current fencing token."""
-        if edge.name not in _FINISH_EDGES:
-            raise ValueError(f"finish takes {sorted(_FINISH_EDGES)}, not {edge.name!r}")
-        params = {"fencing_token": fencing_token, "result": result, "error": error}
+        params = _finish_params(edge, fencing_token, result, error)
         return self._task("task_finish", task_run_id, edge, params)
+
+    def finish_trying_run(
+        self,
+        task_run_id: UUID,
+        edge: Transition,
+        fencing_token: int,
+        *,
+        result: Any = None,
+        error: Mapping[str, str] | None = None,
+    ) -> tuple[WorkflowRunState | None, TaskRunRow | None]:
+        """:meth:`finish`, after trying the row of the task's run like
+        :meth:`try_lock_run_state`, in ONE round trip (neither needs the other's rows):
+        the run's state (``None``: another transaction holds the row) and the new task
+        row (``None``: lost). The run row first: the lock order of every advance."""
+        params = _finish_params(edge, fencing_token, result, error)
+        run_rows, task_rows = self._tx.run_each(
+            [
+                ("try_lock_workflow_run_of_task", {"id": task_run_id}),
+                ("task_finish", _task_params(task_run_id, edge, params)),
+            ]
+        )
+        return _run_state(run_rows), first_row(TaskRunRow, task_rows)
 
     def renew_lease(
         self, task_run_id: UUID, fencing_token: int, lease_seconds: float
@@ -178,16 +198,7 @@ class Writes(Reads):
         edge: Transition,
         params: Mapping[str, Any] | None = None,
     ) -> TaskRunRow | None:
-        rows = self._tx.run(
-            statement,
-            {
-                "id": task_run_id,
-                "source": edge.source.value,
-                "target": edge.target.value,
-                "terminal": TASK_RUN_MACHINE.is_terminal(edge.target),
-                **(params or {}),
-            },
-        )
+        rows = self._tx.run(statement, _task_params(task_run_id, edge, params))
         return first_row(TaskRunRow, rows)
 
     # --- workflow runs ---------------------------------------------------------------
@@ -205,11 +216,6 @@ class Writes(Reads):
         """The run's state, its row locked like :meth:`try_lock_run` (``None`` if another
         transaction holds it, or no such run), without reading its definition."""
         return _run_state(self._tx.run("try_lock_workflow_run_state", {"id": run_id}))
-
-    def try_lock_run_of_task(self, task_run_id: UUID) -> WorkflowRunState | None:
-        """Like :meth:`try_lock_run_state`, for the run of ``task_run_id``: ``None`` if
-        another transaction holds the run's row (or there is no such task)."""
-        return _run_state(self._tx.run("try_lock_workflow_run_of_task", {"id": task_run_id}))
 
     def mark_run(self, run_id: UUID, task_key: str | None = None) -> None:
         """Record that the run needs advancing, because of a change to ``task_key`` (or
@@ -298,6 +304,27 @@ class Writes(Reads):
         published within that time."""
         params = {"older_than": older_than_seconds, "limit": limit}
         return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_stalled_ready", params)]
+
+
+def _task_params(
+    task_run_id: UUID, edge: Transition, params: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """A task edge's parameters: the row, the edge's ends, and the edge's own."""
+    return {
+        "id": task_run_id,
+        "source": edge.source.value,
+        "target": edge.target.value,
+        "terminal": TASK_RUN_MACHINE.is_terminal(edge.target),
+        **(params or {}),
+    }
+
+
+def _finish_params(
+    edge: Transition, fencing_token: int, result: Any, error: Mapping[str, str] | None
+) -> dict[str, Any]:
+    if edge.name not in _FINISH_EDGES:
+        raise ValueError(f"finish takes {sorted(_FINISH_EDGES)}, not {edge.name!r}")
+    return {"fencing_token": fencing_token, "result": result, "error": error}
 
 
 def _run_state(rows: list[Row]) -> WorkflowRunState | None:

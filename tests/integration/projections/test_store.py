@@ -237,6 +237,25 @@ class StoreContract:
         assert done.result == {"rows": [1, 2]} and done.error is None
         assert done.lease_expires_at is None and done.finished_at is not None
 
+    def test_finish_trying_run_locks_the_run_and_finishes_in_one_go(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        run_id, task_id = run_and_task
+        with store.write() as writes:
+            claimed = writes.claim(task_id, "w1", LEASE_S)
+            assert claimed is not None
+            stale = writes.finish_trying_run(task_id, edge("succeed"), claimed.fencing_token + 1)
+            state, done = writes.finish_trying_run(
+                task_id, edge("succeed"), claimed.fencing_token, result=[1]
+            )
+        assert stale == (WorkflowRunState.PENDING, None)  # the run was tried; the task lost
+        assert state is WorkflowRunState.PENDING
+        assert done is not None and (done.state, done.result) == ("succeeded", [1])
+        with store.write() as writes:
+            assert writes.move_run(run_id, run_edge("start")) is not None  # row usable
+            with pytest.raises(ValueError, match="finish takes"):
+                writes.finish_trying_run(task_id, edge("claim"), 0)
+
     def test_finish_and_move_task_refuse_an_edge_that_is_not_theirs(
         self, store: Store, run_and_task: tuple[UUID, UUID]
     ) -> None:
