@@ -1,4 +1,5 @@
-"""One handler invocation in its own thread, so the worker can service its connection."""
+"""One handler invocation on another thread (a lane), so the worker can service its
+connection meanwhile."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import traceback
 from typing import Any
 
 from flowforge.aggregates import json_values
+from flowforge.processes.lane import Lane
 from flowforge.processes.registry import Handler, TaskContext
 
 
@@ -22,24 +24,24 @@ def error_details(exc: BaseException) -> dict[str, str]:
 
 
 class HandlerCall:
-    """Runs ``handler(context)`` in a daemon thread and keeps its return or exception."""
+    """Runs ``handler(context)`` on a lane (the worker's, reused task after task; a new
+    one if none is given) and keeps its return or exception."""
 
-    def __init__(self, handler: Handler, context: TaskContext) -> None:
+    def __init__(self, handler: Handler, context: TaskContext, lane: Lane | None = None) -> None:
         self._handler = handler
         self._context = context
+        self._lane = lane or Lane(f"handler-{context.task_key}")
         self._result: Any = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"handler-{context.task_key}", daemon=True
-        )
+        self._returned: threading.Event | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        self._returned = self._lane.run(self._run)
 
     def join(self, timeout: float) -> bool:
         """Wait up to ``timeout``; True once the handler has returned or raised."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        assert self._returned is not None, "start() first"
+        return self._returned.wait(timeout)
 
     def _run(self) -> None:
         try:

@@ -21,6 +21,7 @@ from uuid import UUID
 
 from flowforge import errors
 from flowforge.app.results import Claim
+from flowforge.processes.lane import Lane
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,12 @@ class Heartbeat:
     """Renews one claim's lease until exited or the lease is lost."""
 
     def __init__(
-        self, app: LeaseRenewer, claim: Claim, lease_seconds: float, worker_id: str
+        self,
+        app: LeaseRenewer,
+        claim: Claim,
+        lease_seconds: float,
+        worker_id: str,
+        lane: Lane | None = None,
     ) -> None:
         self._app = app
         self._claim = claim
@@ -65,10 +71,12 @@ class Heartbeat:
         #: The error that stopped the heartbeat, if one did.
         self.error: BaseException | None = None
         self.renewals = 0
-        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+        #: The worker's lane, reused claim after claim (a new one if none is given).
+        self._lane = lane or Lane("heartbeat")
+        self._stopped: threading.Event | None = None
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        self._stopped = self._lane.run(self._run)
         return self
 
     def __exit__(
@@ -79,7 +87,8 @@ class Heartbeat:
     ) -> None:
         # Stop renewing before the finish is written: no renewal is left in flight.
         self._done.set()
-        self._thread.join()
+        if self._stopped is not None:
+            self._stopped.wait()
 
     def _run(self) -> None:
         interval = self._lease_seconds / 3

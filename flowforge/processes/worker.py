@@ -36,6 +36,7 @@ from flowforge.app.service import FlowForge
 from flowforge.processes import settle
 from flowforge.processes.handler_call import HandlerCall, error_details
 from flowforge.processes.heartbeat import Heartbeat
+from flowforge.processes.lane import Lane
 from flowforge.processes.loop import Backoff, Stop
 from flowforge.processes.outcome import OUTCOME_WRITE_PATIENCE_S, Outcome, OutcomeWriter
 from flowforge.processes.registry import TaskContext, TaskRegistry, default_registry
@@ -88,6 +89,9 @@ class Worker:
         self._runs: OrderedDict[uuid.UUID, _RunFacts] = OrderedDict()
         #: Consecutive dispatches requeued because the database was unavailable.
         self._database_failures = 0
+        #: One thread each for the handlers and the heartbeats, reused task after task.
+        self._handlers = Lane(f"handler-{self.worker_id}")
+        self._beats = Lane(f"heartbeat-{self.worker_id}")
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -270,8 +274,8 @@ class Worker:
         except errors.UnknownTaskTypeError as exc:
             return None, error_details(exc)
         context = self._context(task, claim)
-        heartbeat = Heartbeat(self.app, claim, lease_seconds, self.worker_id)
-        call = HandlerCall(handler, context)
+        heartbeat = Heartbeat(self.app, claim, lease_seconds, self.worker_id, self._beats)
+        call = HandlerCall(handler, context, self._handlers)
         with heartbeat:
             call.start()
             while not call.join(PUMP_INTERVAL_S):

@@ -94,6 +94,19 @@ def test_a_dispatch_is_claimed_run_finished_and_then_acked(
     assert transitions == ["create", "claim", "succeed"]
 
 
+def test_handlers_run_off_the_consumer_thread_on_one_thread_reused_task_after_task(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    # One thread per task cost ~8 % of a worker's wall time (docs/performance.md).
+    threads: list[int] = []
+    recorder.behaviour["only"] = lambda ctx: threads.append(threading.get_ident())
+    for _ in range(3):
+        app.start_workflow_run(ONE)
+        assert deliver_one(app, channel, worker) == "succeed"
+    assert len(threads) == 3 and len(set(threads)) == 1
+    assert threads[0] != threading.get_ident()  # the test's thread consumes here
+
+
 def test_a_duplicate_dispatch_is_acked_without_running_the_handler_again(
     app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
 ) -> None:

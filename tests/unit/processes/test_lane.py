@@ -1,0 +1,52 @@
+"""The lane: one reused daemon thread that runs calls in order."""
+
+from __future__ import annotations
+
+import threading
+
+from flowforge.processes.lane import Lane
+
+WAIT_S = 10.0
+
+
+def test_calls_run_in_order_on_one_daemon_thread_that_is_not_the_callers() -> None:
+    lane = Lane("test-lane")
+    seen: list[tuple[int, int, bool]] = []
+
+    def record(number: int) -> None:
+        current = threading.current_thread()
+        seen.append((number, threading.get_ident(), current.daemon))
+
+    done = [lane.run(lambda n=n: record(n)) for n in range(5)]  # type: ignore[misc]
+
+    assert all(event.wait(WAIT_S) for event in done)
+    assert [number for number, _, _ in seen] == [0, 1, 2, 3, 4]
+    assert len({ident for _, ident, _ in seen}) == 1
+    assert seen[0][1] != threading.get_ident()
+    assert all(daemon for _, _, daemon in seen)
+
+
+def test_a_call_that_raises_is_done_and_the_lane_runs_the_next() -> None:
+    lane = Lane("test-lane")
+    ran = threading.Event()
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    assert lane.run(boom).wait(WAIT_S)
+    assert lane.run(ran.set).wait(WAIT_S)
+    assert ran.is_set()
+
+
+def test_the_done_event_waits_for_a_call_still_running() -> None:
+    lane = Lane("test-lane")
+    release = threading.Event()
+
+    def held() -> None:
+        release.wait(WAIT_S)
+
+    done = lane.run(held)
+
+    assert not done.wait(0.05)  # still running: not done
+    release.set()
+    assert done.wait(WAIT_S)
