@@ -182,15 +182,13 @@ def advance_changes(
     keys = set(changed_keys)
     if keys and not _step_changes(writer, run_id, keys, definitions, rand, result, actor, known):
         return False
-    completion = writer.store.run_completion(run_id)
-    if completion == "unfinished":
-        return True
-    if completion == "cancelled":
-        return False
-    if writer.take_run_edge(_FINISH_RUN[WorkflowRunState.SUCCEEDED], run_id, actor=actor):
+    # The check and the run's succeed edge go together (one round trip); the edge
+    # matches only if every task succeeded, whatever the check saw a moment before.
+    completion, succeeded = writer.succeed_run_when_complete(run_id, actor=actor)
+    if succeeded is not None:
         result.finished_as = WorkflowRunState.SUCCEEDED.value
         return True
-    return False
+    return completion == "unfinished"
 
 
 def _step_changes(

@@ -25,8 +25,9 @@ from flowforge.aggregates.machines import (
 )
 from flowforge.aggregates.rules import initial_task_run_state
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.projections.reads import RunCompletion
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes import MOVE_EDGES, Writes
+from flowforge.projections.writes import MOVE_EDGES, SUCCEED_RUN, Writes
 
 _READY = TaskRunState.READY
 _CLAIM = TASK_RUN_MACHINE.get("claim")
@@ -174,6 +175,14 @@ class Writer:
     ) -> WorkflowRunRow | None:
         row = self.store.move_run(run_id, edge)
         return None if row is None else self._record_run(row, edge, actor)
+
+    def succeed_run_when_complete(
+        self, run_id: UUID, *, actor: str
+    ) -> tuple[RunCompletion, WorkflowRunRow | None]:
+        """The run's completion, and its ``succeed`` edge if complete, in one round trip
+        (``Writes.succeed_run_when_complete``); the new row, or ``None``."""
+        completion, row = self.store.succeed_run_when_complete(run_id)
+        return completion, None if row is None else self._record_run(row, SUCCEED_RUN, actor)
 
     def cancel_run(self, run_id: UUID, *, actor: str) -> WorkflowRunRow | None:
         """Cancel a pending or running run in one conditional write; None if it is

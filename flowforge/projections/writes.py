@@ -30,7 +30,7 @@ from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.projections import projector
 from flowforge.projections.database import Row, Transaction
-from flowforge.projections.reads import Reads, first_row
+from flowforge.projections.reads import Reads, RunCompletion, first_row
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 #: The edges ``move_task`` takes: no lease, no token, no clock condition.
@@ -38,6 +38,8 @@ MOVE_EDGES = frozenset({"dependencies_satisfied", "cancel_pending", "cancel_read
 _CLAIM = TASK_RUN_MACHINE.get("claim")
 _SCHEDULE_RETRY = TASK_RUN_MACHINE.get("schedule_retry")
 _RETRY_READY = TASK_RUN_MACHINE.get("retry_ready")
+#: The edge ``succeed_run_when_complete`` takes.
+SUCCEED_RUN = WORKFLOW_RUN_MACHINE.get("succeed")
 _FINISH_EDGES = frozenset(FINISH_TRANSITIONS)
 _RUNNING = TaskRunState.RUNNING.value
 
@@ -240,6 +242,22 @@ class Writes(Reads):
             "terminal": WORKFLOW_RUN_MACHINE.is_terminal(edge.target),
         }
         return first_row(WorkflowRunRow, self._tx.run("run_move", params))
+
+    def succeed_run_when_complete(
+        self, run_id: UUID
+    ) -> tuple[RunCompletion, WorkflowRunRow | None]:
+        """:meth:`run_completion`, and the run's ``succeed`` edge taken if every task
+        succeeded (none unfinished, none cancelled), in ONE round trip: the completion
+        and the new run row (``None``: not complete, or the run was not running)."""
+        params = {"id": run_id, "source": SUCCEED_RUN.source.value}
+        completion_rows, run_rows = self._tx.run_each(
+            [
+                ("select_run_completion", {"workflow_run_id": run_id}),
+                ("run_succeed_when_complete", {**params, "target": SUCCEED_RUN.target.value}),
+            ]
+        )
+        completion: RunCompletion = completion_rows[0]["completion"]
+        return completion, first_row(WorkflowRunRow, run_rows)
 
     def cancel_run(self, run_id: UUID) -> tuple[WorkflowRunRow, WorkflowRunState] | None:
         """A user's cancel: pending or running to cancelled in ONE conditional write

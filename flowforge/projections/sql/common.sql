@@ -244,6 +244,20 @@ WHERE workflow_run_id = :workflow_run_id AND task_key IN ({task_keys_list});
 -- Whether a run has a task still to finish ('unfinished': one probe of the unfinished
 -- tasks' partial index, however many tasks the run has), else whether any was
 -- cancelled (a scan of the run's tasks, once they are all done) or all succeeded.
+-- The succeed edge of a running run whose tasks are all done, none cancelled: run_move's
+-- write for that edge, guarded by select_run_completion's two tests, so that a finish
+-- sends the check and the edge in one round trip (Writes.succeed_run_when_complete).
+-- name: run_succeed_when_complete
+UPDATE workflow_runs
+SET state = :target, finished_at = {now}, version = version + 1, updated_at = {touched_at}
+WHERE id = :id AND state = :source
+    AND NOT EXISTS (
+        SELECT 1 FROM task_runs
+        WHERE workflow_run_id = :id AND state IN ({unfinished_task_states})
+    )
+    AND NOT EXISTS (SELECT 1 FROM task_runs WHERE workflow_run_id = :id AND state = 'cancelled')
+RETURNING *;
+
 -- name: select_run_completion
 SELECT CASE
     WHEN EXISTS (

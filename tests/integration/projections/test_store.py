@@ -256,6 +256,30 @@ class StoreContract:
             with pytest.raises(ValueError, match="finish takes"):
                 writes.finish_trying_run(task_id, edge("claim"), 0)
 
+    def test_succeed_run_when_complete_takes_the_edge_only_once_every_task_succeeded(
+        self, store: Store
+    ) -> None:
+        with store.write() as writes:
+            run_id = create_run(writes)
+            first, second = (create_task(writes, run_id, TaskRunState.READY, k) for k in "ab")
+            assert writes.succeed_run_when_complete(run_id) == ("unfinished", None)
+            for task_id in (first, second):
+                claimed = writes.claim(task_id, "w1", LEASE_S)
+                assert claimed is not None
+                writes.finish(task_id, edge("succeed"), claimed.fencing_token)
+            # Complete, but the run is still pending: the edge's source does not match.
+            assert writes.succeed_run_when_complete(run_id) == ("succeeded", None)
+            assert writes.move_run(run_id, run_edge("start")) is not None
+            completion, row = writes.succeed_run_when_complete(run_id)
+        assert completion == "succeeded"
+        assert row is not None and row.state == "succeeded" and row.finished_at is not None
+        with store.write() as writes:
+            other = create_run(writes)
+            assert writes.move_run(other, run_edge("start")) is not None
+            cancelled = create_task(writes, other, TaskRunState.READY)
+            assert writes.move_task(cancelled, edge("cancel_ready")) is not None
+            assert writes.succeed_run_when_complete(other) == ("cancelled", None)
+
     def test_finish_and_move_task_refuse_an_edge_that_is_not_theirs(
         self, store: Store, run_and_task: tuple[UUID, UUID]
     ) -> None:
