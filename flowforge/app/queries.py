@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -43,18 +43,16 @@ class Queries(ServiceCore):
         return task
 
     def task_run_and_its_run(
-        self, task_run_id: UUID, *, unless_known: Container[UUID] = ()
+        self, task_run_id: UUID, *, unless_known: Collection[UUID] = ()
     ) -> tuple[TaskRunRow, WorkflowRunRow | None]:
-        """A task run and, in the same transaction, its workflow run, unless the run's id
-        is in ``unless_known`` (a worker that has the run's definition already): one
-        transaction where two reads were."""
+        """A task run and its workflow run, unless the run's id is in ``unless_known``
+        (a worker that has the run's definition already): one round trip where two
+        were. Keep ``unless_known`` short (a worker passes its few latest runs)."""
         with self._reads() as reads:
-            task = reads.task_run(task_run_id)
-            if task is None:
-                raise _unknown_task_run(task_run_id)
-            if task.workflow_run_id in unless_known:
-                return task, None
-            return task, reads.workflow_run(task.workflow_run_id)
+            task, run = reads.task_run_and_its_run(task_run_id, unless_known)
+        if task is None:
+            raise _unknown_task_run(task_run_id)
+        return task, run
 
     def task_results(self, run_id: UUID, task_keys: Collection[str]) -> dict[str, Any]:
         """The results of some tasks of a run by key (``None`` for one not succeeded):

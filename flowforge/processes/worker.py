@@ -24,6 +24,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from flowforge import errors
@@ -52,6 +53,9 @@ POLL_INTERVAL_S = 0.5
 PUMP_INTERVAL_S = 0.05
 #: How many runs' definitions and inputs a worker keeps in memory.
 RUN_CACHE_SIZE = 256
+#: The latest runs a worker names when it reads a task (their definitions are not sent
+#: again); a run it knows beyond these is read once more, and remembered afresh.
+KNOWN_RUNS_SENT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +305,8 @@ class Worker:
     def _task(self, task_run_id: uuid.UUID) -> TaskRunRow:
         """The task's row, before the claim; its run's definition and inputs are read in
         the same transaction the first time the worker meets the run."""
-        task, run = self.app.task_run_and_its_run(task_run_id, unless_known=self._runs)
+        latest = list(islice(reversed(self._runs), KNOWN_RUNS_SENT))
+        task, run = self.app.task_run_and_its_run(task_run_id, unless_known=latest)
         if run is not None:
             self._remember(run)
         return task

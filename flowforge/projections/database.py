@@ -351,6 +351,7 @@ def _encode_postgres(name: str, value: Any) -> Any:
 _Probed = TypeVar("_Probed")
 _FirstRead = tuple[psycopg.Cursor[Any], list[Row]]
 _FirstBatch = tuple[psycopg.Connection[Any], list[list[Row]]]
+_FirstReads = tuple[psycopg.Cursor[Any], list[list[Row]]]
 
 
 def _on_live_connection(
@@ -391,9 +392,10 @@ class _PostgresRead:
     a read changes nothing, so trying it once more on a fresh connection is safe.
     """
 
-    def __init__(self, datastore: PostgresDatastore, stack: ExitStack) -> None:
+    def __init__(self, datastore: PostgresDatastore, stack: ExitStack, *, prepared: bool) -> None:
         self._datastore = datastore
         self._stack = stack
+        self._prepared = prepared
         self._queries = queries.load("postgres")
         self._cursor: psycopg.Cursor[Any] | None = None
 
@@ -410,7 +412,20 @@ class _PostgresRead:
         return rows
 
     def run_each(self, statements: Sequence[_Named]) -> list[list[Row]]:
-        return [self.run(name, params) for name, params in statements]
+        """The statements in one round trip (one simple-protocol query: an implicit
+        transaction, each statement with its own snapshot, as in autocommit)."""
+        batch: list[_Statement] = list(statements)
+        if self._cursor is not None:
+            conn = self._cursor.connection
+            return _send_batch(conn, batch, prepared=self._prepared, wanted=len(batch))
+
+        def first(attempt: ExitStack, conn: psycopg.Connection[Any]) -> _FirstReads:
+            cursor = attempt.enter_context(conn.cursor())
+            rows = _send_batch(conn, batch, prepared=self._prepared, wanted=len(batch))
+            return cursor, rows
+
+        self._cursor, rows = _on_live_connection(self._datastore, self._stack, first)
+        return rows
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
         raise TypeError(f"a read defers no write ({name}); open a transaction")
@@ -452,7 +467,7 @@ class PostgresDatabase:
         READ COMMITTED every statement of a transaction took its own snapshot anyway,
         so those two round trips bought nothing for a read."""
         with translate_errors(self.location), ExitStack() as stack:
-            yield _PostgresRead(self._datastore, stack)
+            yield _PostgresRead(self._datastore, stack, prepared=self._prepared)
 
     def notify_connection(self) -> psycopg.Connection[Any]:
         return self._pool_settings_connection(NOTIFIER_APPLICATION_NAME)

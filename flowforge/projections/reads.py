@@ -37,6 +37,20 @@ class Reads:
     def task_run(self, task_run_id: UUID) -> TaskRunRow | None:
         return first_row(TaskRunRow, self._tx.run("select_task_run", {"id": task_run_id}))
 
+    def task_run_and_its_run(
+        self, task_run_id: UUID, known_runs: Collection[UUID]
+    ) -> tuple[TaskRunRow | None, WorkflowRunRow | None]:
+        """The task run and its run, in one round trip; no run row if the run's id is in
+        ``known_runs`` (or there is no such task)."""
+        known = [str(run_id) for run_id in known_runs]
+        task_rows, run_rows = self._tx.run_each(
+            [
+                ("select_task_run", {"id": task_run_id}),
+                ("select_run_of_task_unless_known", {"id": task_run_id, "known_runs": known}),
+            ]
+        )
+        return first_row(TaskRunRow, task_rows), first_row(WorkflowRunRow, run_rows)
+
     def task_runs_of(self, run_id: UUID) -> list[TaskRunRow]:
         """A run's task runs, in creation order."""
         rows = self._tx.run("select_task_runs_of_run", {"workflow_run_id": run_id})

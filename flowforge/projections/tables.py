@@ -40,6 +40,7 @@ COLUMN_KINDS: Mapping[str, Kind] = {
     "error": Kind.JSON,
     "task_types": Kind.JSON,
     "task_keys": Kind.JSON,
+    "known_runs": Kind.JSON,
     "lease_expires_at": Kind.TIMESTAMP,
     "started_at": Kind.TIMESTAMP,
     "finished_at": Kind.TIMESTAMP,

@@ -218,6 +218,14 @@ SELECT * FROM task_runs WHERE id = :id;
 -- name: select_workflow_run
 SELECT * FROM workflow_runs WHERE id = :id;
 
+-- A worker's read before its claim, beside select_task_run: the task's run, unless it
+-- is one the worker knows already (:known_runs, a JSON array of run ids; a run's
+-- definition can be large, and it never changes).
+-- name: select_run_of_task_unless_known
+SELECT * FROM workflow_runs
+WHERE id = (SELECT workflow_run_id FROM task_runs WHERE id = :id)
+    AND id NOT IN ({known_runs_list});
+
 -- One advance of a run at a time: the scheduler's per-run transaction locks the run row
 -- before any task row, so it can never deadlock against another advance (or a rebuild,
 -- which locks workflow_runs before task_runs).

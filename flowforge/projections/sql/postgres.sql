@@ -62,6 +62,10 @@ SELECT json_array_elements_text(:task_types)
 -- macro: task_keys_list
 SELECT json_array_elements_text(:task_keys)
 
+-- The run ids a worker knows, given as a JSON array (:known_runs).
+-- macro: known_runs_list
+SELECT json_array_elements_text(:known_runs)::uuid
+
 -- A row number issued in insertion order (the run wake-ups' key).
 -- macro: serial_primary_key
 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY

@@ -66,6 +66,9 @@ SELECT value FROM json_each(:task_types)
 -- macro: task_keys_list
 SELECT value FROM json_each(:task_keys)
 
+-- macro: known_runs_list
+SELECT value FROM json_each(:known_runs)
+
 -- An INTEGER PRIMARY KEY is the rowid: issued in insertion order.
 -- macro: serial_primary_key
 integer PRIMARY KEY

@@ -115,6 +115,17 @@ class StoreContract:
         assert (task.id, task.workflow_run_id, task.state) == (task_id, run_id, "ready")
         assert (task.fencing_token, task.attempt, task.depends_on) == (0, 1, [])
 
+    def test_task_run_and_its_run_leaves_out_a_known_run(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        run_id, task_id = run_and_task
+        with store.read() as reads:
+            task, run = reads.task_run_and_its_run(task_id, [])
+            assert task is not None and task.id == task_id
+            assert run is not None and run.id == run_id and run.definition["name"] == "store"
+            assert reads.task_run_and_its_run(task_id, [uuid4(), run_id]) == (task, None)
+            assert reads.task_run_and_its_run(uuid4(), []) == (None, None)
+
     def test_task_results_reads_only_the_named_tasks_of_the_named_run(self, store: Store) -> None:
         with store.write() as writes:
             run_id, other_run = create_run(writes), create_run(writes)
