@@ -110,8 +110,9 @@ def advance_woken(
     changed = writer.store.clear_wakeups(run_id)
     result = AdvanceResult(run_id)
     if state is WorkflowRunState.PENDING:
-        result.started = writer.take_run_edge(_START, run_id, actor=ACTOR_SCHEDULER) is not None
-        if result.started and not writer.store.run_has_moved_tasks(run_id):
+        started, moved = writer.start_run(run_id, actor=ACTOR_SCHEDULER)
+        result.started = started is not None
+        if result.started and not moved:
             return result
     elif state is WorkflowRunState.RUNNING and None not in changed:
         keys = {key for key in changed if key is not None}

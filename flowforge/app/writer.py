@@ -27,7 +27,7 @@ from flowforge.aggregates.rules import initial_task_run_state
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.projections.reads import RunCompletion
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes import MOVE_EDGES, SUCCEED_RUN, Writes
+from flowforge.projections.writes import MOVE_EDGES, START_RUN, SUCCEED_RUN, Writes
 
 _READY = TaskRunState.READY
 _CLAIM = TASK_RUN_MACHINE.get("claim")
@@ -175,6 +175,12 @@ class Writer:
     ) -> WorkflowRunRow | None:
         row = self.store.move_run(run_id, edge)
         return None if row is None else self._record_run(row, edge, actor)
+
+    def start_run(self, run_id: UUID, *, actor: str) -> tuple[WorkflowRunRow | None, bool]:
+        """The run's ``start`` edge and whether its tasks moved before (one round trip,
+        ``Writes.start_run``); the new row, or ``None``."""
+        row, moved = self.store.start_run(run_id)
+        return None if row is None else self._record_run(row, START_RUN, actor), moved
 
     def succeed_run_when_complete(
         self, run_id: UUID, *, actor: str

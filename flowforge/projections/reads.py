@@ -75,11 +75,6 @@ class Reads:
             TaskRunRow.from_mapping(r) for r in self._tx.run("select_task_runs_by_keys", params)
         ]
 
-    def run_has_moved_tasks(self, run_id: UUID) -> bool:
-        """Whether any task of the run has taken an edge since its creation."""
-        (row,) = self._tx.run("select_run_has_moved_tasks", {"workflow_run_id": run_id})
-        return bool(row["moved"])
-
     def run_completion(self, run_id: UUID) -> RunCompletion:
         """``"unfinished"`` while any task of the run is not succeeded or cancelled;
         then ``"cancelled"`` if any was cancelled, else ``"succeeded"``."""

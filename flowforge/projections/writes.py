@@ -38,7 +38,8 @@ MOVE_EDGES = frozenset({"dependencies_satisfied", "cancel_pending", "cancel_read
 _CLAIM = TASK_RUN_MACHINE.get("claim")
 _SCHEDULE_RETRY = TASK_RUN_MACHINE.get("schedule_retry")
 _RETRY_READY = TASK_RUN_MACHINE.get("retry_ready")
-#: The edge ``succeed_run_when_complete`` takes.
+#: The edges ``start_run`` and ``succeed_run_when_complete`` take.
+START_RUN = WORKFLOW_RUN_MACHINE.get("start")
 SUCCEED_RUN = WORKFLOW_RUN_MACHINE.get("succeed")
 _FINISH_EDGES = frozenset(FINISH_TRANSITIONS)
 _RUNNING = TaskRunState.RUNNING.value
@@ -234,14 +235,17 @@ class Writes(Reads):
 
     def move_run(self, run_id: UUID, edge: Transition) -> WorkflowRunRow | None:
         """Any WorkflowRun edge; ``start`` sets started_at, a terminal one finished_at."""
-        params = {
-            "id": run_id,
-            "source": edge.source.value,
-            "target": edge.target.value,
-            "starts": edge.name == "start",
-            "terminal": WORKFLOW_RUN_MACHINE.is_terminal(edge.target),
-        }
-        return first_row(WorkflowRunRow, self._tx.run("run_move", params))
+        return first_row(WorkflowRunRow, self._tx.run("run_move", _run_params(run_id, edge)))
+
+    def start_run(self, run_id: UUID) -> tuple[WorkflowRunRow | None, bool]:
+        """The ``start`` edge, and whether any task of the run has moved since its
+        creation (asked after the start), in ONE round trip: the new row (``None``:
+        the run was not pending) and that answer."""
+        moved = ("select_run_has_moved_tasks", {"workflow_run_id": run_id})
+        run_rows, moved_rows = self._tx.run_each(
+            [("run_move", _run_params(run_id, START_RUN)), moved]
+        )
+        return first_row(WorkflowRunRow, run_rows), bool(moved_rows[0]["moved"])
 
     def succeed_run_when_complete(
         self, run_id: UUID
@@ -334,6 +338,17 @@ def _task_params(
         "target": edge.target.value,
         "terminal": TASK_RUN_MACHINE.is_terminal(edge.target),
         **(params or {}),
+    }
+
+
+def _run_params(run_id: UUID, edge: Transition) -> dict[str, Any]:
+    """A run edge's parameters: ``start`` sets started_at, a terminal one finished_at."""
+    return {
+        "id": run_id,
+        "source": edge.source.value,
+        "target": edge.target.value,
+        "starts": edge.name == START_RUN.name,
+        "terminal": WORKFLOW_RUN_MACHINE.is_terminal(edge.target),
     }
 
 

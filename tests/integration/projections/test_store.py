@@ -267,6 +267,21 @@ class StoreContract:
             with pytest.raises(ValueError, match="finish takes"):
                 writes.finish_trying_run(task_id, edge("claim"), 0)
 
+    def test_start_run_starts_a_pending_run_and_says_whether_its_tasks_moved(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        run_id, _ = run_and_task
+        with store.write() as writes:
+            started, moved = writes.start_run(run_id)
+            assert started is not None and started.state == "running" and not moved
+            assert started.started_at is not None
+            assert writes.start_run(run_id) == (None, False)  # not pending any more
+            other = create_run(writes)
+            task_id = create_task(writes, other, TaskRunState.READY)
+            assert writes.claim(task_id, "w1", LEASE_S) is not None
+            started, moved = writes.start_run(other)
+        assert started is not None and moved
+
     def test_succeed_run_when_complete_takes_the_edge_only_once_every_task_succeeded(
         self, store: Store
     ) -> None:
