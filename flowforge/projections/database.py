@@ -101,23 +101,6 @@ class Database(Protocol):
 # --- PostgreSQL ---------------------------------------------------------------------------
 
 
-def _execute(
-    cursor: psycopg.Cursor[Any], statement: str, params: Mapping[str, Any] | None
-) -> list[Row]:
-    encoded = {k: _encode_postgres(k, v) for k, v in (params or {}).items()}
-    cursor.execute(statement, encoded)
-    return _rows(cursor)
-
-
-def _rows(cursor: psycopg.Cursor[Any]) -> list[Row]:
-    """The current result's rows; none for a statement that returns none."""
-    # Not ``cursor.description``: psycopg builds a Column per column on each access,
-    # a measurable share of a claim (docs/performance.md).
-    result = cursor.pgresult
-    returned_rows = result is not None and result.status == pq.ExecStatus.TUPLES_OK
-    return list(cursor.fetchall()) if returned_rows else []
-
-
 #: A statement waiting to be sent: a named one with its parameters, or raw SQL (DDL).
 _Statement = _Named | bytes
 _PARAMETER = re.compile(r"%\((\w+)\)s")
@@ -264,33 +247,31 @@ def _roll_back(conn: psycopg.Connection[Any]) -> None:
         _simple_query(conn, b"ROLLBACK")
 
 
-class _PostgresTransaction:
-    """A write transaction, sent in as few round trips as it can be.
+class _PostgresStatements:
+    """Statements on one pooled connection, sent in batches (:func:`_send_batch`): what
+    a read and a write transaction share.
 
-    A statement whose rows the caller needs (:meth:`run`) goes out at once; one whose
-    rows nobody reads (:meth:`defer`: an event, an outbox row, a wake-up mark) waits and
-    goes with the next, or with the COMMIT; BEGIN goes with the first. A claim is two
-    round trips (BEGIN + the conditional write; the event + COMMIT) where it was four,
-    and each round trip costs CPU on both sides (docs/performance.md). Deferring changes
-    no outcome: the statements run in the same order in the same transaction, and an
-    error in any of them (the events' primary key, the second guard) aborts the
-    transaction before its COMMIT runs.
+    A statement whose rows the caller needs (:meth:`run`) goes out at once, with any
+    pending ones before it; :meth:`run_each` sends several whose inputs do not depend on
+    each other's rows in one round trip. The first round trip is the probe of
+    ``_on_live_connection``: it commits nothing, so a dead connection found there is
+    replaced and the batch sent again. ``begins``: a write's BEGIN goes with it (a read
+    runs in autocommit: at READ COMMITTED every statement of a transaction took its own
+    snapshot anyway).
 
     Parameters are quoted into the SQL text (a simple-protocol query can carry several
     statements; the extended protocol only one). With prepared statements on, each
     statement is prepared once per session and sent as ``EXECUTE``, so the server plans
     it once; off (behind PgBouncer), it is sent inline.
-
-    The first round trip is the probe of ``_on_live_connection``: nothing is written
-    before it, so a dead connection found there is replaced and the batch sent again.
-    A round trip carrying the COMMIT is never the first: a COMMIT lost on the wire may
-    or may not have applied, and that must surface.
     """
 
-    def __init__(self, datastore: PostgresDatastore, stack: ExitStack, *, prepared: bool) -> None:
+    def __init__(
+        self, datastore: PostgresDatastore, stack: ExitStack, *, prepared: bool, begins: bool
+    ) -> None:
         self._datastore = datastore
         self._stack = stack
         self._prepared = prepared
+        self._begins = begins
         self._pending: list[_Statement] = []
         self._conn: psycopg.Connection[Any] | None = None
 
@@ -300,6 +281,45 @@ class _PostgresTransaction:
 
     def run_each(self, statements: Sequence[_Named]) -> list[list[Row]]:
         return self._round_trip(statements)
+
+    def _round_trip(self, statements: Sequence[_Statement]) -> list[list[Row]]:
+        """The pending statements and ``statements``, sent; the rows of each of the
+        latter."""
+        batch, self._pending = [*self._pending, *statements], []
+        wanted = len(statements)
+        if self._conn is not None:
+            return _send_batch(self._conn, batch, prepared=self._prepared, wanted=wanted)
+
+        def first(conn: psycopg.Connection[Any]) -> list[list[Row]]:
+            try:
+                return _send_batch(
+                    conn, batch, prepared=self._prepared, begin=self._begins, wanted=wanted
+                )
+            except psycopg.Error:
+                _roll_back(conn)
+                raise
+
+        self._conn, rows = _on_live_connection(self._datastore, self._stack, first)
+        return rows
+
+
+class _PostgresTransaction(_PostgresStatements):
+    """A write transaction, sent in as few round trips as it can be.
+
+    A statement whose rows nobody reads (:meth:`defer`: an event, an outbox row, a
+    wake-up mark) waits and goes with the next statement, or with the COMMIT; BEGIN goes
+    with the first. A claim is two round trips (BEGIN + the conditional write; the event
+    + COMMIT) where it was four, and each round trip costs CPU on both sides
+    (docs/performance.md). Deferring changes no outcome: the statements run in the same
+    order in the same transaction, and an error in any of them (the events' primary key,
+    the second guard) aborts the transaction before its COMMIT runs.
+
+    A round trip carrying the COMMIT is never the first: a COMMIT lost on the wire may
+    or may not have applied, and that must surface, not be sent again.
+    """
+
+    def __init__(self, datastore: PostgresDatastore, stack: ExitStack, *, prepared: bool) -> None:
+        super().__init__(datastore, stack, prepared=prepared, begins=True)
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
         self._pending.append((name, params))
@@ -322,25 +342,6 @@ class _PostgresTransaction:
         if self._conn is not None:
             _roll_back(self._conn)
 
-    def _round_trip(self, statements: Sequence[_Statement]) -> list[list[Row]]:
-        """The pending statements and ``statements``, sent; the rows of each of the
-        latter."""
-        batch, self._pending = [*self._pending, *statements], []
-        wanted = len(statements)
-        if self._conn is not None:
-            return _send_batch(self._conn, batch, prepared=self._prepared, wanted=wanted)
-
-        def first(_: ExitStack, conn: psycopg.Connection[Any]) -> _FirstBatch:
-            try:
-                rows = _send_batch(conn, batch, prepared=self._prepared, begin=True, wanted=wanted)
-                return conn, rows
-            except psycopg.Error:
-                _roll_back(conn)
-                raise
-
-        self._conn, rows = _on_live_connection(self._datastore, self._stack, first)
-        return rows
-
 
 def _encode_postgres(name: str, value: Any) -> Any:
     if value is not None and COLUMN_KINDS.get(name) is Kind.JSON:
@@ -349,18 +350,15 @@ def _encode_postgres(name: str, value: Any) -> Any:
 
 
 _Probed = TypeVar("_Probed")
-_FirstRead = tuple[psycopg.Cursor[Any], list[Row]]
-_FirstBatch = tuple[psycopg.Connection[Any], list[list[Row]]]
-_FirstReads = tuple[psycopg.Cursor[Any], list[list[Row]]]
 
 
 def _on_live_connection(
     datastore: PostgresDatastore,
     stack: ExitStack,
-    probe: Callable[[ExitStack, psycopg.Connection[Any]], _Probed],
-) -> _Probed:
-    """``probe`` (a write's first round trip, a read's first statement) on a pooled
-    connection whose exits go on ``stack``; its result.
+    probe: Callable[[psycopg.Connection[Any]], _Probed],
+) -> tuple[psycopg.Connection[Any], _Probed]:
+    """``probe`` (the first round trip of a write or a read) on a pooled connection
+    whose exits go on ``stack``; that connection and the probe's result.
 
     The pool does not ping a connection before lending it (that was a round trip on
     every transaction, and after a mass kill the pool checked its dead connections one
@@ -373,59 +371,24 @@ def _on_live_connection(
         with ExitStack() as attempt_stack:
             conn = attempt_stack.enter_context(datastore.get_connection())
             try:
-                probed = probe(attempt_stack, conn)
+                probed = probe(conn)
             except psycopg.OperationalError:
                 if not conn.closed or attempt == FIRST_ROUND_TRIP_ATTEMPTS:
                     raise
             else:
                 stack.push(attempt_stack.pop_all())
-                return probed
+                return conn, probed
         # Out of the attempt's block: the dead connection went back, and was discarded.
         datastore.pool.check()
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-class _PostgresRead:
-    """The statements of one read, each autocommitted on one pooled connection.
-
-    Its first statement is the probe of ``_on_live_connection``, as a write's BEGIN is:
-    a read changes nothing, so trying it once more on a fresh connection is safe.
-    """
+class _PostgresRead(_PostgresStatements):
+    """The statements of one read, in autocommit on one pooled connection (no BEGIN,
+    no COMMIT); trying its first round trip once more on a fresh connection is safe."""
 
     def __init__(self, datastore: PostgresDatastore, stack: ExitStack, *, prepared: bool) -> None:
-        self._datastore = datastore
-        self._stack = stack
-        self._prepared = prepared
-        self._queries = queries.load("postgres")
-        self._cursor: psycopg.Cursor[Any] | None = None
-
-    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        statement = self._queries[name]
-        if self._cursor is not None:
-            return _execute(self._cursor, statement, params)
-
-        def first(attempt: ExitStack, conn: psycopg.Connection[Any]) -> _FirstRead:
-            cursor = attempt.enter_context(conn.cursor())
-            return cursor, _execute(cursor, statement, params)
-
-        self._cursor, rows = _on_live_connection(self._datastore, self._stack, first)
-        return rows
-
-    def run_each(self, statements: Sequence[_Named]) -> list[list[Row]]:
-        """The statements in one round trip (one simple-protocol query: an implicit
-        transaction, each statement with its own snapshot, as in autocommit)."""
-        batch: list[_Statement] = list(statements)
-        if self._cursor is not None:
-            conn = self._cursor.connection
-            return _send_batch(conn, batch, prepared=self._prepared, wanted=len(batch))
-
-        def first(attempt: ExitStack, conn: psycopg.Connection[Any]) -> _FirstReads:
-            cursor = attempt.enter_context(conn.cursor())
-            rows = _send_batch(conn, batch, prepared=self._prepared, wanted=len(batch))
-            return cursor, rows
-
-        self._cursor, rows = _on_live_connection(self._datastore, self._stack, first)
-        return rows
+        super().__init__(datastore, stack, prepared=prepared, begins=False)
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
         raise TypeError(f"a read defers no write ({name}); open a transaction")
@@ -463,9 +426,7 @@ class PostgresDatabase:
 
     @contextmanager
     def read(self) -> Iterator[_PostgresRead]:
-        """Queries on a pooled connection in autocommit, with no BEGIN and COMMIT: at
-        READ COMMITTED every statement of a transaction took its own snapshot anyway,
-        so those two round trips bought nothing for a read."""
+        """Queries on a pooled connection in autocommit, with no BEGIN and COMMIT."""
         with translate_errors(self.location), ExitStack() as stack:
             yield _PostgresRead(self._datastore, stack, prepared=self._prepared)
 
