@@ -16,7 +16,8 @@ RabbitMQ topology of its own (deleted at the end).
   tasks, one call), then start the processes; processing ends at the latest ``finished_at``
   of a succeeded task, read from the database. Reports enqueue/s, process/s, end to end/s,
   and per task: commits (``pg_stat_database.xact_commit``, this script's own statements
-  subtracted) and events.
+  subtracted; it counts every autocommitted read too), write transactions (transaction
+  ids assigned: only a transaction that writes takes one) and events.
 * **latency**: the processes run first; one producer submits one-task runs at a fixed
   rate (open loop) for a while. Ready -> claimed per task from the audit log (both times
   are the database's clock): p50, p99, max. Run it at about half of peak throughput.
@@ -123,6 +124,13 @@ class Probe:
         (value,) = self.one(
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
         )
+        return int(value)
+
+    def next_transaction_id(self) -> int:
+        """The id the next writing transaction gets (reading it assigns none): the
+        difference of two is how many transactions wrote (committed or not) between;
+        a read, in autocommit or not, takes no transaction id."""
+        (value,) = self.one("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
         return int(value)
 
     def close(self) -> None:
@@ -240,6 +248,7 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
     n = options.n
     with deployment(options) as d:
         commits_before = d.probe.commits()
+        writes_before = d.probe.next_transaction_id()
         started = time.time()
         if options.shape == "runs":
             definition = load_definition(ONE_TASK)
@@ -259,6 +268,7 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
         (events,) = d.probe.one("SELECT count(*) FROM flowforge_events")
         codes = d.processes.stop()
         time.sleep(1.0)  # the exited backends' statistics reach pg_stat_database
+        writes = d.probe.next_transaction_id() - writes_before
         commits = d.probe.commits() - commits_before - d.probe.statements
     last = float(last)
     return {
@@ -271,6 +281,7 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
         "process_per_s": n / (last - enqueued),
         "end_to_end_per_s": n / (last - started),
         "commits_per_task": commits / n,
+        "write_transactions_per_task": writes / n,
         "events_per_task": events / n,
         "max_attempt": attempts,
         "exit_codes": codes,

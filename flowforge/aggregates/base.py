@@ -66,6 +66,7 @@ class Kind(StrEnum):
     INTEGER = "integer"
     UUID = "uuid"
     TIMESTAMP = "timestamp"
+    REAL = "real"
     JSON = "json"
 
 
@@ -172,6 +173,7 @@ _KINDS: Mapping[Any, Kind] = {
     datetime: Kind.TIMESTAMP,
     UUID: Kind.UUID,
     int: Kind.INTEGER,
+    float: Kind.REAL,
     str: Kind.TEXT,
 }
 

@@ -42,6 +42,10 @@ class TaskRunFixed(Fields):
     task_type: Annotated[str, Show()]
     depends_on: Annotated[list[str], Show()]
     max_attempts: Annotated[int, Show()]
+    #: The lease a claim takes, from the definition (the task's own or the workflow's),
+    #: so a worker claims without reading the definition first. None in events stored
+    #: before it was recorded (the rebuild fills it in from the run's definition).
+    lease_seconds: Annotated[float | None, Show()]
 
 
 class TaskRunChanges(Fields):
@@ -293,6 +297,7 @@ def created_event(
     max_attempts: int,
     state: TaskRunState,
     actor: str,
+    lease_seconds: float | None = None,
 ) -> TaskRun.Created:
     """The creation event of a task run (version 1)."""
     task_run = TaskRun._create(
@@ -304,6 +309,7 @@ def created_event(
         task_type=task_type,
         depends_on=list(depends_on),
         max_attempts=max_attempts,
+        lease_seconds=lease_seconds,
         state=state.value,
         actor=actor,
     )

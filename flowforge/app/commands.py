@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -30,6 +30,7 @@ from flowforge.app import advance
 from flowforge.app.definition_files import load_definition
 from flowforge.app.queries import Queries
 from flowforge.app.results import AdvanceResult, Claim, StartedRun
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 log = logging.getLogger(__name__)
 
@@ -162,17 +163,28 @@ class Commands(Queries):
         return row is not None
 
     def claim_task_run(
-        self, task_run_id: UUID, worker_id: str, lease_seconds: float
+        self, task_run_id: UUID, worker_id: str, lease_seconds: float | None = None
     ) -> Claim | None:
         """READY to RUNNING with a new fencing token and a lease set by the database's
-        clock; the claim, or None when another worker got there first."""
-        seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
+        clock, ``lease_seconds`` long (default: the task's own, from its definition);
+        the claim, or None when another worker got there first."""
+        seconds = None
+        if lease_seconds is not None:
+            seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
         with self._writer() as writer:
             row = writer.claim(task_run_id, text(worker_id, "worker_id"), seconds)
-        if row is None:
-            return None
-        assert row.lease_expires_at is not None
-        return Claim(row.id, row.fencing_token, row.attempt, row.lease_expires_at)
+        return None if row is None else claim_of(row)
+
+    def claim_task_run_and_its_run(
+        self, task_run_id: UUID, worker_id: str, *, unless_known: Collection[UUID] = ()
+    ) -> tuple[TaskRunRow | None, WorkflowRunRow | None]:
+        """A worker's claim: :meth:`claim_task_run` with the task's own lease, returning
+        the claimed row (``None``: not claimed) and, unless its id is in
+        ``unless_known``, the task's run, all in the claim's round trip. A task that is
+        not ready, a claim lost to another worker and a row without a lease of its own
+        (created before schema version 5) all give ``None``: read the task to tell."""
+        with self._writer() as writer:
+            return writer.claim_with_run(task_run_id, text(worker_id, "worker_id"), unless_known)
 
     def finish_task_run(
         self,
@@ -252,6 +264,12 @@ class Commands(Queries):
 # The upper bounds keep a value inside the database's interval range (PostgreSQL's ends
 # near 178 million years, SQLite's arithmetic at 2**63 microseconds): past them the
 # error would come from the driver, after I/O began.
+
+
+def claim_of(row: TaskRunRow) -> Claim:
+    """The claim a claimed (running) row records."""
+    assert row.lease_expires_at is not None
+    return Claim(row.id, row.fencing_token, row.attempt, row.lease_expires_at)
 
 
 def positive(value: float, name: str, maximum: float) -> float:

@@ -19,6 +19,7 @@ def rebuild_projections(store: Store, events: EventStore) -> RebuildReport:
         writes.delete_projections()
         for record in stored:
             writes.apply(events.mapper.to_domain_event(record))
+        writes.fill_missing_task_leases()
     runs = sum(1 for s in stored if s.topic.endswith("WorkflowRun.Created"))
     tasks = sum(1 for s in stored if s.topic.endswith("TaskRun.Created"))
     return RebuildReport(events=len(stored), workflow_runs=runs, task_runs=tasks)

@@ -10,7 +10,7 @@ business; this module decides which events and outbox rows follow from a row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -70,9 +70,19 @@ class Writer:
     def move_task(self, edge: Transition, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
         return self._record_task(self.store.move_task(task_run_id, edge), edge, actor)
 
-    def claim(self, task_run_id: UUID, worker_id: str, lease_seconds: float) -> TaskRunRow | None:
+    def claim(
+        self, task_run_id: UUID, worker_id: str, lease_seconds: float | None
+    ) -> TaskRunRow | None:
         row = self.store.claim(task_run_id, worker_id, lease_seconds)
         return self._record_task(row, _CLAIM, worker_id)
+
+    def claim_with_run(
+        self, task_run_id: UUID, worker_id: str, known_runs: Collection[UUID]
+    ) -> tuple[TaskRunRow | None, WorkflowRunRow | None]:
+        """:meth:`claim` with the row's own lease, and the task's run unless known
+        (``Writes.claim_with_run``): the claimed row (``None``: lost) and the run."""
+        row, run = self.store.claim_with_run(task_run_id, worker_id, known_runs)
+        return self._record_task(row, _CLAIM, worker_id), run
 
     def finish(
         self,
@@ -252,6 +262,7 @@ class Writer:
             task_type=task.type,
             depends_on=list(task.depends_on),
             max_attempts=definition.retry_policy_for(key).max_attempts,
+            lease_seconds=definition.lease_seconds_for(key),
             state=state,
             actor=actor,
         )

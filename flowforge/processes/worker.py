@@ -32,6 +32,7 @@ from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.aggregates.states import TaskRunState
+from flowforge.app.commands import claim_of
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
 from flowforge.processes import settle
@@ -203,13 +204,10 @@ class Worker:
             # The handler already ran here; only its outcome's write failed. Write it
             # now instead of running the handler a second time.
             return self._write(kept, consumer)
-        task = self._task(message.task_run_id)
-        if task.task_state is not TaskRunState.READY:
-            return self._skipped(task, "not ready")
-        lease_seconds = self._facts(task).definition.lease_seconds_for(task.task_key)
-        claim = self.app.claim_task_run(task.id, self.worker_id, lease_seconds)
-        if claim is None:
-            return self._skipped(task, "claimed elsewhere")
+        claimed = self._claim(message.task_run_id)
+        if isinstance(claimed, str):
+            return claimed
+        task, claim, lease_seconds = claimed
         result, error = self._execute(task, claim, lease_seconds, consumer)
         outcome = Outcome(
             task_run_id=task.id,
@@ -302,9 +300,35 @@ class Worker:
             worker_id=self.worker_id,
         )
 
+    def _claim(self, task_run_id: uuid.UUID) -> tuple[TaskRunRow, Claim, float] | str:
+        """Claim the task with its own lease, no read first: the claimed row, the claim
+        and the lease; or, when nothing was claimed, what happened instead. The run's
+        definition and inputs come back in the claim's round trip the first time the
+        worker meets the run."""
+        latest = list(islice(reversed(self._runs), KNOWN_RUNS_SENT))
+        row, run = self.app.claim_task_run_and_its_run(
+            task_run_id, self.worker_id, unless_known=latest
+        )
+        if run is not None:
+            self._remember(run)
+        if row is not None:
+            assert row.lease_seconds is not None  # the claim took the row's own lease
+            return row, claim_of(row), row.lease_seconds
+        # Not claimed: a duplicate or stale dispatch, a claim lost to another worker,
+        # or a row created before tasks recorded their lease (schema version 4). Its row
+        # says which; a ready one is claimed with its definition's lease.
+        task = self._task(task_run_id)
+        if task.task_state is not TaskRunState.READY:
+            return self._skipped(task, "not ready")
+        lease_seconds = self._facts(task).definition.lease_seconds_for(task.task_key)
+        claim = self.app.claim_task_run(task.id, self.worker_id, lease_seconds)
+        if claim is None:
+            return self._skipped(task, "claimed elsewhere")
+        return task, claim, lease_seconds
+
     def _task(self, task_run_id: uuid.UUID) -> TaskRunRow:
-        """The task's row, before the claim; its run's definition and inputs are read in
-        the same transaction the first time the worker meets the run."""
+        """The task's row, when the claim claimed nothing; its run's definition and
+        inputs are read in the same round trip unless the worker knows them."""
         latest = list(islice(reversed(self._runs), KNOWN_RUNS_SENT))
         task, run = self.app.task_run_and_its_run(task_run_id, unless_known=latest)
         if run is not None:

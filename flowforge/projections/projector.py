@@ -45,7 +45,9 @@ def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
 
 
 def _created_params(event: Any, fields: tuple[str, ...], state: str) -> dict[str, Any]:
-    params = {f: getattr(event, f) for f in fields}
+    # A creation event stored before a field was declared lacks it: NULL in the row
+    # (the rebuild then fills what it can, e.g. a task's lease from its run's definition).
+    params = {f: vars(event).get(f) for f in fields}
     params.update(
         id=event.originator_id,
         version=event.originator_version,

@@ -30,13 +30,17 @@ _PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 
 
 class _Seconds:
-    """``{seconds[p]}``: the dialect's duration text with ``:param`` naming ``p``."""
+    """``{seconds[p]}``: the dialect's duration text with ``:param`` naming ``p``;
+    ``{seconds_or_row[p]}``: the same, falling back to the row's column ``p``."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, or_row: bool = False) -> None:
         self._text = text
+        self._or_row = or_row
 
     def __getitem__(self, parameter: str) -> str:
-        return self._text.replace(":param", f":{parameter}")
+        # {seconds_or_row[p]}: the row's column p stands in for a NULL :p.
+        value = f"coalesce(:{parameter}, {parameter})" if self._or_row else f":{parameter}"
+        return self._text.replace(":param", value)
 
 
 def _quoted(values: list[str]) -> str:
@@ -139,7 +143,10 @@ def load(dialect: str) -> Mapping[str, str]:
         if kind == "macro":
             # A macro may use the ones defined before it ({touched_at} is {now} on SQLite).
             text = body.format_map(macros)
-            macros[name] = _Seconds(text) if name == "seconds" else text
+            macros[name] = text
+            if name == "seconds":
+                macros[name] = _Seconds(text)
+                macros["seconds_or_row"] = _Seconds(text, or_row=True)
             continue
         if name in raw:
             raise ValueError(f"SQL statement {name!r} is defined twice ({dialect})")

@@ -108,6 +108,7 @@ class TaskRunRow(_Row):
     task_type: str
     depends_on: list[str]
     max_attempts: int
+    lease_seconds: float | None
     state: str
     fencing_token: int
     attempt: int

@@ -121,6 +121,11 @@ class Writes(Reads):
         """Apply one event of the log to the rows (the rebuild)."""
         projector.apply_event(self._tx, event)
 
+    def fill_missing_task_leases(self) -> None:
+        """Give task rows rebuilt from creation events stored before a task's lease was
+        recorded (migration 5) the lease of their run's definition."""
+        self._tx.run("fill_missing_task_leases")
+
     # --- task runs: one conditional write per transition -----------------------------
 
     def move_task(self, task_run_id: UUID, edge: Transition) -> TaskRunRow | None:
@@ -129,10 +134,30 @@ class Writes(Reads):
             raise ValueError(f"move_task takes {sorted(MOVE_EDGES)}, not {edge.name!r}")
         return self._task("task_move", task_run_id, edge)
 
-    def claim(self, task_run_id: UUID, worker_id: str, lease_seconds: float) -> TaskRunRow | None:
-        """READY to RUNNING: token + 1, a lease from the database's now."""
+    def claim(
+        self, task_run_id: UUID, worker_id: str, lease_seconds: float | None
+    ) -> TaskRunRow | None:
+        """READY to RUNNING: token + 1, a lease from the database's now (``None``: the
+        row's own lease, the definition's)."""
         params = {"worker_id": worker_id, "lease_seconds": lease_seconds}
         return self._task("task_claim", task_run_id, _CLAIM, params)
+
+    def claim_with_run(
+        self, task_run_id: UUID, worker_id: str, known_runs: Collection[UUID]
+    ) -> tuple[TaskRunRow | None, WorkflowRunRow | None]:
+        """:meth:`claim` with the row's own lease, and the task's run unless its id is
+        in ``known_runs`` (as ``Reads.task_run_and_its_run``), in ONE round trip: a
+        worker's whole read before running a task. The run is read after the claim,
+        whether or not it won (a run row never changes what a claim does)."""
+        params = {"worker_id": worker_id, "lease_seconds": None}
+        known = [str(run_id) for run_id in known_runs]
+        task_rows, run_rows = self._tx.run_each(
+            [
+                ("task_claim", _task_params(task_run_id, _CLAIM, params)),
+                ("select_run_of_task_unless_known", {"id": task_run_id, "known_runs": known}),
+            ]
+        )
+        return first_row(TaskRunRow, task_rows), first_row(WorkflowRunRow, run_rows)
 
     def finish(
         self,

@@ -411,6 +411,32 @@ def test_the_rebuild_report_counts_the_events_runs_and_tasks_of_the_log(
 
 
 @pg
+def test_a_rebuild_gives_tasks_created_before_leases_were_recorded_their_definitions_lease(
+    pg_app: FlowForge, postgres_url: str
+) -> None:
+    leased = {
+        "name": "leased",
+        "lease_seconds": 40,
+        "tasks": [
+            {"key": "own", "type": "t", "lease_seconds": 12.5},
+            {"key": "inherits", "type": "t"},
+        ],
+    }
+    run = pg_app.start_workflow_run(leased)
+    with psycopg.connect(postgres_url) as conn:
+        # The creation events as a FlowForge before schema version 5 stored them.
+        forgotten = conn.execute(
+            "UPDATE flowforge_events SET state = convert_to("
+            " (convert_from(state, 'UTF8')::jsonb - 'lease_seconds')::text, 'UTF8')"
+            " WHERE topic LIKE '%TaskRun.Created'"
+        ).rowcount
+    assert forgotten == 2
+    pg_app.rebuild_projections()
+    leases = {task.task_key: task.lease_seconds for task in pg_app.task_runs(run)}
+    assert leases == {"own": 12.5, "inherits": 40.0}
+
+
+@pg
 @pytest.mark.timeout(120)
 def test_a_rebuild_racing_the_writers_makes_them_wait_and_loses_nothing(
     pg_app: FlowForge, postgres_url: str

@@ -238,6 +238,7 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
                 task_type=f"t_{key}",
                 depends_on=deps[key],
                 max_attempts=max_attempts,
+                lease_seconds=load_definition(spec).lease_seconds_for(key),
                 state=TaskRunState.PENDING if deps[key] else TaskRunState.READY,
                 actor="user",
             )

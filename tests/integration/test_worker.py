@@ -7,12 +7,15 @@ RabbitMQ path is covered by tests/e2e/test_faults.py.
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import uuid
 from collections import Counter
+from contextlib import closing
 from typing import Any
 from uuid import UUID
 
+import psycopg
 import pytest
 
 from flowforge.app.dispatch import message_for
@@ -105,6 +108,45 @@ def test_handlers_run_off_the_consumer_thread_on_one_thread_reused_task_after_ta
         assert deliver_one(app, channel, worker) == "succeed"
     assert len(threads) == 3 and len(set(threads)) == 1
     assert threads[0] != threading.get_ident()  # the test's thread consumes here
+
+
+def forget_task_leases(request: pytest.FixtureRequest) -> None:
+    """Task rows as a FlowForge before schema version 5 left them: no lease of their own."""
+    statement = "UPDATE task_runs SET lease_seconds = NULL"
+    if request.node.callspec.params["app"] == "postgres":
+        with psycopg.connect(request.getfixturevalue("postgres_url"), autocommit=True) as conn:
+            conn.execute(statement)
+    else:
+        path = request.getfixturevalue("sqlite_url").removeprefix("sqlite:///")
+        with closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute(statement)
+
+
+@pytest.mark.parametrize("row_has_lease", [True, False], ids=["own-lease", "older-row"])
+def test_the_claim_takes_the_definitions_lease_with_or_without_one_on_the_row(
+    request: pytest.FixtureRequest,
+    app: FlowForge,
+    channel: InMemoryDispatchChannel,
+    worker: Worker,
+    recorder: Recorder,
+    row_has_lease: bool,
+) -> None:
+    leased = {"name": "leased", "tasks": [{"key": "only", "type": "work", "lease_seconds": 600}]}
+    run_id = app.start_workflow_run(leased)
+    if not row_has_lease:
+        forget_task_leases(request)
+    remaining: list[float] = []
+
+    def lease_left(ctx: TaskContext) -> None:
+        expires = app.get_task_run(ctx.task_run_id).lease_expires_at
+        assert expires is not None
+        remaining.append((expires - app.database_now()).total_seconds())
+
+    recorder.behaviour["only"] = lease_left
+    assert deliver_one(app, channel, worker) == "succeed"
+    (left,) = remaining
+    assert 500 < left <= 600  # the definition's 600 s, not the default 30 s
+    assert only_task(app, run_id).state == "succeeded"
 
 
 def test_a_duplicate_dispatch_is_acked_without_running_the_handler_again(

@@ -7,7 +7,8 @@
 --     {now}               the database's clock
 --     {touched_at}        the updated_at a conditional write sets
 --     {seconds[p]}        the parameter :p, a number of seconds, as a duration
---     {uuid} {json} {timestamp} {bigint}   column types
+--     {seconds_or_row[p]} the same, or the row's column p where :p is NULL
+--     {uuid} {json} {timestamp} {bigint} {real}   column types
 --     {events_table} {event_order}         the eventsourcing library's table
 --     {for_update} {for_update_skip_locked} row locks (PostgreSQL only)
 --   from the code (flowforge/projections/queries.py):
@@ -16,6 +17,17 @@
 --       column an event carries (the aggregates' MUTABLE_FIELDS)
 --     {task_run_static_columns} {task_run_static_values}, and the same for
 --       workflow_run: the columns fixed at creation (the aggregates' STATIC_FIELDS)
+
+-- Task rows without the lease their claim takes (created before migration 5, or rebuilt
+-- from creation events stored before it) get it from their run's definition.
+-- macro: fill_task_leases
+UPDATE task_runs SET lease_seconds = (
+    SELECT {definition_lease_of_task} FROM workflow_runs AS run
+    WHERE run.id = task_runs.workflow_run_id)
+WHERE lease_seconds IS NULL
+
+-- name: fill_missing_task_leases
+{fill_task_leases};
 
 -- --- the schema's bookkeeping --------------------------------------------------------
 -- The tables themselves are in schema.sql (the current schema, for a fresh database)
@@ -147,14 +159,18 @@ WHERE id = :id AND state = :source
   AND (retry_due_at IS NULL OR retry_due_at <= {now})
 RETURNING *;
 
+-- The lease is the caller's (:lease_seconds) or, when that is NULL, the row's own (the
+-- definition's, recorded at creation): a worker claims without reading the definition.
+-- A row without one (written by a FlowForge before migration 5) is not claimed by a
+-- claim that brings none: a running task must have a lease for the reaper to end.
 -- name: task_claim
 UPDATE task_runs
 SET state = :target, fencing_token = fencing_token + 1,
     lease_owner = :worker_id,
-    lease_expires_at = {now} + {seconds[lease_seconds]},
+    lease_expires_at = {now} + {seconds_or_row[lease_seconds]},
     started_at = coalesce(started_at, {now}),
     version = version + 1, updated_at = {touched_at}
-WHERE id = :id AND state = :source
+WHERE id = :id AND state = :source AND coalesce(:lease_seconds, lease_seconds) IS NOT NULL
 RETURNING *;
 
 -- name: task_finish

@@ -32,6 +32,18 @@ timestamptz
 -- macro: bigint
 bigint
 
+-- macro: real
+double precision
+
+-- A task row's lease from its run's stored definition (``run``: the run's row): the
+-- task's own lease, or else the workflow's (WorkflowDefinition.lease_seconds_for).
+-- macro: definition_lease_of_task
+coalesce(
+    (SELECT (task ->> 'lease_seconds')::double precision
+     FROM json_array_elements(run.definition -> 'tasks') AS task
+     WHERE task ->> 'key' = task_runs.task_key),
+    (run.definition ->> 'lease_seconds')::double precision)
+
 -- The eventsourcing library's PostgreSQL recorder names its table after the
 -- application ("FlowForge") and numbers its rows with notification_id.
 -- macro: events_table

@@ -45,6 +45,7 @@ CREATE TABLE task_runs (
     version {bigint} NOT NULL CONSTRAINT task_runs_version_positive CHECK (version >= 1),
     created_at {timestamp} NOT NULL,
     updated_at {timestamp} NOT NULL,
+    lease_seconds {real} CONSTRAINT task_runs_lease_seconds_positive CHECK (lease_seconds > 0),
     CONSTRAINT task_runs_workflow_run_task_key_unique UNIQUE (workflow_run_id, task_key),
     CONSTRAINT taskrun_lease_iff_running
         CHECK ((state = 'running') = (lease_expires_at IS NOT NULL))

@@ -38,6 +38,18 @@ integer
 -- macro: bigint
 integer
 
+-- macro: real
+real
+
+-- A task row's lease from its run's stored definition (``run``: the run's row): the
+-- task's own lease, or else the workflow's (WorkflowDefinition.lease_seconds_for).
+-- macro: definition_lease_of_task
+coalesce(
+    (SELECT json_extract(task.value, '$.lease_seconds')
+     FROM json_each(run.definition, '$.tasks') AS task
+     WHERE json_extract(task.value, '$.key') = task_runs.task_key),
+    json_extract(run.definition, '$.lease_seconds'))
+
 -- The eventsourcing library's SQLite recorder: its fixed table, in insertion order.
 -- macro: events_table
 stored_events

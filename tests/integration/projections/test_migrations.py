@@ -9,6 +9,7 @@ fails here.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -16,10 +17,12 @@ from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 import pytest
 
+from flowforge.app.definition_files import load_definition
 from flowforge.app.event_store import EventStore
 from flowforge.app.infrastructure import make_database, parse_database_url
 from flowforge.app.service import FlowForge
@@ -188,3 +191,63 @@ def test_a_fresh_database_records_every_migration_once(tmp_path: Path) -> None:
     with closing(sqlite3.connect(path)) as conn:
         versions = [v for (v,) in conn.execute("SELECT version FROM flowforge_schema")]
     assert versions == list(VERSIONS)
+
+
+# --- data a migration fills in ------------------------------------------------------------
+
+#: A run's definition as FlowForge stores it, with a task lease and a workflow lease.
+LEASED = load_definition(
+    {
+        "name": "leased",
+        "lease_seconds": 40,
+        "tasks": [
+            {"key": "own", "type": "t", "lease_seconds": 12.5},
+            {"key": "inherits", "type": "t"},
+        ],
+    }
+).to_dict()
+#: Rows as schema version 4 had them (no task lease), in SQL both databases take.
+VERSION_4_ROWS = (
+    "INSERT INTO workflow_runs (id, workflow_name, definition, inputs, state, version,"
+    " created_at, updated_at) VALUES ('{run}', 'leased', '{definition}', '{{}}', 'running',"
+    " 2, {at}, {at})",
+    *(
+        "INSERT INTO task_runs (id, workflow_run_id, task_key, task_type, depends_on,"
+        " max_attempts, state, fencing_token, attempt, version, created_at, updated_at)"
+        f" VALUES ('{{{key}}}', '{{run}}', '{key}', 't', '[]', 1, 'ready', 0, 1, 1,"
+        " {at}, {at})"
+        for key in ("own", "inherits")
+    ),
+)
+
+
+def fill_at_version_4(execute: Any, at: str) -> None:
+    ids = {"run": str(uuid4()), "own": str(uuid4()), "inherits": str(uuid4())}
+    for statement in VERSION_4_ROWS:
+        execute(statement.format(**ids, definition=json.dumps(LEASED), at=at))
+
+
+def test_migration_5_gives_older_postgres_task_rows_their_definitions_lease(
+    postgres_urls: tuple[str, str],
+) -> None:
+    old, _ = postgres_urls
+    open_at_version(old, 4)
+    with psycopg.connect(old, autocommit=True) as conn:
+        fill_at_version_4(conn.execute, "now()")
+    FlowForge(old, migrate=True).close()
+    with psycopg.connect(old) as conn:
+        leases = dict(conn.execute("SELECT task_key, lease_seconds FROM task_runs").fetchall())
+    assert leases == {"own": 12.5, "inherits": 40.0}
+
+
+def test_migration_5_gives_older_sqlite_task_rows_their_definitions_lease(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    open_at_version(f"sqlite:///{path}", 4)
+    with closing(sqlite3.connect(path)) as conn, conn:
+        fill_at_version_4(conn.execute, "0")
+    FlowForge(f"sqlite:///{path}", migrate=True).close()
+    with closing(sqlite3.connect(path)) as conn:
+        leases = dict(conn.execute("SELECT task_key, lease_seconds FROM task_runs").fetchall())
+    assert leases == {"own": 12.5, "inherits": 40.0}

@@ -38,13 +38,15 @@ edge = TASK_RUN_MACHINE.get
 run_edge = WORKFLOW_RUN_MACHINE.get
 
 
-def create_run(writes: Writes, *, key: str | None = None) -> UUID:
+def create_run(
+    writes: Writes, *, key: str | None = None, definition: dict[str, Any] | None = None
+) -> UUID:
     run_id = uuid4()
     created = workflow_run.created_event(
         run_id,
         at=writes.now(),
         workflow_name="store",
-        definition={"name": "store", "tasks": [{"key": "a", "type": "t"}]},
+        definition=definition or {"name": "store", "tasks": [{"key": "a", "type": "t"}]},
         inputs={"n": 1},
         idempotency_key=key,
         actor=ACTOR,
@@ -54,7 +56,14 @@ def create_run(writes: Writes, *, key: str | None = None) -> UUID:
     return run_id
 
 
-def create_task(writes: Writes, run_id: UUID, state: TaskRunState, key: str = "a") -> UUID:
+def create_task(
+    writes: Writes,
+    run_id: UUID,
+    state: TaskRunState,
+    key: str = "a",
+    *,
+    lease_seconds: float | None = LEASE_S,
+) -> UUID:
     created = task_run.created_event(
         uuid4(),
         at=writes.now(),
@@ -63,6 +72,7 @@ def create_task(writes: Writes, run_id: UUID, state: TaskRunState, key: str = "a
         task_type="t",
         depends_on=[],
         max_attempts=2,
+        lease_seconds=lease_seconds,
         state=state,
         actor=ACTOR,
     )
@@ -231,6 +241,69 @@ class StoreContract:
         assert claimed.lease_expires_at - now > timedelta(seconds=LEASE_S - 5)
         with store.write() as writes:
             assert writes.claim(task_id, "w2", LEASE_S) is None
+
+    def test_a_claim_without_a_lease_takes_the_rows_own(self, store: Store) -> None:
+        with store.write() as writes:
+            task_id = create_task(writes, create_run(writes), TaskRunState.READY, lease_seconds=7)
+        with store.write() as writes:
+            claimed = writes.claim(task_id, "w1", None)
+            now = writes.now()
+        assert claimed is not None and claimed.lease_seconds == 7
+        assert claimed.lease_expires_at is not None
+        assert timedelta(seconds=2) < claimed.lease_expires_at - now <= timedelta(seconds=7)
+
+    def test_a_row_without_a_lease_is_claimed_only_with_one_given(self, store: Store) -> None:
+        with store.write() as writes:
+            task_id = create_task(
+                writes, create_run(writes), TaskRunState.READY, lease_seconds=None
+            )
+        with store.write() as writes:
+            assert writes.claim(task_id, "w1", None) is None
+        with store.read() as reads:
+            row = reads.task_run(task_id)
+            assert row is not None and row.state == "ready" and row.lease_expires_at is None
+        with store.write() as writes:
+            claimed = writes.claim(task_id, "w1", LEASE_S)
+        assert claimed is not None and claimed.lease_expires_at is not None
+
+    def test_claim_with_run_claims_and_reads_an_unknown_run_in_one_go(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        run_id, task_id = run_and_task
+        with store.write() as writes:
+            claimed, run = writes.claim_with_run(task_id, "w1", [uuid4()])
+        assert claimed is not None and claimed.state == "running"
+        assert claimed.lease_owner == "w1" and claimed.fencing_token == 1
+        assert run is not None and run.id == run_id and run.definition["name"] == "store"
+        with store.write() as writes:
+            assert writes.claim_with_run(task_id, "w2", []) == (None, run)
+            assert writes.claim_with_run(task_id, "w2", [run_id]) == (None, None)
+            assert writes.claim_with_run(uuid4(), "w2", []) == (None, None)
+
+    def test_missing_task_leases_come_from_their_runs_definition(self, store: Store) -> None:
+        definition = {
+            "name": "leases",
+            "lease_seconds": 40.0,
+            "tasks": [
+                {"key": "own", "type": "t", "lease_seconds": 12.5},
+                {"key": "inherits", "type": "t", "lease_seconds": None},
+            ],
+        }
+        with store.write() as writes:
+            run_id = create_run(writes, definition=definition)
+            ids = {
+                key: create_task(writes, run_id, TaskRunState.READY, key, lease_seconds=None)
+                for key in ("own", "inherits")
+            }
+            kept = create_task(writes, run_id, TaskRunState.READY, "kept", lease_seconds=3)
+            writes.fill_missing_task_leases()
+        with store.read() as reads:
+            leases = {
+                key: row.lease_seconds
+                for key, task_id in [*ids.items(), ("kept", kept)]
+                if (row := reads.task_run(task_id)) is not None
+            }
+        assert leases == {"own": 12.5, "inherits": 40.0, "kept": 3}
 
     def test_finish_needs_the_current_token_and_stores_result_or_error(
         self, store: Store, run_and_task: tuple[UUID, UUID]

@@ -27,6 +27,7 @@ def task_row(state: str, *, version: int = 2, token: int = 1) -> TaskRunRow:
         task_type="extract_rows",
         depends_on=[],
         max_attempts=3,
+        lease_seconds=30.0,
         state=state,
         fencing_token=token,
         attempt=1,

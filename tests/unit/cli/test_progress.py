@@ -57,6 +57,7 @@ def task(key: str, state: str, **fields: Any) -> TaskRunRow:
         "task_type": "t",
         "depends_on": [],
         "max_attempts": 3,
+        "lease_seconds": 30.0,
         "state": state,
         "fencing_token": 1,
         "attempt": 1,

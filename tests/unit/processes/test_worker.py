@@ -17,14 +17,15 @@ from flowforge.processes.worker import Worker
 
 
 class FailingApp:
-    """An application whose every read raises ``error``."""
+    """An application whose every claim and read raises ``error``."""
 
     def __init__(self, error: BaseException) -> None:
         self.error = error
-        self.reads = 0
+
+    def claim_task_run_and_its_run(self, task_run_id: uuid.UUID, *_: Any, **__: Any) -> Any:
+        raise self.error
 
     def task_run_and_its_run(self, task_run_id: uuid.UUID, **_: Any) -> Any:
-        self.reads += 1
         raise self.error
 
 

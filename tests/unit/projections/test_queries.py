@@ -34,7 +34,7 @@ def test_postgres_parameters_are_psycopg_style_and_sqlite_keeps_colon_names() ->
     assert "%(worker_id)s" in postgres[claim] and ":worker_id" not in postgres[claim]
     assert ":worker_id" in sqlite[claim] and "%(" not in sqlite[claim]
     assert "interval '1 second'" in postgres[claim]
-    assert "CAST(:lease_seconds * 1000000 AS integer)" in sqlite[claim]
+    assert "CAST(coalesce(:lease_seconds, lease_seconds) * 1000000 AS integer)" in sqlite[claim]
 
 
 def test_only_postgres_keeps_updated_at_from_going_backwards() -> None:
