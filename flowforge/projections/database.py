@@ -174,9 +174,12 @@ def _sql(conn: psycopg.Connection[Any], statement: _Statement, *, prepared: bool
     name, params = statement
     template = _templates()[name]
     session = _session(conn)
+    # Only the parameters the statement uses: a caller's mapping may carry more (an
+    # edge's every end, an event's every field), and quoting is most of a batch's CPU.
+    given = params or {}
     literals = {
-        key: session.literals.as_literal(_encode_postgres(key, value))
-        for key, value in (params or {}).items()
+        key: session.literals.as_literal(_encode_postgres(key, given[key]))
+        for key in template.order
     }
     if not prepared or template.prepare is None:
         return template.inline % {key.encode(): value for key, value in literals.items()}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 import uuid
 from collections import Counter
 from contextlib import closing
@@ -147,6 +148,26 @@ def test_the_claim_takes_the_definitions_lease_with_or_without_one_on_the_row(
     (left,) = remaining
     assert 500 < left <= 600  # the definition's 600 s, not the default 30 s
     assert only_task(app, run_id).state == "succeeded"
+
+
+def test_a_handler_that_outlives_a_renewal_interval_has_its_lease_renewed(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    lease = 1.5  # a renewal every 0.5 s
+    long = {"name": "long", "tasks": [{"key": "only", "type": "work", "lease_seconds": lease}]}
+    run_id = app.start_workflow_run(long)
+
+    def until_renewed(ctx: TaskContext) -> None:
+        deadline = time.monotonic() + 10 * lease
+        while "renew_lease" not in [e.transition for e in app.history(ctx.task_run_id)]:
+            assert time.monotonic() < deadline, "the lease was never renewed"
+            time.sleep(0.05)
+
+    recorder.behaviour["only"] = until_renewed
+    assert deliver_one(app, channel, worker) == "succeed"
+    transitions = [e.transition for e in app.history(only_task(app, run_id).id)]
+    assert transitions[:3] == ["create", "claim", "renew_lease"]
+    assert transitions[-1] == "succeed"
 
 
 def test_a_duplicate_dispatch_is_acked_without_running_the_handler_again(
