@@ -14,38 +14,35 @@ from __future__ import annotations
 
 import signal
 import threading
-from types import FrameType, TracebackType
-from typing import Any
+from collections.abc import Callable
+from types import TracebackType
 
 from flowforge.processes.loop import Stop
-
-#: What stops `run` and `demo` cleanly (the default SIGTERM would kill them mid-task).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+from flowforge.processes.signals import relay_signals
 
 
 class Interrupts:
     """The first SIGINT/SIGTERM requests a graceful stop; the second, ``hurry``.
 
-    The handlers only set events: printing from a signal handler could interrupt a
-    print in progress. The group's threads cannot install handlers, so this is done
-    here, in the main thread; the previous handlers are restored on exit.
+    The reaction only sets events (printing could interrupt a print in progress), and it
+    runs on the relay's thread, not in the handler (``flowforge.processes.signals``).
+    The group's threads cannot install handlers, so this is done here, in the main
+    thread; the previous handlers are restored on exit.
     """
 
     def __init__(self, stop: Stop) -> None:
         self.stop = stop
         self.hurry = threading.Event()
-        self._previous: dict[int, Any] = {}
+        self._restore: Callable[[], None] | None = None
 
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+    def _react(self, signum: signal.Signals) -> None:
         if self.stop.is_set():  # a stop is under way (a signal's, or the timeout's)
             self.hurry.set()
         else:
-            self.stop.set(signal.Signals(signum).name)
+            self.stop.set(signum.name)
 
     def __enter__(self) -> Interrupts:
-        for signum in STOP_SIGNALS:
-            self._previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, self._handle)
+        self._restore = relay_signals(self._react)
         return self
 
     def __exit__(
@@ -54,5 +51,5 @@ class Interrupts:
         _value: BaseException | None,
         _traceback: TracebackType | None,
     ) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+        if self._restore is not None:
+            self._restore()

@@ -14,7 +14,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
+
+from flowforge.processes.signals import relay_signals
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class Stop:
         self._event = threading.Event()
         self.reason = ""
         self._wakes: list[Callable[[], None]] = []
+        self._relayed = False
 
     def set(self, reason: str = "requested") -> None:
         if not self._event.is_set():
@@ -61,16 +63,17 @@ class Stop:
         return self._event.wait(max(0.0, seconds))
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM and SIGINT request a stop (main thread only; elsewhere a no-op)."""
-        if threading.current_thread() is not threading.main_thread():
+        """SIGTERM and SIGINT request a stop (main thread only; elsewhere, or a second
+        time, a no-op). Relayed to a thread: ``flowforge.processes.signals`` says why."""
+        if threading.current_thread() is not threading.main_thread() or self._relayed:
             return
+        self._relayed = True
 
-        def handle(signum: int, _frame: FrameType | None) -> None:
-            log.info("stop requested", extra={"signal": signal.Signals(signum).name})
-            self.set(signal.Signals(signum).name)
+        def react(signum: signal.Signals) -> None:
+            log.info("stop requested", extra={"signal": signum.name})
+            self.set(signum.name)
 
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
+        relay_signals(react)
 
 
 def backoff_delay(
