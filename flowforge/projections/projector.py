@@ -32,10 +32,6 @@ def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
     if isinstance(event, WorkflowRun.Created):
         initial = WORKFLOW_RUN_MACHINE.initial.value
         params = _created_params(event, workflow_run.STATIC_FIELDS, initial)
-        if event.idempotency_key is None:
-            # A new id and no key: nothing it could conflict with, no row to wait for.
-            tx.defer("insert_workflow_run", params)
-            return True
         return bool(tx.run("insert_workflow_run", params))
     if isinstance(event, TaskRun.Transitioned):
         task_run.check_replayable(event)
