@@ -115,12 +115,12 @@ def forget_task_leases(request: pytest.FixtureRequest) -> None:
     """Task rows as a FlowForge before schema version 5 left them: no lease of their own."""
     statement = "UPDATE task_runs SET lease_seconds = NULL"
     if request.node.callspec.params["app"] == "postgres":
-        with psycopg.connect(request.getfixturevalue("postgres_url"), autocommit=True) as conn:
-            conn.execute(statement)
+        with psycopg.connect(request.getfixturevalue("postgres_url"), autocommit=True) as pg:
+            pg.execute(statement)
     else:
         path = request.getfixturevalue("sqlite_url").removeprefix("sqlite:///")
-        with closing(sqlite3.connect(path)) as conn, conn:
-            conn.execute(statement)
+        with closing(sqlite3.connect(path)) as lite, lite:
+            lite.execute(statement)
 
 
 @pytest.mark.parametrize("row_has_lease", [True, False], ids=["own-lease", "older-row"])

@@ -236,7 +236,8 @@ def test_migration_5_gives_older_postgres_task_rows_their_definitions_lease(
         fill_at_version_4(conn.execute, "now()")
     FlowForge(old, migrate=True).close()
     with psycopg.connect(old) as conn:
-        leases = dict(conn.execute("SELECT task_key, lease_seconds FROM task_runs").fetchall())
+        rows = conn.execute("SELECT task_key, lease_seconds FROM task_runs").fetchall()
+    leases: dict[str, float] = dict(rows)
     assert leases == {"own": 12.5, "inherits": 40.0}
 
 
