@@ -173,7 +173,7 @@ class Commands(Queries):
             seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
         with self._writer() as writer:
             row = writer.claim(task_run_id, text(worker_id, "worker_id"), seconds)
-        return None if row is None else claim_of(row)
+        return None if row is None else Claim.of(row)
 
     def claim_task_run_and_its_run(
         self, task_run_id: UUID, worker_id: str, *, unless_known: Collection[UUID] = ()
@@ -264,12 +264,6 @@ class Commands(Queries):
 # The upper bounds keep a value inside the database's interval range (PostgreSQL's ends
 # near 178 million years, SQLite's arithmetic at 2**63 microseconds): past them the
 # error would come from the driver, after I/O began.
-
-
-def claim_of(row: TaskRunRow) -> Claim:
-    """The claim a claimed (running) row records."""
-    assert row.lease_expires_at is not None
-    return Claim(row.id, row.fencing_token, row.attempt, row.lease_expires_at)
 
 
 def positive(value: float, name: str, maximum: float) -> float:

@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from flowforge.projections.tables import TaskRunRow
+
 
 @dataclass(frozen=True, slots=True)
 class Claim:
@@ -16,6 +18,12 @@ class Claim:
     fencing_token: int
     attempt: int
     lease_expires_at: datetime
+
+    @classmethod
+    def of(cls, row: TaskRunRow) -> Claim:
+        """The claim a claimed (running) row records."""
+        assert row.lease_expires_at is not None
+        return cls(row.id, row.fencing_token, row.attempt, row.lease_expires_at)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,6 @@ from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.aggregates.states import TaskRunState
-from flowforge.app.commands import claim_of
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
 from flowforge.processes import settle
@@ -305,15 +304,14 @@ class Worker:
         and the lease; or, when nothing was claimed, what happened instead. The run's
         definition and inputs come back in the claim's round trip the first time the
         worker meets the run."""
-        latest = list(islice(reversed(self._runs), KNOWN_RUNS_SENT))
         row, run = self.app.claim_task_run_and_its_run(
-            task_run_id, self.worker_id, unless_known=latest
+            task_run_id, self.worker_id, unless_known=self._latest_runs()
         )
         if run is not None:
             self._remember(run)
         if row is not None:
             assert row.lease_seconds is not None  # the claim took the row's own lease
-            return row, claim_of(row), row.lease_seconds
+            return row, Claim.of(row), row.lease_seconds
         # Not claimed: a duplicate or stale dispatch, a claim lost to another worker,
         # or a row created before tasks recorded their lease (schema version 4). Its row
         # says which; a ready one is claimed with its definition's lease.
@@ -329,11 +327,14 @@ class Worker:
     def _task(self, task_run_id: uuid.UUID) -> TaskRunRow:
         """The task's row, when the claim claimed nothing; its run's definition and
         inputs are read in the same round trip unless the worker knows them."""
-        latest = list(islice(reversed(self._runs), KNOWN_RUNS_SENT))
-        task, run = self.app.task_run_and_its_run(task_run_id, unless_known=latest)
+        task, run = self.app.task_run_and_its_run(task_run_id, unless_known=self._latest_runs())
         if run is not None:
             self._remember(run)
         return task
+
+    def _latest_runs(self) -> list[uuid.UUID]:
+        """The runs a claim or read names as known (their definitions are not sent)."""
+        return list(islice(reversed(self._runs), KNOWN_RUNS_SENT))
 
     def _remember(self, run: WorkflowRunRow) -> None:
         # A run's definition and inputs never change: read them once per run, and keep

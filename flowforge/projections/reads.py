@@ -42,11 +42,10 @@ class Reads:
     ) -> tuple[TaskRunRow | None, WorkflowRunRow | None]:
         """The task run and its run, in one round trip; no run row if the run's id is in
         ``known_runs`` (or there is no such task)."""
-        known = [str(run_id) for run_id in known_runs]
         task_rows, run_rows = self._tx.run_each(
             [
                 ("select_task_run", {"id": task_run_id}),
-                ("select_run_of_task_unless_known", {"id": task_run_id, "known_runs": known}),
+                run_of_task_unless_known(task_run_id, known_runs),
             ]
         )
         return first_row(TaskRunRow, task_rows), first_row(WorkflowRunRow, run_rows)
@@ -143,3 +142,12 @@ def first_row(row_type: type[_R], rows: list[Row]) -> _R | None:
 
 def _ids(rows: list[Row]) -> list[UUID]:
     return [next(iter(row.values())) for row in rows]
+
+
+def run_of_task_unless_known(
+    task_run_id: UUID, known_runs: Collection[UUID]
+) -> tuple[str, dict[str, Any]]:
+    """The statement reading a task's run unless its id is in ``known_runs`` (a
+    worker's few latest runs: their definitions are not sent again)."""
+    known = [str(run_id) for run_id in known_runs]
+    return "select_run_of_task_unless_known", {"id": task_run_id, "known_runs": known}

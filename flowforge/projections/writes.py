@@ -30,7 +30,7 @@ from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.projections import projector
 from flowforge.projections.database import Row, Transaction
-from flowforge.projections.reads import Reads, RunCompletion, first_row
+from flowforge.projections.reads import Reads, RunCompletion, first_row, run_of_task_unless_known
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 #: The edges ``move_task`` takes: no lease, no token, no clock condition.
@@ -150,11 +150,10 @@ class Writes(Reads):
         worker's whole read before running a task. The run is read after the claim,
         whether or not it won (a run row never changes what a claim does)."""
         params = {"worker_id": worker_id, "lease_seconds": None}
-        known = [str(run_id) for run_id in known_runs]
         task_rows, run_rows = self._tx.run_each(
             [
                 ("task_claim", _task_params(task_run_id, _CLAIM, params)),
-                ("select_run_of_task_unless_known", {"id": task_run_id, "known_runs": known}),
+                run_of_task_unless_known(task_run_id, known_runs),
             ]
         )
         return first_row(TaskRunRow, task_rows), first_row(WorkflowRunRow, run_rows)
