@@ -9,6 +9,10 @@ condition that only gets truer with time (an expired lease, a due retry) is judg
 fairly. After every step, every row must equal its model's snapshot, the log must hold
 exactly the model's events, the aggregate reconstituted from the log must equal the row,
 and the outbox must hold one dispatch per move into ``ready``.
+
+A success finished by a worker also advances its run in the same transaction when the
+run is running (``advance.advance_after_finish``); the model follows the same rule
+(:meth:`ServiceAgainstAggregates.follow_the_finish_advance`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from hypothesis.stateful import (
 from flowforge import errors
 from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
-from flowforge.aggregates.states import TaskRunState
+from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.app.definition_files import load_definition
@@ -300,6 +304,44 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
                 error=normalised_error(error) if error is not None else None,
             ),
         )
+        if won and outcome == "succeed":
+            at = self.app.get_task_run(task).updated_at
+            self.follow_the_finish_advance(task, at, actor or "worker")
+
+    def follow_the_finish_advance(self, task: UUID, at: datetime, actor: str) -> None:
+        """The advance a success takes in its own transaction when its run is running:
+        the finished task's dependents and their dependencies step (promote what became
+        eligible, retry what failed with attempts left, make due retries ready), then
+        the run succeeds if every task has. All at the finish's clock, by its actor."""
+        run_id = self.model(task).workflow_run_id
+        run, run_events = self.run_models[run_id]
+        if run.state is not WorkflowRunState.RUNNING:
+            return
+        tasks = {
+            model.aggregate.task_key: (task_id, model.aggregate)
+            for task_id, model in self.task_models.items()
+            if model.aggregate.workflow_run_id == run_id
+        }
+        changed = self.model(task).task_key
+        dependents = {key for key, (_, t) in tasks.items() if changed in t.depends_on}
+        needed = {
+            changed,
+            *dependents,
+            *(d for key in dependents for d in tasks[key][1].depends_on),
+        }
+        succeeded = {key for key in needed if tasks[key][1].state is TaskRunState.SUCCEEDED}
+        for task_id, model in sorted(tasks[key] for key in needed):
+            if model.state is TaskRunState.PENDING and succeeded.issuperset(model.depends_on):
+                assert model.transition("dependencies_satisfied", at=at, actor=actor)
+            elif model.state is TaskRunState.FAILED and model.attempt < model.max_attempts:
+                # The definitions here retry at once (no backoff, no jitter).
+                assert model.schedule_retry(delay=timedelta(0), at=at, actor=actor)
+            elif model.state is TaskRunState.RETRYING and self.is_due(task_id, at):
+                assert model.transition("retry_ready", at=at, actor=actor)
+            self.task_models[task_id].record()
+        if all(t.state is TaskRunState.SUCCEEDED for _, t in tasks.values()):
+            assert run.transition("succeed", at=at, actor=actor)
+            run_events.extend(run.collect_events())
 
     def do_renew_lease(self, task: UUID, token: str, lease: float, actor: str | None) -> None:
         fencing_token = self.token(task, token)

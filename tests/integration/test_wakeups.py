@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -25,7 +26,8 @@ from flowforge.processes.loop import Stop
 from flowforge.processes.publisher import Publisher
 from flowforge.processes.scheduler import Scheduler
 from flowforge.processes.transport import InMemoryDispatchChannel
-from flowforge.projections.wakeups import Wakeups
+from flowforge.projections import queries
+from flowforge.projections.wakeups import PostgresNotifier, Wakeups
 
 HOUR = 3600.0
 CHAIN = {
@@ -295,3 +297,31 @@ def test_a_process_that_commits_and_closes_at_once_still_wakes_the_listeners(
         short_lived.start_workflow_run(ONE)
         short_lived.close()
         assert bells.runs.wait(10)
+
+
+def _notifications(
+    conn: psycopg.Connection[Any], timeout: float, expected: int | None = None
+) -> list[str]:
+    """The channels of the notifications ``conn`` receives within ``timeout`` (or once
+    ``expected`` have come)."""
+    return [notify.channel for notify in conn.notifies(timeout=timeout, stop_after=expected)]
+
+
+def test_a_burst_of_requests_shares_one_notify_and_a_close_sends_what_is_left(
+    postgres_url: str,
+) -> None:
+    # A long interval: the requests below all fall inside it, so without the throttle
+    # each would be sent at once (three NOTIFYs), with it the burst waits for the close.
+    notifier = PostgresNotifier(lambda: psycopg.connect(postgres_url, autocommit=True), 3600)
+    with psycopg.connect(postgres_url, autocommit=True) as listener:
+        listener.execute(queries.load("postgres")["listen_run_wakeups"])
+        try:
+            notifier.request("notify_run_wakeups")  # after a quiet spell: at once
+            assert _notifications(listener, 10, 1) == [queries.RUN_WAKEUPS_CHANNEL]
+            notifier.request("notify_run_wakeups")
+            assert _notifications(listener, 0.5) == []  # held: within the interval
+            notifier.request("notify_run_wakeups")
+        finally:
+            notifier.close()  # on the way out: the held requests go, in one NOTIFY
+        assert _notifications(listener, 10, 1) == [queries.RUN_WAKEUPS_CHANNEL]
+        assert _notifications(listener, 0.5) == []
