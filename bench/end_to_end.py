@@ -51,6 +51,7 @@ from typing import Any
 import pika
 import psycopg
 
+from bench.cpu import machine_busy_seconds, process_seconds
 from flowforge import FlowForge, load_definition
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -174,6 +175,14 @@ class Processes:
                 tail = (self.logs / f"{name}.log").read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"{name} exited with {process.returncode}:\n{tail}")
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """Each role's CPU seconds so far (the workers summed), from the live processes."""
+        seconds: dict[str, float] = {}
+        for name, process in self.running.items():
+            role = name.split("-", 1)[0]
+            seconds[role] = seconds.get(role, 0.0) + process_seconds(process.pid)
+        return seconds
+
     def stop(self) -> dict[str, int]:
         for process in self.running.values():
             if process.poll() is None:
@@ -249,6 +258,7 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
     with deployment(options) as d:
         commits_before = d.probe.commits()
         writes_before = d.probe.next_transaction_id()
+        busy_before, producer_before = machine_busy_seconds(), time.process_time()
         started = time.time()
         if options.shape == "runs":
             definition = load_definition(ONE_TASK)
@@ -258,9 +268,12 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
             tasks = [{"key": f"t{i}", "type": "noop"} for i in range(n)]
             d.app.start_workflow_run({"name": "bench_fanout", "tasks": tasks})
         enqueued = time.time()
+        producer = time.process_time() - producer_before
         d.processes.start_all(options.workers, options.concurrency)
         wait_until(d.probe, d.processes, SUCCEEDED_TASKS, n)
         wait_until(d.probe, d.processes, FINISHED_RUNS, n if options.shape == "runs" else 1)
+        cpu = {"producer": producer, **d.processes.cpu_seconds()}
+        cpu["machine"] = machine_busy_seconds() - busy_before
         (last,) = d.probe.one(
             "SELECT extract(epoch FROM max(finished_at)) FROM task_runs WHERE state = 'succeeded'"
         )
@@ -283,6 +296,10 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
         "commits_per_task": commits / n,
         "write_transactions_per_task": writes / n,
         "events_per_task": events / n,
+        # Each role's own CPU per task; "machine" is every core's busy time over the
+        # whole measurement (enqueue + process): the rest of it is the servers and the
+        # kernel. Process start-up (imports) is included.
+        "cpu_ms_per_task": {role: 1000 * seconds / n for role, seconds in cpu.items()},
         "max_attempt": attempts,
         "exit_codes": codes,
     }
