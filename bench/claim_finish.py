@@ -19,6 +19,11 @@ Measured, for each process count:
 * pgbench + events: the exact transaction shape FlowForge runs (BEGIN, UPDATE, INSERT of a
   425-byte event, COMMIT, twice), and the same with the lock, to separate what the
   database costs from what the Python side costs.
+* Python, bare: the least a Python client can cost for an event per transition. Each
+  claim and each finish is ONE autocommitted statement on pgbench's tables (the
+  conditional UPDATE and, in a CTE, the INSERT of its event, the same 425 bytes), sent
+  with psycopg's prepared statements by N processes: what a server-side function per
+  transition would leave the client to do, with no FlowForge code at all.
 * SQLite, one process, for context (the embedded mode).
 
 Reported per measurement: cycles/s (cycles over the wall-clock window from the first
@@ -201,6 +206,29 @@ PGBENCH_SCRIPTS = {
 }
 PGBENCH_KEYS = {"sql": PGBENCH_SQL_ONLY, "events": PGBENCH_EVENTS, "lock": PGBENCH_EVENTS_LOCK}
 
+BARE_PYTHON = "Python, bare: 1 statement per transition"
+# pgbench's SET and WHERE clauses, with the event INSERT in a CTE of the same statement.
+_BARE_EVENT = """INSERT INTO bench_events (originator_id, originator_version, topic, state)
+SELECT id, version, %(topic)s, %(payload)s FROM t"""
+BARE_CLAIM = (
+    "WITH t AS ("
+    + _PGB_CLAIM.replace(":k::text", "%(k)s::text").replace(
+        "RETURNING fencing_token AS token \\gset\n", "RETURNING id, version, fencing_token"
+    )
+    + "), e AS ("
+    + _BARE_EVENT
+    + ") SELECT fencing_token FROM t"
+)
+BARE_FINISH = (
+    "WITH t AS ("
+    + _PGB_FINISH.replace(":k::text", "%(k)s::text")
+    .replace(":token", "%(token)s")
+    .replace("RETURNING *;\n", "RETURNING id, version")
+    + ") "
+    + _BARE_EVENT
+)
+BARE_PAYLOAD = bytes.fromhex(PGBENCH_VARIABLES["payload"])
+
 _TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.MULTILINE)
 _PROCESSED = re.compile(r"^number of transactions actually processed: (\d+)", re.MULTILINE)
 
@@ -360,17 +388,76 @@ def measure_flowforge(url: str, variant: str, processes: int, tasks: int) -> Mea
         ids = create_ready_tasks(ff, processes * per_process)
     pg_command(url, CHECKPOINT)
     before = pg_value(url, COUNT_SUCCEEDED_TASK_RUNS)
+    slices = [ids[i * per_process : (i + 1) * per_process] for i in range(processes)]
+    measured = run_workers(worker_main, (url, variant), slices, f"FlowForge {variant}")
+    written = pg_value(url, COUNT_SUCCEEDED_TASK_RUNS) - before
+    if written != processes * per_process:
+        raise RuntimeError(f"{written} task runs succeeded, expected {processes * per_process}")
+    return measured
 
+
+def bare_worker_main(
+    url: str, warmup: list[int], timed: list[int], barrier: Any, results: Any
+) -> None:
+    """One bare client process: pgbench's rows by key, one statement per transition."""
+    try:
+        with psycopg.connect(url, autocommit=True, prepare_threshold=0) as conn:
+
+            def cycle(key: int) -> bool:
+                claimed = conn.execute(
+                    BARE_CLAIM, {"k": key, "topic": "claimed", "payload": BARE_PAYLOAD}
+                ).fetchone()
+                if claimed is None:
+                    return False
+                params = {"k": key, "token": claimed[0], "topic": "succeeded"}
+                done = conn.execute(BARE_FINISH, {**params, "payload": BARE_PAYLOAD})
+                return done.rowcount == 1
+
+            lost = sum(not cycle(key) for key in warmup)
+            barrier.wait(BARRIER_TIMEOUT_S)
+            latencies: list[float] = []
+            started, cpu = time.monotonic(), time.process_time()
+            for key in timed:
+                t0 = time.perf_counter_ns()
+                lost += not cycle(key)
+                latencies.append((time.perf_counter_ns() - t0) / 1000)
+            ended, cpu = time.monotonic(), time.process_time() - cpu
+        results.put(WorkerResult(started, ended, latencies, cpu, lost))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
+        barrier.abort()
+        results.put(WorkerResult(error=f"{type(exc).__name__}: {exc}"))
+
+
+def measure_bare(url: str, processes: int, tasks: int) -> Measurement:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(RESET_BENCH_TASK_RUNS)
+        conn.execute(TRUNCATE_BENCH_EVENTS)
+        conn.execute(VACUUM_BENCH_TABLES)
+        conn.execute(CHECKPOINT)
+    per_process = WARMUP_CYCLES + tasks
+    # Client c owns keys c * 1000000 + 1 ..., as pgbench's clients do.
+    slices = [[c * 1_000_000 + n for n in range(1, per_process + 1)] for c in range(processes)]
+    measured = run_workers(bare_worker_main, (url,), slices, BARE_PYTHON)
+    written = pg_value(url, COUNT_BENCH_SUCCEEDED)
+    if written != processes * per_process:
+        raise RuntimeError(f"{written} rows finished, expected {processes * per_process}")
+    return measured
+
+
+def run_workers(
+    target: Any, leading: tuple[Any, ...], slices: list[list[Any]], label: str
+) -> Measurement:
+    """One spawned process per slice (``target(*leading, warmup, timed, barrier,
+    results)``), started together at a barrier; their cycles as one measurement."""
     ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(processes)
+    barrier = ctx.Barrier(len(slices))
     results = ctx.Queue()
     workers = []
-    for i in range(processes):
-        mine = ids[i * per_process : (i + 1) * per_process]
-        args = (url, variant, mine[:WARMUP_CYCLES], mine[WARMUP_CYCLES:], barrier, results)
+    for i, mine in enumerate(slices):
+        args = (*leading, mine[:WARMUP_CYCLES], mine[WARMUP_CYCLES:], barrier, results)
         # Daemonic: if the parent fails (a timeout below), no worker outlives it.
         workers.append(
-            ctx.Process(target=worker_main, args=args, name=f"bench-worker-{i}", daemon=True)
+            ctx.Process(target=target, args=args, name=f"bench-worker-{i}", daemon=True)
         )
     for w in workers:
         w.start()
@@ -382,18 +469,16 @@ def measure_flowforge(url: str, variant: str, processes: int, tasks: int) -> Mea
     if errors:
         raise RuntimeError(f"a worker failed: {errors[0]}")
     lost = sum(o.lost for o in outcomes)
-    written = pg_value(url, COUNT_SUCCEEDED_TASK_RUNS) - before
-    if lost or written != processes * per_process:
-        raise RuntimeError(f"{lost} cycles lost, {written} task runs succeeded")
-    seconds = max(o.ended for o in outcomes) - min(o.started for o in outcomes)
+    if lost:
+        raise RuntimeError(f"{lost} cycles lost")
     latencies = [lat for o in outcomes for lat in o.latencies_us]
     cpu = sum(o.cpu_seconds for o in outcomes)
     start, end = min(o.started for o in outcomes), max(o.ended for o in outcomes)
     return Measurement(
-        f"FlowForge {variant}",
-        processes,
+        label,
+        len(slices),
         len(latencies),
-        seconds,
+        end - start,
         latencies,
         cpu,
         MACHINE_CPU.busy_seconds(start, end),
@@ -572,7 +657,7 @@ def markdown_table(rows: list[Measurement]) -> str:
 
 
 def _order(system: str) -> int:
-    names = [*PGBENCH_SCRIPTS, *(f"FlowForge {v}" for v in VARIANTS.values())]
+    names = [*PGBENCH_SCRIPTS, BARE_PYTHON, *(f"FlowForge {v}" for v in VARIANTS.values())]
     return names.index(system) if system in names else len(names)
 
 
@@ -620,6 +705,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="FlowForge variants (default: shipped; none: skip)",
     )
     parser.add_argument(
+        "--no-bare",
+        dest="bare",
+        action="store_false",
+        help="skip the bare Python client (one statement per transition)",
+    )
+    parser.add_argument(
         "--sqlite-tasks", type=int, default=1000, help="timed SQLite cycles (0: skip)"
     )
     args = parser.parse_args(argv)
@@ -651,7 +742,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with FlowForge(url, migrate=True):  # creates the schema, for the bench tables to copy
             pass
         server = pg_value(url, SERVER_VERSION)
-        if args.pgbench_scripts:
+        if args.pgbench_scripts or args.bare:
             progress("populating the pgbench tables")
             setup_pgbench_tables(url, max(args.processes), args.pgbench_rows)
         for processes in args.processes:
@@ -663,6 +754,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         url, pgbench, label, processes, args.pgbench_seconds, Path(tmp)
                     )
                 )
+            if args.bare:
+                progress(f"{BARE_PYTHON}, {processes} processes")
+                record(measure_bare(url, processes, args.tasks))
             for key in args.variants:
                 progress(f"FlowForge {VARIANTS[key]}, {processes} processes")
                 record(measure_flowforge(url, VARIANTS[key], processes, args.tasks))
