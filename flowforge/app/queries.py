@@ -13,6 +13,7 @@ from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.app import audit
 from flowforge.app.core import ServiceCore
 from flowforge.app.results import AuditEntry
+from flowforge.limits import row_limit
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 #: How many expired leases (or stalled ready tasks) one pass handles at most.
@@ -65,14 +66,17 @@ class Queries(ServiceCore):
             return reads.task_runs_of(run_id)
 
     def recent_runs(self, limit: int = 20) -> list[WorkflowRunRow]:
+        limit = row_limit(limit)
         with self._reads() as reads:
             return reads.recent_runs(limit)
 
     def ready_task_runs(self, limit: int = 100) -> list[TaskRunRow]:
+        limit = row_limit(limit)
         with self._reads() as reads:
             return reads.ready_task_runs(limit)
 
     def expired_leases(self, limit: int = REAP_BATCH) -> list[UUID]:
+        limit = row_limit(limit)
         with self._reads() as reads:
             return reads.expired_leases(limit)
 

@@ -15,6 +15,7 @@ from typing import Any
 from flowforge import errors
 from flowforge.aggregates import json_values  # pure and light: --help stays fast
 from flowforge.cli.logs import LEVELS
+from flowforge.limits import MAX_ROWS
 
 
 class UsageError(errors.FlowForgeError):
@@ -175,8 +176,6 @@ def _command(
 # is a typo, and unbounded ones overflow a thread's wait or a database parameter.
 #: Workers in one process (threads); scale further with more processes.
 MAX_WORKERS = 256
-#: Rows a listing or a publisher's batch reads at once.
-MAX_ROWS = 100_000
 #: Seconds between a process's passes.
 MAX_INTERVAL_S = 3600.0
 #: Seconds `run --timeout` may wait (a week).

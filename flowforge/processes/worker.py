@@ -91,8 +91,6 @@ class Worker:
         self.outcomes = OutcomeWriter(app, self.worker_id, self.stop, patience=outcome_patience)
         #: The runs this worker has seen, most recent last (see ``_run``).
         self._runs: OrderedDict[uuid.UUID, _RunFacts] = OrderedDict()
-        #: Consecutive dispatches requeued because the database was unavailable.
-        self._database_failures = 0
         #: One thread each for the handlers and the heartbeats, reused task after task.
         self._handlers = Lane(f"handler-{self.worker_id}")
         self._beats = Lane(f"heartbeat-{self.worker_id}")

@@ -49,3 +49,31 @@ def test_text_that_is_not_valid_unicode_is_refused_naming_the_argument(
     with pytest.raises((ValueError, InvalidWorkflowDefinitionError), match=call):
         TEXT_CALLS[call](app)
     assert app.recent_runs() == []
+
+
+LISTINGS: dict[str, Callable[[FlowForge, Any], Any]] = {
+    "recent_runs": lambda app, v: app.recent_runs(v),
+    "ready_task_runs": lambda app, v: app.ready_task_runs(v),
+    "expired_leases": lambda app, v: app.expired_leases(v),
+}
+
+
+@pytest.mark.parametrize("value", [0, -1, 100_001, 10**12, 2.5, True, "10"])
+@pytest.mark.parametrize("call", LISTINGS)
+def test_a_listing_limit_outside_1_to_100000_rows_is_refused_naming_it(
+    app: FlowForge, call: str, value: Any
+) -> None:
+    with pytest.raises(ValueError, match="limit must be a whole number from 1 to 100,000"):
+        LISTINGS[call](app, value)
+
+
+#: What each listing holds after one one-task run is started: the run, its ready task,
+#: no expired lease.
+LISTED = {"recent_runs": 1, "ready_task_runs": 1, "expired_leases": 0}
+
+
+@pytest.mark.parametrize("call", LISTINGS)
+def test_a_listing_takes_any_limit_within_bounds(app: FlowForge, call: str) -> None:
+    app.start_workflow_run(WORKFLOW)
+    for limit in (1, 100_000):
+        assert len(LISTINGS[call](app, limit)) == LISTED[call]
