@@ -70,6 +70,12 @@ class Queries(ServiceCore):
         with self._reads() as reads:
             return reads.recent_runs(limit)
 
+    def every_run(self) -> list[WorkflowRunRow]:
+        """Every run, oldest first, read at once: for a check that must see them all
+        (``flowforge db verify``); a listing for people is :meth:`recent_runs`."""
+        with self._reads() as reads:
+            return reads.every_run()
+
     def ready_task_runs(self, limit: int = 100) -> list[TaskRunRow]:
         limit = row_limit(limit)
         with self._reads() as reads:

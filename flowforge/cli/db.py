@@ -21,9 +21,6 @@ from flowforge.app.service import FlowForge
 from flowforge.cli import common
 from flowforge.cli.exits import EXIT_FAILED
 
-#: ``recent_runs`` takes a limit; the verification wants every run.
-ALL_ROWS = 2**31 - 1
-
 
 def init(args: argparse.Namespace) -> int:
     """Create the schema, or apply the missing migrations (idempotent, under a lock)."""
@@ -70,7 +67,7 @@ def verify(app: FlowForge) -> tuple[int, list[str]]:
     """Compare every row with its aggregate reconstituted from the log: how many rows
     were checked, and each difference."""
     checked, problems = 0, []
-    for run in app.recent_runs(ALL_ROWS):
+    for run in app.every_run():
         aggregate = app.workflow_run_aggregate(run.id).snapshot()
         problems += differences(f"workflow run {run.id}", aggregate, run.as_dict())
         checked += 1

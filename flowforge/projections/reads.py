@@ -85,6 +85,10 @@ class Reads:
         rows = self._tx.run("select_recent_runs", {"limit": limit})
         return [WorkflowRunRow.from_mapping(r) for r in rows]
 
+    def every_run(self) -> list[WorkflowRunRow]:
+        rows = self._tx.run("select_every_run")
+        return [WorkflowRunRow.from_mapping(r) for r in rows]
+
     def ready_task_runs(self, limit: int) -> list[TaskRunRow]:
         rows = self._tx.run("select_ready_task_runs", {"limit": limit})
         return [TaskRunRow.from_mapping(r) for r in rows]

@@ -322,6 +322,9 @@ SELECT * FROM task_runs WHERE workflow_run_id = :workflow_run_id ORDER BY create
 -- name: select_recent_runs
 SELECT * FROM workflow_runs ORDER BY created_at DESC, id LIMIT :limit;
 
+-- name: select_every_run
+SELECT * FROM workflow_runs ORDER BY created_at, id;
+
 -- name: select_ready_task_runs
 SELECT * FROM task_runs WHERE state = 'ready' ORDER BY updated_at LIMIT :limit;
 

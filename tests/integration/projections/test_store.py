@@ -116,6 +116,7 @@ class StoreContract:
             assert reads.workflow_run(uuid4()) is None and reads.task_run(uuid4()) is None
             assert reads.task_runs_of(run_id) == [task]
             assert reads.recent_runs(10) == [run]
+            assert reads.every_run() == [run]
             assert reads.ready_task_runs(10) == [task]
             assert reads.runs_to_advance() == [run_id]
             assert isinstance(reads.now(), datetime) and reads.now().tzinfo is not None
