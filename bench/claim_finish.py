@@ -59,7 +59,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -71,6 +71,7 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
+from bench.cpu import machine_busy_seconds
 from flowforge.app.service import FlowForge
 
 PROC_STAT = "/proc/stat"
@@ -295,7 +296,6 @@ class MachineCpu:
         self._busy: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
-        self._tick = os.sysconf("SC_CLK_TCK")
 
     def start(self) -> None:
         if Path(PROC_STAT).exists():
@@ -319,11 +319,7 @@ class MachineCpu:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            with open(PROC_STAT) as stat:
-                fields = [int(v) for v in stat.readline().split()[1:8]]
-            # user nice system idle iowait irq softirq: all but idle and iowait is busy.
-            busy = sum(fields) - fields[3] - fields[4]
-            self._busy.append(busy / self._tick)
+            self._busy.append(machine_busy_seconds())
             self._times.append(time.monotonic())
             self._stop.wait(self.INTERVAL_S)
 
@@ -367,19 +363,29 @@ def worker_main(
     try:
         with FlowForge(url) as ff:
             worker_id = f"bench-{os.getpid()}"
-            lost = sum(not cycle(ff, task_id, worker_id) for task_id in warmup)
-            barrier.wait(BARRIER_TIMEOUT_S)
-            latencies: list[float] = []
-            started, cpu = time.monotonic(), time.process_time()
-            for task_id in timed:
-                t0 = time.perf_counter_ns()
-                lost += not cycle(ff, task_id, worker_id)
-                latencies.append((time.perf_counter_ns() - t0) / 1000)
-            ended, cpu = time.monotonic(), time.process_time() - cpu
-        results.put(WorkerResult(started, ended, latencies, cpu, lost))
+            results.put(
+                timed_cycles(lambda task_id: cycle(ff, task_id, worker_id), warmup, timed, barrier)
+            )
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
         barrier.abort()
         results.put(WorkerResult(error=f"{type(exc).__name__}: {exc}"))
+
+
+def timed_cycles(
+    cycle: Callable[[Any], bool], warmup: list[Any], timed: list[Any], barrier: Any
+) -> WorkerResult:
+    """``cycle`` over the warm-up items, then, once every process is at the barrier, over
+    the timed ones, each timed; False from ``cycle`` counts as a lost race."""
+    lost = sum(not cycle(item) for item in warmup)
+    barrier.wait(BARRIER_TIMEOUT_S)
+    latencies: list[float] = []
+    started, cpu = time.monotonic(), time.process_time()
+    for item in timed:
+        t0 = time.perf_counter_ns()
+        lost += not cycle(item)
+        latencies.append((time.perf_counter_ns() - t0) / 1000)
+    ended, cpu = time.monotonic(), time.process_time() - cpu
+    return WorkerResult(started, ended, latencies, cpu, lost)
 
 
 def measure_flowforge(url: str, variant: str, processes: int, tasks: int) -> Measurement:
@@ -413,16 +419,7 @@ def bare_worker_main(
                 done = conn.execute(BARE_FINISH, {**params, "payload": BARE_PAYLOAD})
                 return done.rowcount == 1
 
-            lost = sum(not cycle(key) for key in warmup)
-            barrier.wait(BARRIER_TIMEOUT_S)
-            latencies: list[float] = []
-            started, cpu = time.monotonic(), time.process_time()
-            for key in timed:
-                t0 = time.perf_counter_ns()
-                lost += not cycle(key)
-                latencies.append((time.perf_counter_ns() - t0) / 1000)
-            ended, cpu = time.monotonic(), time.process_time() - cpu
-        results.put(WorkerResult(started, ended, latencies, cpu, lost))
+            results.put(timed_cycles(cycle, warmup, timed, barrier))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
         barrier.abort()
         results.put(WorkerResult(error=f"{type(exc).__name__}: {exc}"))

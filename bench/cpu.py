@@ -21,6 +21,8 @@ def process_seconds(pid: int) -> float:
 
 def machine_busy_seconds() -> float:
     """CPU seconds the machine has spent not idle since boot, over every core."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = values[3] + values[4]  # idle + iowait
-    return (sum(values[:8]) - idle) / _TICKS
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:8]]
+    # user nice system idle iowait irq softirq: all but idle and iowait is busy (steal,
+    # the hypervisor's, is not the machine's own work).
+    return (sum(fields) - fields[3] - fields[4]) / _TICKS

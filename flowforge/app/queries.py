@@ -72,7 +72,7 @@ class Queries(ServiceCore):
 
     def every_run(self) -> list[WorkflowRunRow]:
         """Every run, oldest first, read at once: for a check that must see them all
-        (``flowforge db verify``); a listing for people is :meth:`recent_runs`."""
+        (``flowforge db rebuild``'s verification); a listing for people is :meth:`recent_runs`."""
         with self._reads() as reads:
             return reads.every_run()
 
