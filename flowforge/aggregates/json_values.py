@@ -46,9 +46,16 @@ def storable_text(text: str) -> str:
 
 
 def error_details(error: Mapping[str, object]) -> dict[str, str]:
-    """A failure as the audit log records it: ``type``, ``message``, ``traceback``."""
+    """A failure as the audit log records it: ``type``, ``message``, ``traceback``.
+    Its text is made storable, and a NUL in it is written as ``\\x00``: every later
+    event of the task carries the error, and PostgreSQL, where it builds those events
+    (projections/event_sql.py), cannot read a JSON document holding a NUL."""
     missing = {"type", "message"} - error.keys()
     if missing:
         raise ValueError(f"error must carry 'type' and 'message' (missing {sorted(missing)})")
-    details = {"traceback": "", **{k: str(v) for k, v in error.items()}}
-    return {key: storable_text(value) for key, value in details.items()}
+    details = {"traceback": "", **{str(k): str(v) for k, v in error.items()}}
+    return {_error_text(key): _error_text(value) for key, value in details.items()}
+
+
+def _error_text(text: str) -> str:
+    return storable_text(text).replace("\x00", "\\x00")

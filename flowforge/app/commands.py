@@ -172,7 +172,7 @@ class Commands(Queries):
         if lease_seconds is not None:
             seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
         with self._writer() as writer:
-            row = writer.claim(task_run_id, text(worker_id, "worker_id"), seconds)
+            row = writer.claim(task_run_id, text(worker_id, "worker_id"), seconds, last=True)
         return None if row is None else Claim.of(row)
 
     def claim_task_run_and_its_run(
@@ -184,7 +184,9 @@ class Commands(Queries):
         not ready, a claim lost to another worker and a row without a lease of its own
         (created before schema version 5) all give ``None``: read the task to tell."""
         with self._writer() as writer:
-            return writer.claim_with_run(task_run_id, text(worker_id, "worker_id"), unless_known)
+            return writer.claim_with_run(
+                task_run_id, text(worker_id, "worker_id"), unless_known, last=True
+            )
 
     def finish_task_run(
         self,
@@ -238,7 +240,7 @@ class Commands(Queries):
         seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
         actor = text(actor or "worker", "actor")
         with self._writer() as writer:
-            row = writer.renew_lease(task_run_id, fencing_token, seconds, actor=actor)
+            row = writer.renew_lease(task_run_id, fencing_token, seconds, actor=actor, last=True)
         return row is not None
 
     def reclaim_task_run(self, task_run_id: UUID) -> bool:

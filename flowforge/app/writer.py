@@ -41,11 +41,9 @@ _CANCEL_RUN_FROM: Mapping[WorkflowRunState, Transition] = {
 if {e.target for e in _CANCEL_RUN_FROM.values()} != {WorkflowRunState.CANCELLED}:
     raise ValueError("a user's cancel must end in cancelled")
 
-#: Task events after which the run has nothing new to do: no mark, no wake-up.
-_LEAVE_RUN_ALONE = (
-    task_run.EVENT_FOR_TRANSITION[_CLAIM.name],
-    task_run.TaskRun.LeaseRenewed,
-)
+#: Task edges after which the run has nothing new to do: no mark, no wake-up (a
+#: heartbeat, not an edge, never marks either).
+_LEAVE_RUN_ALONE = frozenset({_CLAIM.name})
 
 
 class Writer:
@@ -68,21 +66,34 @@ class Writer:
     # --- task runs ---------------------------------------------------------------------
 
     def move_task(self, edge: Transition, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
-        return self._record_task(self.store.move_task(task_run_id, edge), edge, actor)
+        return self._record_task(self.store.move_task(task_run_id, edge, actor=actor), edge)
 
     def claim(
-        self, task_run_id: UUID, worker_id: str, lease_seconds: float | None
+        self,
+        task_run_id: UUID,
+        worker_id: str,
+        lease_seconds: float | None,
+        *,
+        last: bool = False,
     ) -> TaskRunRow | None:
-        row = self.store.claim(task_run_id, worker_id, lease_seconds)
-        return self._record_task(row, _CLAIM, worker_id)
+        """``last``: the transaction writes nothing after the claim (a claim leaves its
+        run nothing to do and dispatches nothing), so PostgreSQL commits it in the
+        claim's own round trip."""
+        row = self.store.claim(task_run_id, worker_id, lease_seconds, last=last)
+        return self._record_task(row, _CLAIM)
 
     def claim_with_run(
-        self, task_run_id: UUID, worker_id: str, known_runs: Collection[UUID]
+        self,
+        task_run_id: UUID,
+        worker_id: str,
+        known_runs: Collection[UUID],
+        *,
+        last: bool = False,
     ) -> tuple[TaskRunRow | None, WorkflowRunRow | None]:
         """:meth:`claim` with the row's own lease, and the task's run unless known
         (``Writes.claim_with_run``): the claimed row (``None``: lost) and the run."""
-        row, run = self.store.claim_with_run(task_run_id, worker_id, known_runs)
-        return self._record_task(row, _CLAIM, worker_id), run
+        row, run = self.store.claim_with_run(task_run_id, worker_id, known_runs, last=last)
+        return self._record_task(row, _CLAIM), run
 
     def finish(
         self,
@@ -94,8 +105,10 @@ class Writer:
         result: Any = None,
         error: Mapping[str, str] | None = None,
     ) -> TaskRunRow | None:
-        row = self.store.finish(task_run_id, edge, fencing_token, result=result, error=error)
-        return self._record_task(row, edge, actor)
+        row = self.store.finish(
+            task_run_id, edge, fencing_token, actor=actor, result=result, error=error
+        )
+        return self._record_task(row, edge)
 
     def finish_trying_run(
         self,
@@ -116,30 +129,35 @@ class Writer:
                 edge, task_run_id, fencing_token, actor=actor, result=result, error=error
             )
         run_state, row = self.store.finish_trying_run(
-            task_run_id, edge, fencing_token, result=result, error=error
+            task_run_id, edge, fencing_token, actor=actor, result=result, error=error
         )
-        return run_state, self._record_task(row, edge, actor)
+        return run_state, self._record_task(row, edge)
 
     def renew_lease(
-        self, task_run_id: UUID, fencing_token: int, lease_seconds: float, *, actor: str
+        self,
+        task_run_id: UUID,
+        fencing_token: int,
+        lease_seconds: float,
+        *,
+        actor: str,
+        last: bool = False,
     ) -> TaskRunRow | None:
-        row = self.store.renew_lease(task_run_id, fencing_token, lease_seconds)
-        if row is None:
-            return None
-        event_class = task_run.TaskRun.LeaseRenewed
-        return self._record(row, event_class, TaskRunState.RUNNING.value, actor)
+        """A heartbeat leaves its run nothing to do: ``last`` as for :meth:`claim`."""
+        return self.store.renew_lease(
+            task_run_id, fencing_token, lease_seconds, actor=actor, last=last
+        )
 
     def reclaim(self, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
-        return self._record_task(self.store.reclaim(task_run_id), REAPER_TRANSITION, actor)
+        return self._record_task(self.store.reclaim(task_run_id, actor=actor), REAPER_TRANSITION)
 
     def schedule_retry(
         self, task_run_id: UUID, delay_seconds: float, *, actor: str
     ) -> TaskRunRow | None:
-        row = self.store.schedule_retry(task_run_id, delay_seconds)
-        return self._record_task(row, _SCHEDULE_RETRY, actor)
+        row = self.store.schedule_retry(task_run_id, delay_seconds, actor=actor)
+        return self._record_task(row, _SCHEDULE_RETRY)
 
     def retry_ready(self, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
-        return self._record_task(self.store.retry_ready(task_run_id), _RETRY_READY, actor)
+        return self._record_task(self.store.retry_ready(task_run_id, actor=actor), _RETRY_READY)
 
     def take_task_edge(
         self, edge: Transition, task_run_id: UUID, *, actor: str, delay_seconds: float = 0.0
@@ -153,28 +171,16 @@ class Writer:
             return self.retry_ready(task_run_id, actor=actor)
         raise ValueError(f"take_task_edge does not take {edge.name!r}")
 
-    def _record_task(
-        self, row: TaskRunRow | None, edge: Transition, actor: str
-    ) -> TaskRunRow | None:
+    def _record_task(self, row: TaskRunRow | None, edge: Transition) -> TaskRunRow | None:
+        """What follows a task's edge besides its event (which the store's conditional
+        write stored): the run's mark, and the outbox row of a task that became ready."""
         if row is None:
             return None
-        event_class = task_run.EVENT_FOR_TRANSITION[edge.name]
-        return self._record(row, event_class, edge.source.value, actor)
-
-    def _record(
-        self,
-        row: TaskRunRow,
-        event_class: type[task_run.TaskRun.Transitioned],
-        source: str,
-        actor: str,
-    ) -> TaskRunRow:
-        event = task_run.event_from_row(event_class, row.values(), source=source, actor=actor)
-        self.store.append([event])
-        if self.marks_runs and event_class not in _LEAVE_RUN_ALONE:
+        if self.marks_runs and edge.name not in _LEAVE_RUN_ALONE:
             self.store.mark_run(row.workflow_run_id, row.task_key)
-        if row.state == _READY and source != _READY:
+        if row.state == _READY and edge.source != _READY:
             self.store.enqueue_dispatch(
-                row.id, row.task_key, row.task_type, row.fencing_token, at=event.timestamp
+                row.id, row.task_key, row.task_type, row.fencing_token, at=row.updated_at
             )
         return row
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
@@ -52,13 +53,18 @@ FIRST_ROUND_TRIP_ATTEMPTS = 2
 
 
 class Transaction(Protocol):
-    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        """Run the statement called ``name``; its rows (empty for a write with none)."""
+    def run(
+        self, name: str, params: Mapping[str, Any] | None = None, *, commit: bool = False
+    ) -> list[Row]:
+        """Run the statement called ``name``; its rows (empty for a write with none).
+        ``commit``: it is the transaction's last statement, and PostgreSQL sends the
+        COMMIT with it (one round trip; nothing may be written after it)."""
         ...
 
-    def run_each(self, statements: Sequence[_Named]) -> list[list[Row]]:
+    def run_each(self, statements: Sequence[_Named], *, commit: bool = False) -> list[list[Row]]:
         """Run the ``(name, params)`` statements in order (PostgreSQL: in one round trip,
-        so none may depend on another's rows); the rows of each."""
+        so none may depend on another's rows); the rows of each. ``commit`` as for
+        :meth:`run`."""
         ...
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
@@ -77,6 +83,9 @@ class Database(Protocol):
     location: str
     #: Whether a commit can wake another process (PostgreSQL's NOTIFY).
     notifies: bool
+    #: Whether a statement can store an event built from the row it wrote (PostgreSQL's
+    #: data-modifying CTEs: the ``*_recorded`` statements).
+    builds_events: bool
 
     def transaction(self) -> Any:
         """A context manager yielding a :class:`Transaction` that commits on success."""
@@ -277,17 +286,25 @@ class _PostgresStatements:
         self._begins = begins
         self._pending: list[_Statement] = []
         self._conn: psycopg.Connection[Any] | None = None
+        self._committed = False
 
-    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        (rows,) = self._round_trip([(name, params)])
+    def run(
+        self, name: str, params: Mapping[str, Any] | None = None, *, commit: bool = False
+    ) -> list[Row]:
+        (rows,) = self._round_trip([(name, params)], commit=commit)
         return rows
 
-    def run_each(self, statements: Sequence[_Named]) -> list[list[Row]]:
-        return self._round_trip(statements)
+    def run_each(self, statements: Sequence[_Named], *, commit: bool = False) -> list[list[Row]]:
+        return self._round_trip(statements, commit=commit)
 
-    def _round_trip(self, statements: Sequence[_Statement]) -> list[list[Row]]:
-        """The pending statements and ``statements``, sent; the rows of each of the
-        latter."""
+    def _round_trip(
+        self, statements: Sequence[_Statement], *, commit: bool = False
+    ) -> list[list[Row]]:
+        """The pending statements and ``statements``, sent (with the COMMIT if
+        ``commit``); the rows of each of the latter."""
+        self._refuse_after_commit("a statement")
+        if commit:
+            return self._last_round_trip(statements)
         batch, self._pending = [*self._pending, *statements], []
         wanted = len(statements)
         if self._conn is not None:
@@ -304,6 +321,13 @@ class _PostgresStatements:
 
         self._conn, rows = _on_live_connection(self._datastore, self._stack, first)
         return rows
+
+    def _last_round_trip(self, statements: Sequence[_Statement]) -> list[list[Row]]:
+        raise TypeError("only a write transaction commits")
+
+    def _refuse_after_commit(self, what: str) -> None:
+        if self._committed:
+            raise TypeError(f"{what} after this transaction's last statement, which committed it")
 
 
 class _PostgresTransaction(_PostgresStatements):
@@ -325,13 +349,41 @@ class _PostgresTransaction(_PostgresStatements):
         super().__init__(datastore, stack, prepared=prepared, begins=True)
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+        self._refuse_after_commit(name)
         self._pending.append((name, params))
+
+    def _last_round_trip(self, statements: Sequence[_Statement]) -> list[list[Row]]:
+        """The whole rest of the transaction in one round trip, COMMIT included (a whole
+        transaction when nothing was sent yet: BEGIN, its statements, COMMIT). It is
+        never sent twice: a connection lost during it may have committed, so the error
+        surfaces. A connection the server already closed is not used (``_live_connection``:
+        no round trip to find out)."""
+        batch, self._pending = [*self._pending, *statements], []
+        begin = self._conn is None
+        if self._conn is None:
+            self._conn = _live_connection(self._datastore, self._stack)
+        try:
+            rows = _send_batch(
+                self._conn,
+                batch,
+                prepared=self._prepared,
+                begin=begin,
+                commit=True,
+                wanted=len(statements),
+            )
+        except psycopg.Error:
+            _roll_back(self._conn)
+            raise
+        self._committed = True
+        return rows
 
     def run_script(self, name: str) -> None:
         for statement in queries.statements(queries.load("postgres")[name]):
             self._round_trip([statement.encode()])
 
     def commit(self) -> None:
+        if self._committed:
+            return
         if self._conn is None:
             if not self._pending:
                 return  # nothing was sent, nothing is open
@@ -386,6 +438,43 @@ def _on_live_connection(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
+#: Checking out a connection for a round trip that commits: how many a pool may lend
+#: that the server has already closed before one is used anyway (its error surfaces).
+LIVE_CONNECTION_ATTEMPTS = 2
+
+
+def _live_connection(datastore: PostgresDatastore, stack: ExitStack) -> psycopg.Connection[Any]:
+    """A pooled connection (its exit on ``stack``) that the server has not closed, found
+    without a round trip: an idle connection has nothing to read unless the server spoke
+    out of turn, which it does to end a session (a terminated backend's FATAL message, a
+    restart's EOF). Such a connection is closed (the pool then drops it), the pool checks
+    its other idle ones at once, and the next is taken. A connection that dies after
+    this check fails in the round trip, and that error surfaces: the round trip commits,
+    so it is never sent twice (``_PostgresTransaction._last_round_trip``)."""
+    for attempt in range(1, LIVE_CONNECTION_ATTEMPTS + 1):
+        with ExitStack() as attempt_stack:
+            conn = attempt_stack.enter_context(datastore.get_connection())
+            if attempt == LIVE_CONNECTION_ATTEMPTS or not _closed_by_server(conn):
+                stack.push(attempt_stack.pop_all())
+                return conn
+            conn.close()
+        datastore.pool.check()
+    raise AssertionError("unreachable: the last attempt returns")
+
+
+def _closed_by_server(conn: psycopg.Connection[Any]) -> bool:
+    """Whether an idle connection has anything to read (or is closed): no round trip."""
+    if conn.closed:
+        return True
+    try:
+        socket = conn.pgconn.socket
+    except psycopg.OperationalError:
+        return True
+    poller = select.poll()
+    poller.register(socket, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 class _PostgresRead(_PostgresStatements):
     """The statements of one read, in autocommit on one pooled connection (no BEGIN,
     no COMMIT); trying its first round trip once more on a fresh connection is safe."""
@@ -403,6 +492,7 @@ class _PostgresRead(_PostgresStatements):
 class PostgresDatabase:
     dialect = "postgres"
     notifies = True
+    builds_events = True
 
     def __init__(
         self, datastore: PostgresDatastore, location: str, listen_url: str | None = None
@@ -473,12 +563,15 @@ class _SqliteTransaction:
         self._cursor = cursor
         self._queries = queries.load("sqlite")
 
-    def run(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+    def run(
+        self, name: str, params: Mapping[str, Any] | None = None, *, commit: bool = False
+    ) -> list[Row]:
+        # ``commit``: a round trip's worth only on PostgreSQL; SQLite commits at the end.
         encoded = {k: _encode_sqlite(k, v) for k, v in (params or {}).items()}
         self._cursor.execute(self._queries[name], encoded)
         return [_decode_sqlite(row) for row in self._cursor.fetchall()]
 
-    def run_each(self, statements: Sequence[_Named]) -> list[list[Row]]:
+    def run_each(self, statements: Sequence[_Named], *, commit: bool = False) -> list[list[Row]]:
         return [self.run(name, params) for name, params in statements]
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
@@ -524,6 +617,8 @@ class SqliteDatabase:
     dialect = "sqlite"
     # One process: the store's in-process bells are the whole story.
     notifies = False
+    # No data-modifying CTE: a transition's event is built in Python (writes.py).
+    builds_events = False
 
     def __init__(self, datastore: SQLiteDatastore, location: str) -> None:
         self._datastore = datastore

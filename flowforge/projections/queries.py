@@ -20,6 +20,7 @@ from types import MappingProxyType
 
 from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.projections import event_sql
 
 DIALECTS = ("postgres", "sqlite")
 
@@ -66,6 +67,28 @@ UNFINISHED_TASK_STATES = (
     TaskRunState.RETRYING,
     TaskRunState.FAILED,
 )
+
+
+#: The task transitions' conditional writes. On PostgreSQL each also exists as
+#: ``<name>_recorded``: the same UPDATE storing its event in the same statement
+#: (``event_sql.recorded``). SQLite has no data-modifying CTE: its events are built in
+#: Python and inserted after the UPDATE, in the same transaction.
+TASK_TRANSITION_STATEMENTS = (
+    "task_move",
+    "task_claim",
+    "task_finish",
+    "task_renew_lease",
+    "task_reclaim",
+    "task_schedule_retry",
+    "task_retry_ready",
+)
+RECORDED_SUFFIX = "_recorded"
+_RECORDING_DIALECTS = frozenset({"postgres"})
+
+
+def recorded_name(statement: str) -> str:
+    """The name of ``statement``'s variant that stores its event too (PostgreSQL)."""
+    return statement + RECORDED_SUFFIX
 
 
 def code_macros() -> dict[str, str]:
@@ -151,6 +174,12 @@ def load(dialect: str) -> Mapping[str, str]:
         if name in raw:
             raise ValueError(f"SQL statement {name!r} is defined twice ({dialect})")
         raw[name] = body
+    if dialect in _RECORDING_DIALECTS:
+        for name in TASK_TRANSITION_STATEMENTS:
+            update = raw[name].rstrip().rstrip(";")
+            raw[recorded_name(name)] = event_sql.recorded(
+                update, task_run.DECLARATION, "{events_table}"
+            )
     rendered = {name: _render(body.format_map(macros), dialect) for name, body in raw.items()}
     return MappingProxyType(rendered)
 

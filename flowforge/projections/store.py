@@ -28,6 +28,10 @@ class Store:
     def __init__(self, database: Database, mapper: Mapper[UUID]) -> None:
         self.database = database
         self._mapper = mapper
+        # PostgreSQL builds a task transition's event in its statement, as the library's
+        # JSON transcoder would (projections/event_sql.py); a mapper that also
+        # compresses or encrypts needs the event built in Python.
+        self._events_in_sql = database.builds_events and not (mapper.compressor or mapper.cipher)
         #: This process's bells, rung after a commit that left work for a loop.
         self.wakeups = Wakeups()
         #: Other processes' bells, rung by a NOTIFY after such a commit (PostgreSQL).
@@ -61,7 +65,7 @@ class Store:
         tx: Transaction
         with self.database.transaction() as tx:
             tx.defer("lock_projected_tables" if rebuild else "share_projected_tables")
-            writes = Writes(tx, self._mapper)
+            writes = Writes(tx, self._mapper, events_in_sql=self._events_in_sql)
             yield writes
         # Committed: wake this process's loops, and other processes' by a NOTIFY.
         if writes.marked_runs:

@@ -11,13 +11,17 @@ against the pure machine before it opens a transaction. Events are stored in the
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import Mapper, StoredEvent
+from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
+from eventsourcing.utils import get_topic
 
+from flowforge.aggregates import task_run
 from flowforge.aggregates.machines import (
     FINISH_TRANSITIONS,
     REAPER_TRANSITION,
@@ -28,7 +32,7 @@ from flowforge.aggregates.machines import (
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
-from flowforge.projections import projector
+from flowforge.projections import event_sql, projector, queries
 from flowforge.projections.database import Row, Transaction
 from flowforge.projections.reads import Reads, RunCompletion, first_row, run_of_task_unless_known
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
@@ -60,9 +64,13 @@ if set(TASK_EDGE_METHODS) != {t.name for t in TASK_RUN_MACHINE}:
 class Writes(Reads):
     """The writes of one open transaction; it commits all of them or none."""
 
-    def __init__(self, tx: Transaction, mapper: Mapper[UUID]) -> None:
+    def __init__(self, tx: Transaction, mapper: Mapper[UUID], *, events_in_sql: bool) -> None:
         super().__init__(tx)
         self._mapper = mapper
+        #: Whether a task transition's statement stores its event itself (PostgreSQL,
+        #: with the library's plain JSON mapper: ``event_sql``) or this class appends the
+        #: event built in Python after it (SQLite).
+        self.events_in_sql = events_in_sql
         #: What this transaction leaves for other loops (the store rings after commit).
         self.marked_runs = False
         self.enqueued = False
@@ -127,36 +135,53 @@ class Writes(Reads):
         self._tx.run("fill_missing_task_leases")
 
     # --- task runs: one conditional write per transition -----------------------------
+    # Each stores its event too (``_TaskEvent``): on PostgreSQL in the same statement,
+    # on SQLite right after it. ``last``: nothing follows in this transaction, so
+    # PostgreSQL sends the COMMIT with the statement (``Transaction.run``).
 
-    def move_task(self, task_run_id: UUID, edge: Transition) -> TaskRunRow | None:
+    def move_task(self, task_run_id: UUID, edge: Transition, *, actor: str) -> TaskRunRow | None:
         """dependencies_satisfied, cancel_pending or cancel_ready."""
         if edge.name not in MOVE_EDGES:
             raise ValueError(f"move_task takes {sorted(MOVE_EDGES)}, not {edge.name!r}")
-        return self._task("task_move", task_run_id, edge)
+        return self._task("task_move", _task_params(task_run_id, edge), _TaskEvent.of(edge, actor))
 
     def claim(
-        self, task_run_id: UUID, worker_id: str, lease_seconds: float | None
+        self,
+        task_run_id: UUID,
+        worker_id: str,
+        lease_seconds: float | None,
+        *,
+        last: bool = False,
     ) -> TaskRunRow | None:
         """READY to RUNNING: token + 1, a lease from the database's now (``None``: the
         row's own lease, the definition's)."""
         params = {"worker_id": worker_id, "lease_seconds": lease_seconds}
-        return self._task("task_claim", task_run_id, _CLAIM, params)
+        event = _TaskEvent.of(_CLAIM, worker_id)
+        params = _task_params(task_run_id, _CLAIM, params)
+        return self._task("task_claim", params, event, last=last)
 
     def claim_with_run(
-        self, task_run_id: UUID, worker_id: str, known_runs: Collection[UUID]
+        self,
+        task_run_id: UUID,
+        worker_id: str,
+        known_runs: Collection[UUID],
+        *,
+        last: bool = False,
     ) -> tuple[TaskRunRow | None, WorkflowRunRow | None]:
         """:meth:`claim` with the row's own lease, and the task's run unless its id is
         in ``known_runs`` (as ``Reads.task_run_and_its_run``), in ONE round trip: a
         worker's whole read before running a task. The run is read after the claim,
         whether or not it won (a run row never changes what a claim does)."""
-        params = {"worker_id": worker_id, "lease_seconds": None}
+        params = _task_params(task_run_id, _CLAIM, {"worker_id": worker_id, "lease_seconds": None})
+        event = _TaskEvent.of(_CLAIM, worker_id)
         task_rows, run_rows = self._tx.run_each(
             [
-                ("task_claim", _task_params(task_run_id, _CLAIM, params)),
+                self._statement("task_claim", params, event),
                 run_of_task_unless_known(task_run_id, known_runs),
-            ]
+            ],
+            commit=last and self.events_in_sql,
         )
-        return first_row(TaskRunRow, task_rows), first_row(WorkflowRunRow, run_rows)
+        return self._recorded(task_rows, event), first_row(WorkflowRunRow, run_rows)
 
     def finish(
         self,
@@ -164,12 +189,14 @@ class Writes(Reads):
         edge: Transition,
         fencing_token: int,
         *,
+        actor: str,
         result: Any = None,
         error: Mapping[str, str] | None = None,
     ) -> TaskRunRow | None:
         """succeed, fail or cancel_running, only with the current fencing token."""
-        params = _finish_params(edge, fencing_token, result, error)
-        return self._task("task_finish", task_run_id, edge, params)
+        params = _finish_params(task_run_id, edge, fencing_token, result, error)
+        event = _TaskEvent.of(edge, actor, {"result": result, "error": error})
+        return self._task("task_finish", params, event)
 
     def finish_trying_run(
         self,
@@ -177,6 +204,7 @@ class Writes(Reads):
         edge: Transition,
         fencing_token: int,
         *,
+        actor: str,
         result: Any = None,
         error: Mapping[str, str] | None = None,
     ) -> tuple[WorkflowRunState | None, TaskRunRow | None]:
@@ -184,17 +212,24 @@ class Writes(Reads):
         :meth:`try_lock_run_state`, in ONE round trip (neither needs the other's rows):
         the run's state (``None``: another transaction holds the row) and the new task
         row (``None``: lost). The run row first: the lock order of every advance."""
-        params = _finish_params(edge, fencing_token, result, error)
+        params = _finish_params(task_run_id, edge, fencing_token, result, error)
+        event = _TaskEvent.of(edge, actor, {"result": result, "error": error})
         run_rows, task_rows = self._tx.run_each(
             [
                 ("try_lock_workflow_run_of_task", {"id": task_run_id}),
-                ("task_finish", _task_params(task_run_id, edge, params)),
+                self._statement("task_finish", params, event),
             ]
         )
-        return _run_state(run_rows), first_row(TaskRunRow, task_rows)
+        return _run_state(run_rows), self._recorded(task_rows, event)
 
     def renew_lease(
-        self, task_run_id: UUID, fencing_token: int, lease_seconds: float
+        self,
+        task_run_id: UUID,
+        fencing_token: int,
+        lease_seconds: float,
+        *,
+        actor: str,
+        last: bool = False,
     ) -> TaskRunRow | None:
         """Extend a running task's lease from the database's now (a heartbeat)."""
         params = {
@@ -203,30 +238,48 @@ class Writes(Reads):
             "fencing_token": fencing_token,
             "lease_seconds": lease_seconds,
         }
-        return first_row(TaskRunRow, self._tx.run("task_renew_lease", params))
+        event = _TaskEvent(TaskRun.LeaseRenewed, _RUNNING, actor)
+        return self._task("task_renew_lease", params, event, last=last)
 
-    def reclaim(self, task_run_id: UUID) -> TaskRunRow | None:
+    def reclaim(self, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
         """The reaper's edge: only once the lease expired by the database's clock."""
-        return self._task("task_reclaim", task_run_id, REAPER_TRANSITION)
+        event = _TaskEvent.of(REAPER_TRANSITION, actor)
+        return self._task("task_reclaim", _task_params(task_run_id, REAPER_TRANSITION), event)
 
-    def schedule_retry(self, task_run_id: UUID, delay_seconds: float) -> TaskRunRow | None:
+    def schedule_retry(
+        self, task_run_id: UUID, delay_seconds: float, *, actor: str
+    ) -> TaskRunRow | None:
         """FAILED to RETRYING with attempts left; due ``delay_seconds`` from now."""
-        params = {"delay_seconds": delay_seconds}
-        return self._task("task_schedule_retry", task_run_id, _SCHEDULE_RETRY, params)
+        params = _task_params(task_run_id, _SCHEDULE_RETRY, {"delay_seconds": delay_seconds})
+        return self._task("task_schedule_retry", params, _TaskEvent.of(_SCHEDULE_RETRY, actor))
 
-    def retry_ready(self, task_run_id: UUID) -> TaskRunRow | None:
+    def retry_ready(self, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
         """RETRYING to READY once the retry is due by the database's clock."""
-        return self._task("task_retry_ready", task_run_id, _RETRY_READY)
+        event = _TaskEvent.of(_RETRY_READY, actor)
+        return self._task("task_retry_ready", _task_params(task_run_id, _RETRY_READY), event)
 
     def _task(
-        self,
-        statement: str,
-        task_run_id: UUID,
-        edge: Transition,
-        params: Mapping[str, Any] | None = None,
+        self, statement: str, params: dict[str, Any], event: _TaskEvent, *, last: bool = False
     ) -> TaskRunRow | None:
-        rows = self._tx.run(statement, _task_params(task_run_id, edge, params))
-        return first_row(TaskRunRow, rows)
+        name, values = self._statement(statement, params, event)
+        rows = self._tx.run(name, values, commit=last and self.events_in_sql)
+        return self._recorded(rows, event)
+
+    def _statement(
+        self, statement: str, params: dict[str, Any], event: _TaskEvent
+    ) -> tuple[str, dict[str, Any]]:
+        """The transition's statement: on PostgreSQL its variant that stores ``event``."""
+        if not self.events_in_sql:
+            return statement, params
+        event_params = event.parameters(self._mapper.transcoder)
+        return queries.recorded_name(statement), {**params, **event_params}
+
+    def _recorded(self, rows: list[Row], event: _TaskEvent) -> TaskRunRow | None:
+        """The new row (``None``: lost), its event stored (SQLite: stored here)."""
+        row = first_row(TaskRunRow, rows)
+        if row is not None and not self.events_in_sql:
+            self.append([event.built_from(row)])
+        return row
 
     # --- workflow runs ---------------------------------------------------------------
 
@@ -352,8 +405,55 @@ class Writes(Reads):
         return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_stalled_ready", params)]
 
 
+#: The task fields holding user JSON, which a statement's event takes escaped.
+_JSON_FIELDS = event_sql.json_fields(task_run.DECLARATION)
+
+
+@dataclass(frozen=True, slots=True)
+class _TaskEvent:
+    """The event a task transition records: its class, the state it left, and who;
+    ``written``: the user JSON the statement itself writes (a finish's result, error)."""
+
+    event_class: type[TaskRun.Transitioned]
+    source: str
+    actor: str
+    written: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(
+        cls, edge: Transition, actor: str, written: Mapping[str, Any] | None = None
+    ) -> _TaskEvent:
+        return cls(task_run.EVENT_FOR_TRANSITION[edge.name], edge.source.value, actor, written)
+
+    def parameters(self, transcoder: Transcoder) -> dict[str, Any]:
+        """What the statement that stores it in SQL takes (``event_sql``): the user JSON
+        it writes escaped by the event log's own transcoder, so it reads back as it was."""
+        params: dict[str, Any] = {
+            "event_topic": _topic(self.event_class),
+            "event_source": self.source,
+            "event_actor": self.actor,
+        }
+        for field in _JSON_FIELDS:
+            escaped = None
+            if self.written is not None and field in self.written:
+                escaped = transcoder.encode(self.written[field]).decode()
+            params[event_sql.escaped_parameter(field)] = escaped
+        return params
+
+    def built_from(self, row: TaskRunRow) -> TaskRun.Transitioned:
+        """The same event built in Python, from the row the statement returned."""
+        return task_run.event_from_row(
+            self.event_class, row.values(), source=self.source, actor=self.actor
+        )
+
+
+@cache
+def _topic(event_class: type[TaskRun.Transitioned]) -> str:
+    return get_topic(event_class)
+
+
 def _task_params(
-    task_run_id: UUID, edge: Transition, params: Mapping[str, Any] | None
+    task_run_id: UUID, edge: Transition, params: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """A task edge's parameters: the row, the edge's ends, and the edge's own."""
     return {
@@ -377,11 +477,16 @@ def _run_params(run_id: UUID, edge: Transition) -> dict[str, Any]:
 
 
 def _finish_params(
-    edge: Transition, fencing_token: int, result: Any, error: Mapping[str, str] | None
+    task_run_id: UUID,
+    edge: Transition,
+    fencing_token: int,
+    result: Any,
+    error: Mapping[str, str] | None,
 ) -> dict[str, Any]:
     if edge.name not in _FINISH_EDGES:
         raise ValueError(f"finish takes {sorted(_FINISH_EDGES)}, not {edge.name!r}")
-    return {"fencing_token": fencing_token, "result": result, "error": error}
+    own = {"fencing_token": fencing_token, "result": result, "error": error}
+    return _task_params(task_run_id, edge, own)
 
 
 def _run_state(rows: list[Row]) -> WorkflowRunState | None:

@@ -7,6 +7,7 @@ exactly as an operator, a failover or a chaos test would. See docs/architecture.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -138,6 +139,7 @@ class _KillBeforeCommit:
         self.dialect = inner.dialect
         self.location = inner.location
         self.notifies = inner.notifies
+        self.builds_events = inner.builds_events
         self.bodies_run = 0
 
     def notify_connection(self) -> psycopg.Connection[Any]:
@@ -160,15 +162,67 @@ class _KillBeforeCommit:
 def test_a_connection_lost_at_commit_surfaces_and_the_command_is_not_retried(
     pg_app: FlowForge, postgres_url: str
 ) -> None:
+    # A cancel is two round trips (the conditional write, then its mark with the COMMIT).
     task_id = _ready_task(pg_app)
     real, killing = pg_app.database, _KillBeforeCommit(pg_app.database, _dbname(postgres_url))
     pg_app.database = killing
     try:
         with pytest.raises(errors.DatabaseUnavailableError):
-            pg_app.claim_task_run(task_id, "worker-1", 5)
+            pg_app.transition_task_run(task_id, "cancel_ready")
     finally:
         pg_app.database = real
 
     assert killing.bodies_run == 1
     assert pg_app.get_task_run(task_id).state == "ready"  # the lost COMMIT applied nothing
+    assert pg_app.transition_task_run(task_id, "cancel_ready") is True
+
+
+def _wait_for_a_backend_waiting_on_a_lock(dbname: str) -> int:
+    def waiting() -> int | None:
+        with admin() as conn:
+            row = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+                " AND wait_event_type = 'Lock' AND query LIKE %s",
+                (dbname, "%task_claim%"),
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    wait_until(lambda: waiting() is not None, DEADLINE_S, "a claim waiting on the row lock")
+    pid = waiting()
+    assert pid is not None
+    return pid
+
+
+def test_a_connection_lost_during_a_one_round_trip_claim_surfaces_and_is_not_sent_again(
+    pg_app: FlowForge, postgres_url: str
+) -> None:
+    # A claim is ONE round trip carrying its COMMIT: lost in flight, it may or may not
+    # have committed, so it must surface. Here the row is locked so the claim is still
+    # in flight when its backend is killed; a claim sent again on a fresh connection
+    # would wait for the lock's release and then win, instead of raising.
+    task_id = _ready_task(pg_app)
+    dbname = _dbname(postgres_url)
+    outcome: list[BaseException | object] = []
+
+    def claim_in_flight() -> None:
+        try:
+            outcome.append(pg_app.claim_task_run(task_id, "worker-1", 5))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with admin(postgres_url) as holder:
+        holder.execute("BEGIN")
+        holder.execute("SELECT 1 FROM task_runs WHERE id = %s FOR UPDATE", (task_id,))
+        claimer = threading.Thread(target=claim_in_flight)
+        claimer.start()
+        pid = _wait_for_a_backend_waiting_on_a_lock(dbname)
+        with admin() as killer:
+            killer.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+        claimer.join(DEADLINE_S)
+        holder.execute("ROLLBACK")
+
+    assert not claimer.is_alive()
+    (raised,) = outcome
+    assert isinstance(raised, errors.DatabaseUnavailableError), raised
+    assert pg_app.get_task_run(task_id).state == "ready"  # killed before it applied
     assert pg_app.claim_task_run(task_id, "worker-1", 5) is not None

@@ -126,3 +126,31 @@ LOCK TABLE workflow_runs, task_runs IN ROW EXCLUSIVE MODE;
 -- Whether the schema was ever created, asked without creating anything (the catalog).
 -- name: schema_table_exists
 SELECT 1 AS present WHERE to_regclass('flowforge_schema') IS NOT NULL;
+
+-- A transition event's user JSON (a result, an error) escaped as app/transcoder.py
+-- escapes it when the event is built in Python: an object with exactly the library's two
+-- reserved keys becomes {"_type_": "flowforge_dict", "_data_": [[key, value], ...]},
+-- innermost first, so the library reads the user's object back as it was. The events
+-- a transition's statement stores (projections/event_sql.py) call it. Recursive: its
+-- body names itself, which PostgreSQL could not check before the function exists.
+-- macro: create_event_json_function
+SET LOCAL check_function_bodies = off;
+CREATE OR REPLACE FUNCTION flowforge_event_json(value json) RETURNS json
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+SELECT CASE json_typeof(value)
+    WHEN 'array' THEN (
+        SELECT coalesce(json_agg(flowforge_event_json(item) ORDER BY n), json_build_array())
+        FROM json_array_elements(value) WITH ORDINALITY AS a (item, n))
+    WHEN 'object' THEN (
+        SELECT CASE
+            WHEN count(*) = 2 AND count(DISTINCT key) = 2
+                AND bool_and(key IN ('_type_', '_data_'))
+            THEN json_build_object('_type_', 'flowforge_dict', '_data_',
+                json_agg(json_build_array(key, flowforge_event_json(item)) ORDER BY n))
+            ELSE coalesce(json_object_agg(key, flowforge_event_json(item) ORDER BY n),
+                json_build_object())
+        END
+        FROM json_each(value) WITH ORDINALITY AS o (key, item, n))
+    ELSE value
+END
+$$

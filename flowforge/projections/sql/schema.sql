@@ -86,3 +86,4 @@ CREATE TABLE run_wakeups (
 );
 CREATE INDEX run_wakeups_workflow_run_idx ON run_wakeups (workflow_run_id);
 CREATE INDEX task_runs_retry_due_idx ON task_runs (retry_due_at) WHERE state = 'retrying';
+{create_event_json_function};

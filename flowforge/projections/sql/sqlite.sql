@@ -120,3 +120,7 @@ SELECT 1;
 -- Whether the schema was ever created, asked without creating anything (the catalog).
 -- name: schema_table_exists
 SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = 'flowforge_schema';
+
+-- SQLite's transition events are built in Python (no data-modifying CTE): no function.
+-- macro: create_event_json_function
+SELECT 1

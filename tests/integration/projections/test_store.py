@@ -145,7 +145,9 @@ class StoreContract:
             for key, value in (("a", {"v": 1}), ("b", [2.5, None])):
                 token = writes.claim(done[key], "w", LEASE_S)
                 assert token is not None
-                writes.finish(done[key], edge("succeed"), token.fencing_token, result=value)
+                writes.finish(
+                    done[key], edge("succeed"), token.fencing_token, result=value, actor="test"
+                )
         with store.read() as reads:
             assert reads.task_results(run_id, ["a", "c", "zz"]) == {"a": {"v": 1}, "c": None}
             assert reads.task_results(run_id, ("b",)) == {"b": [2.5, None]}
@@ -169,16 +171,15 @@ class StoreContract:
     def test_a_deferred_write_that_fails_rolls_back_its_whole_transaction(
         self, store: Store, run_and_task: tuple[UUID, UUID]
     ) -> None:
-        # The event INSERT is deferred (on PostgreSQL it goes out with the COMMIT): its
-        # error, the events' primary key refusing a second event at one version, must
-        # still undo the claim written before it.
+        # An appended event is deferred (on PostgreSQL it goes out with the COMMIT): its
+        # error, the events' primary key refusing a second event at the version the
+        # claim already recorded, must still undo the claim written before it.
         _, task_id = run_and_task
 
         def claim_with_two_events() -> None:
             with store.write() as writes:
                 claimed = writes.claim(task_id, "w1", LEASE_S)
                 assert claimed is not None
-                writes.append([_claimed_event(claimed)])
                 writes.append([_claimed_event(claimed)])
 
         with pytest.raises(errors.PersistenceError):
@@ -313,9 +314,15 @@ class StoreContract:
         with store.write() as writes:
             claimed = writes.claim(task_id, "w1", LEASE_S)
             assert claimed is not None
-            stale = writes.finish(task_id, edge("succeed"), claimed.fencing_token + 1)
+            stale = writes.finish(
+                task_id, edge("succeed"), claimed.fencing_token + 1, actor="test"
+            )
             done = writes.finish(
-                task_id, edge("succeed"), claimed.fencing_token, result={"rows": [1, 2]}
+                task_id,
+                edge("succeed"),
+                claimed.fencing_token,
+                result={"rows": [1, 2]},
+                actor="test",
             )
         assert stale is None
         assert done is not None and done.state == "succeeded"
@@ -329,9 +336,11 @@ class StoreContract:
         with store.write() as writes:
             claimed = writes.claim(task_id, "w1", LEASE_S)
             assert claimed is not None
-            stale = writes.finish_trying_run(task_id, edge("succeed"), claimed.fencing_token + 1)
+            stale = writes.finish_trying_run(
+                task_id, edge("succeed"), claimed.fencing_token + 1, actor="test"
+            )
             state, done = writes.finish_trying_run(
-                task_id, edge("succeed"), claimed.fencing_token, result=[1]
+                task_id, edge("succeed"), claimed.fencing_token, result=[1], actor="test"
             )
         assert stale == (WorkflowRunState.PENDING, None)  # the run was tried; the task lost
         assert state is WorkflowRunState.PENDING
@@ -339,7 +348,7 @@ class StoreContract:
         with store.write() as writes:
             assert writes.move_run(run_id, run_edge("start")) is not None  # row usable
             with pytest.raises(ValueError, match="finish takes"):
-                writes.finish_trying_run(task_id, edge("claim"), 0)
+                writes.finish_trying_run(task_id, edge("claim"), 0, actor="test")
 
     def test_start_run_starts_a_pending_run_and_says_whether_its_tasks_moved(
         self, store: Store, run_and_task: tuple[UUID, UUID]
@@ -366,7 +375,7 @@ class StoreContract:
             for task_id in (first, second):
                 claimed = writes.claim(task_id, "w1", LEASE_S)
                 assert claimed is not None
-                writes.finish(task_id, edge("succeed"), claimed.fencing_token)
+                writes.finish(task_id, edge("succeed"), claimed.fencing_token, actor="test")
             # Complete, but the run is still pending: the edge's source does not match.
             assert writes.succeed_run_when_complete(run_id) == ("succeeded", None)
             assert writes.move_run(run_id, run_edge("start")) is not None
@@ -377,7 +386,7 @@ class StoreContract:
             other = create_run(writes)
             assert writes.move_run(other, run_edge("start")) is not None
             cancelled = create_task(writes, other, TaskRunState.READY)
-            assert writes.move_task(cancelled, edge("cancel_ready")) is not None
+            assert writes.move_task(cancelled, edge("cancel_ready"), actor="test") is not None
             assert writes.succeed_run_when_complete(other) == ("cancelled", None)
 
     def test_finish_and_move_task_refuse_an_edge_that_is_not_theirs(
@@ -386,9 +395,9 @@ class StoreContract:
         _, task_id = run_and_task
         with store.write() as writes:
             with pytest.raises(ValueError, match="finish takes"):
-                writes.finish(task_id, edge("claim"), 0)
+                writes.finish(task_id, edge("claim"), 0, actor="test")
             with pytest.raises(ValueError, match="move_task takes"):
-                writes.move_task(task_id, edge("succeed"))
+                writes.move_task(task_id, edge("succeed"), actor="test")
 
     def test_renew_lease_extends_only_with_the_current_token(
         self, store: Store, run_and_task: tuple[UUID, UUID]
@@ -397,8 +406,11 @@ class StoreContract:
         with store.write() as writes:
             claimed = writes.claim(task_id, "w1", TINY_S)
             assert claimed is not None
-            assert writes.renew_lease(task_id, claimed.fencing_token + 1, LEASE_S) is None
-            renewed = writes.renew_lease(task_id, claimed.fencing_token, LEASE_S)
+            assert (
+                writes.renew_lease(task_id, claimed.fencing_token + 1, LEASE_S, actor="test")
+                is None
+            )
+            renewed = writes.renew_lease(task_id, claimed.fencing_token, LEASE_S, actor="test")
         assert renewed is not None and renewed.version == claimed.version + 1
         assert renewed.lease_expires_at is not None and claimed.lease_expires_at is not None
         assert renewed.lease_expires_at > claimed.lease_expires_at
@@ -410,12 +422,12 @@ class StoreContract:
         with store.write() as writes:
             claimed = writes.claim(task_id, "w1", TINY_S)
             assert claimed is not None and claimed.lease_expires_at is not None
-            assert writes.reclaim(task_id) is None  # the lease has not expired yet
+            assert writes.reclaim(task_id, actor="test") is None  # the lease has not expired yet
         wait_for_clock(store, claimed.lease_expires_at)
         with store.read() as reads:
             assert reads.expired_leases(10) == [task_id]
         with store.write() as writes:
-            reclaimed = writes.reclaim(task_id)
+            reclaimed = writes.reclaim(task_id, actor="test")
         assert reclaimed is not None and reclaimed.state == "ready"
         assert reclaimed.fencing_token == claimed.fencing_token + 1
         assert reclaimed.lease_owner is None and reclaimed.lease_expires_at is None
@@ -428,25 +440,25 @@ class StoreContract:
             claimed = writes.claim(task_id, "w1", LEASE_S)
             assert claimed is not None
             failed = writes.finish(
-                task_id, edge("fail"), claimed.fencing_token, error={"type": "E"}
+                task_id, edge("fail"), claimed.fencing_token, error={"type": "E"}, actor="test"
             )
             assert failed is not None and failed.error == {"type": "E"}
-            retrying = writes.schedule_retry(task_id, TINY_S)
+            retrying = writes.schedule_retry(task_id, TINY_S, actor="test")
             assert retrying is not None and retrying.retry_due_at is not None
-            assert writes.retry_ready(task_id) is None  # not due yet
+            assert writes.retry_ready(task_id, actor="test") is None  # not due yet
         assert (retrying.state, retrying.attempt, retrying.finished_at) == ("retrying", 2, None)
         wait_for_clock(store, retrying.retry_due_at)
         with store.write() as writes:
-            ready = writes.retry_ready(task_id)
+            ready = writes.retry_ready(task_id, actor="test")
         assert ready is not None and ready.state == "ready" and ready.retry_due_at is None
 
     def test_move_task_takes_its_edge_only_from_its_source(self, store: Store) -> None:
         with store.write() as writes:
             run_id = create_run(writes)
             task_id = create_task(writes, run_id, TaskRunState.PENDING)
-            assert writes.move_task(task_id, edge("cancel_ready")) is None
-            promoted = writes.move_task(task_id, edge("dependencies_satisfied"))
-            cancelled = writes.move_task(task_id, edge("cancel_ready"))
+            assert writes.move_task(task_id, edge("cancel_ready"), actor="test") is None
+            promoted = writes.move_task(task_id, edge("dependencies_satisfied"), actor="test")
+            cancelled = writes.move_task(task_id, edge("cancel_ready"), actor="test")
         assert promoted is not None and promoted.state == "ready"
         assert cancelled is not None and cancelled.state == "cancelled"
         assert cancelled.finished_at is not None
@@ -508,9 +520,7 @@ class StoreContract:
         run_id, task_id = run_and_task
         app_events = _mapper_events(store)
         with store.write() as writes:
-            claimed = writes.claim(task_id, "w1", LEASE_S)
-            assert claimed is not None
-            writes.append([_claimed_event(claimed)])
+            assert writes.claim(task_id, "w1", LEASE_S) is not None  # and its event
         with store.read() as reads:
             before = (reads.workflow_run(run_id), reads.task_run(task_id))
         with store.write(rebuild=True) as writes:

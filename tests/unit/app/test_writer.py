@@ -1,5 +1,7 @@
 """The one rule's steps over a store transaction (pure: the store is a stand-in that
-returns the row a conditional write would have returned)."""
+returns the row a conditional write would have returned). The event of each write is the
+store's (tests/unit/projections/test_task_events.py); the writer adds the run's mark and
+the outbox row."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from uuid import UUID, uuid4
 import pytest
 
 from flowforge.aggregates.machines import TASK_RUN_MACHINE
-from flowforge.aggregates.task_run import TaskRun
 from flowforge.app.writer import Writer
 from flowforge.projections.tables import TaskRunRow
 from flowforge.projections.writes import Writes
@@ -45,18 +46,24 @@ def task_row(state: str, *, version: int = 2, token: int = 1) -> TaskRunRow:
 
 
 class FakeWrites:
-    """Answers every conditional write with ``row``; records what the writer appends."""
+    """Answers every conditional write with ``row``; records the marks and dispatches
+    the writer adds, and whether it asked for a last statement."""
 
     def __init__(self, row: TaskRunRow | None) -> None:
         self.row = row
-        self.appended: list[Any] = []
+        self.marked: list[UUID] = []
         self.dispatched: list[tuple[UUID, int]] = []
+        self.last: list[bool] = []
 
     def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: self.row
+        def write(*args: Any, last: bool = False, **kwargs: Any) -> TaskRunRow | None:
+            self.last.append(last)
+            return self.row
 
-    def append(self, events: list[Any]) -> None:
-        self.appended += events
+        return write
+
+    def mark_run(self, run_id: UUID, task_key: str | None = None) -> None:
+        self.marked.append(run_id)
 
     def enqueue_dispatch(self, task_run_id: UUID, *_: Any, **__: Any) -> UUID:
         assert self.row is not None
@@ -69,26 +76,25 @@ def writer_over(row: TaskRunRow | None) -> tuple[Writer, FakeWrites]:
     return Writer(cast(Writes, fake)), fake
 
 
-def test_a_lost_write_appends_nothing_and_returns_none() -> None:
+def test_a_lost_write_marks_and_dispatches_nothing_and_returns_none() -> None:
     writer, fake = writer_over(None)
-    assert writer.claim(uuid4(), "w1", 30.0) is None
-    assert fake.appended == [] and fake.dispatched == []
+    assert writer.reclaim(uuid4(), actor="reaper") is None
+    assert fake.marked == [] and fake.dispatched == []
 
 
-def test_a_won_claim_appends_its_event_built_from_the_row() -> None:
+def test_a_won_claim_leaves_its_run_alone_and_can_be_the_last_statement() -> None:
     row = task_row("running", version=2, token=1)
     writer, fake = writer_over(row)
-    assert writer.claim(row.id, "w1", 30.0) == row
-    (event,) = fake.appended
-    assert isinstance(event, TaskRun.Claimed)
-    assert (event.originator_id, event.originator_version) == (row.id, 2)
-    assert (event.source, event.state, event.actor, event.timestamp) == (
-        "ready",
-        "running",
-        "w1",
-        AT,
-    )
-    assert fake.dispatched == []  # running is not dispatchable
+    assert writer.claim(row.id, "w1", 30.0, last=True) == row
+    assert fake.last == [True]
+    assert fake.marked == [] and fake.dispatched == []  # running is not dispatchable
+
+
+def test_a_finish_marks_its_run() -> None:
+    row = task_row("failed", version=3)
+    writer, fake = writer_over(row)
+    writer.finish(TASK_RUN_MACHINE.get("fail"), row.id, 1, actor="w1")
+    assert fake.marked == [row.workflow_run_id] and fake.dispatched == []
 
 
 @pytest.mark.parametrize("edge", ["reap_lease", "retry_ready", "dependencies_satisfied"])
@@ -103,16 +109,15 @@ def test_a_task_that_becomes_ready_gets_exactly_one_dispatch(edge: str) -> None:
     else:
         writer.move_task(transition, row.id, actor="scheduler")
     assert fake.dispatched == [(row.id, 2)]
-    assert len(fake.appended) == 1
+    assert fake.marked == [row.workflow_run_id]
 
 
-def test_a_heartbeat_is_a_lease_renewed_event_with_no_dispatch() -> None:
+def test_a_heartbeat_marks_and_dispatches_nothing() -> None:
     row = task_row("running", version=4)
     writer, fake = writer_over(row)
-    assert writer.renew_lease(row.id, 1, 30.0, actor="w1") == row
-    (event,) = fake.appended
-    assert isinstance(event, TaskRun.LeaseRenewed) and event.source == "running"
-    assert fake.dispatched == []
+    assert writer.renew_lease(row.id, 1, 30.0, actor="w1", last=True) == row
+    assert fake.last == [True]
+    assert fake.marked == [] and fake.dispatched == []
 
 
 def test_take_task_edge_refuses_an_edge_that_needs_a_lease_or_a_worker() -> None:

@@ -24,8 +24,21 @@ def test_every_macro_is_rendered(dialect: str) -> None:
     assert leftovers == {}
 
 
-def test_both_dialects_have_the_same_statements() -> None:
-    assert set(queries.load("postgres")) == set(queries.load("sqlite"))
+def test_both_dialects_have_the_same_statements_and_postgres_records_each_transition() -> None:
+    recorded = {queries.recorded_name(name) for name in queries.TASK_TRANSITION_STATEMENTS}
+    assert set(queries.load("postgres")) == set(queries.load("sqlite")) | recorded
+    assert not recorded & set(queries.load("sqlite"))
+
+
+@pytest.mark.parametrize("name", queries.TASK_TRANSITION_STATEMENTS)
+def test_a_recorded_transition_is_its_update_plus_the_insert_of_its_event(name: str) -> None:
+    postgres = queries.load("postgres")
+    recorded = postgres[queries.recorded_name(name)]
+    assert postgres[name].rstrip(";") in recorded
+    assert "INSERT INTO flowforge_events" in recorded
+    # Every field an event carries, from the declaration.
+    for field in ("timestamp", "source", "actor", *task_run.MUTABLE_FIELDS):
+        assert f"'{field}', " in recorded
 
 
 def test_postgres_parameters_are_psycopg_style_and_sqlite_keeps_colon_names() -> None:

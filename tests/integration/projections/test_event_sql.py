@@ -1,0 +1,200 @@
+"""A task transition's event, as PostgreSQL builds it in the transition's statement
+(flowforge/projections/event_sql.py), reads back exactly as the event Python builds from
+the row the statement returned (``event_from_row``, what SQLite stores).
+
+Real PostgreSQL: each step of a task's life is written through the store, its stored
+event read back through the event log's own mapper and compared, field by field, with
+the Python event. User JSON that looks like the library's own encoding is the trap: the
+SQL escape function is checked against the transcoder with hypothesis.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from psycopg.types.json import Json
+
+from flowforge.aggregates import task_run
+from flowforge.aggregates.machines import REAPER_TRANSITION
+from flowforge.aggregates.states import TaskRunState
+from flowforge.app.service import FlowForge
+from flowforge.projections.store import Store
+from flowforge.projections.tables import TaskRunRow
+from flowforge.projections.writes import Writes
+from tests.integration.projections.test_store import (
+    LEASE_S,
+    TINY_S,
+    create_run,
+    create_task,
+    edge,
+    wait_for_clock,
+)
+
+pytestmark = pytest.mark.postgres
+
+ACTOR = "event-sql-test"
+#: Objects that the library's decoder would take for its own encoding, nested or not.
+RESERVED_KEYS = st.sampled_from(["_type_", "_data_", "a", "é", '"_type_"', "\\u"])
+#: Text without NUL: PostgreSQL cannot read a JSON document holding one (the SQL escape
+#: function's one limit: a finish escapes its result in Python, and an error, the JSON
+#: later events carry from the row, holds no NUL: json_values.error_details).
+TEXT = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=8)
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(RESERVED_KEYS | TEXT, inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+#: Look-alikes for certain, at the top and nested in one another.
+LOOK_ALIKE = {"_type_": "uuid_hex", "_data_": "not a uuid"}
+NESTED_LOOK_ALIKES = [{"a": {"_type_": 1, "_data_": [LOOK_ALIKE, {"_data_": 2}]}}, "_type_"]
+
+
+@pytest.fixture
+def store(pg_app: FlowForge) -> Store:
+    return pg_app.store
+
+
+@pytest.fixture
+def task_id(store: Store) -> UUID:
+    with store.write() as writes:
+        run_id = create_run(writes)
+        return create_task(writes, run_id, TaskRunState.READY)
+
+
+def stored_event(store: Store, row: TaskRunRow) -> Any:
+    """The event the log holds for ``row``'s version, read by the library's mapper."""
+    with store.write() as writes:
+        (record,) = [
+            s
+            for s in writes.stored_events()
+            if s.originator_id == row.id and s.originator_version == row.version
+        ]
+    return store._mapper.to_domain_event(record)
+
+
+def assert_recorded(
+    store: Store, row: TaskRunRow | None, event_class: type[Any], source: str
+) -> TaskRunRow:
+    assert row is not None
+    expected = task_run.event_from_row(event_class, row.values(), source=source, actor=ACTOR)
+    actual = stored_event(store, row)
+    assert type(actual) is event_class
+    assert vars(actual) == vars(expected)
+    return row
+
+
+def test_postgres_builds_its_task_events_in_sql(store: Store) -> None:
+    with store.write() as writes:
+        assert isinstance(writes, Writes) and writes.events_in_sql
+
+
+def test_every_step_of_a_task_records_the_event_python_would_build(
+    store: Store, task_id: UUID
+) -> None:
+    events = task_run.EVENT_FOR_TRANSITION
+    with store.write() as writes:
+        claimed = writes.claim(task_id, ACTOR, TINY_S)
+    claimed = assert_recorded(store, claimed, events["claim"], "ready")
+    with store.write() as writes:
+        renewed = writes.renew_lease(task_id, claimed.fencing_token, TINY_S, actor=ACTOR)
+    assert_recorded(store, renewed, task_run.TaskRun.LeaseRenewed, "running")
+    assert renewed is not None and renewed.lease_expires_at is not None
+    wait_for_clock(store, renewed.lease_expires_at)
+    with store.write() as writes:
+        reclaimed = writes.reclaim(task_id, actor=ACTOR)
+    assert_recorded(store, reclaimed, events[REAPER_TRANSITION.name], "running")
+    with store.write() as writes:
+        claimed = writes.claim(task_id, ACTOR, LEASE_S)
+    claimed = assert_recorded(store, claimed, events["claim"], "ready")
+    # An error whose keys include the library's reserved ones: carried by every event
+    # after it, through the SQL escape function.
+    error = {"type": "E", "message": "m", "traceback": "", "_type_": "x", "_data_": "y"}
+    with store.write() as writes:
+        failed = writes.finish(
+            task_id, edge("fail"), claimed.fencing_token, actor=ACTOR, error=error
+        )
+    assert_recorded(store, failed, events["fail"], "running")
+    with store.write() as writes:
+        retrying = writes.schedule_retry(task_id, 0.0, actor=ACTOR)
+    assert_recorded(store, retrying, events["schedule_retry"], "failed")
+    with store.write() as writes:
+        ready = writes.retry_ready(task_id, actor=ACTOR)
+    assert_recorded(store, ready, events["retry_ready"], "retrying")
+    with store.write() as writes:
+        claimed = writes.claim(task_id, ACTOR, LEASE_S, last=True)
+    claimed = assert_recorded(store, claimed, events["claim"], "ready")
+    assert claimed.error == error
+    with store.write() as writes:
+        cancelled = writes.finish(
+            task_id, edge("cancel_running"), claimed.fencing_token, actor=ACTOR
+        )
+    assert_recorded(store, cancelled, events["cancel_running"], "running")
+
+
+def test_a_pending_task_promoted_or_cancelled_records_its_event(store: Store) -> None:
+    with store.write() as writes:
+        run_id = create_run(writes)
+        promoted_id = create_task(writes, run_id, TaskRunState.PENDING, "b")
+        cancelled_id = create_task(writes, run_id, TaskRunState.PENDING, "c")
+    with store.write() as writes:
+        promoted = writes.move_task(promoted_id, edge("dependencies_satisfied"), actor=ACTOR)
+        cancelled = writes.move_task(cancelled_id, edge("cancel_pending"), actor=ACTOR)
+    events = task_run.EVENT_FOR_TRANSITION
+    assert_recorded(store, promoted, events["dependencies_satisfied"], "pending")
+    assert_recorded(store, cancelled, events["cancel_pending"], "pending")
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(result=JSON_VALUES)
+@example(result=LOOK_ALIKE)
+@example(result=NESTED_LOOK_ALIKES)
+@example(result={"k\x00": [LOOK_ALIKE, "\x00"]})
+def test_a_success_records_any_user_result_as_it_was(store: Store, result: Any) -> None:
+    with store.write() as writes:
+        run_id = create_run(writes)
+        task_id = create_task(writes, run_id, TaskRunState.READY)
+        claimed = writes.claim(task_id, ACTOR, LEASE_S)
+    assert claimed is not None
+    with store.write() as writes:
+        done = writes.finish(
+            task_id, edge("succeed"), claimed.fencing_token, actor=ACTOR, result=result
+        )
+    done = assert_recorded(store, done, task_run.EVENT_FOR_TRANSITION["succeed"], "running")
+    assert stored_event(store, done).result == result
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(value=JSON_VALUES)
+@example(value=LOOK_ALIKE)
+@example(value=NESTED_LOOK_ALIKES)
+def test_the_sql_escape_function_escapes_as_the_transcoder_does(
+    store: Store, postgres_url: str, value: Any
+) -> None:
+    transcoder = store._mapper.transcoder
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        row = conn.execute("SELECT flowforge_event_json(%s::json)", (Json(value),)).fetchone()
+    assert row is not None
+    escaped = row[0]
+    assert escaped == json.loads(transcoder.encode(value))
+    # ... which the library's decoder reads back as the user's value.
+    assert transcoder.decode(json.dumps(escaped).encode()) == value
