@@ -45,6 +45,10 @@ POSTGRES_CATALOG = {
     "indexes": """
         SELECT tablename, indexname, indexdef FROM pg_indexes
         WHERE schemaname = 'public' ORDER BY 1, 2""",
+    "functions": """
+        SELECT proc.proname, pg_get_functiondef(proc.oid)
+        FROM pg_proc proc JOIN pg_namespace ns ON ns.oid = proc.pronamespace
+        WHERE ns.nspname = 'public' ORDER BY 1""",
 }
 
 
