@@ -20,26 +20,18 @@ from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import (
     REAPER_TRANSITION,
     TASK_RUN_MACHINE,
-    WORKFLOW_RUN_MACHINE,
     Transition,
 )
 from flowforge.aggregates.rules import initial_task_run_state
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.projections.reads import RunCompletion
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes import MOVE_EDGES, START_RUN, SUCCEED_RUN, Writes
+from flowforge.projections.writes import MOVE_EDGES, Writes
 
 _READY = TaskRunState.READY
 _CLAIM = TASK_RUN_MACHINE.get("claim")
 _SCHEDULE_RETRY = TASK_RUN_MACHINE.get("schedule_retry")
 _RETRY_READY = TASK_RUN_MACHINE.get("retry_ready")
-#: A user's cancel takes one of two edges, decided by the row's state when it is written.
-_CANCEL_RUN_FROM: Mapping[WorkflowRunState, Transition] = {
-    WorkflowRunState.PENDING: WORKFLOW_RUN_MACHINE.get("cancel_before_start"),
-    WorkflowRunState.RUNNING: WORKFLOW_RUN_MACHINE.get("cancel"),
-}
-if {e.target for e in _CANCEL_RUN_FROM.values()} != {WorkflowRunState.CANCELLED}:
-    raise ValueError("a user's cancel must end in cancelled")
 
 #: Task edges after which the run has nothing new to do: no mark, no wake-up (a
 #: heartbeat, not an edge, never marks either).
@@ -189,40 +181,31 @@ class Writer:
     def take_run_edge(
         self, edge: Transition, run_id: UUID, *, actor: str
     ) -> WorkflowRunRow | None:
-        row = self.store.move_run(run_id, edge)
-        return None if row is None else self._record_run(row, edge, actor)
+        row = self.store.move_run(run_id, edge, actor=actor)
+        return None if row is None else self._record_run(row)
 
     def start_run(self, run_id: UUID, *, actor: str) -> tuple[WorkflowRunRow | None, bool]:
         """The run's ``start`` edge and whether its tasks moved before (one round trip,
         ``Writes.start_run``); the new row, or ``None``."""
-        row, moved = self.store.start_run(run_id)
-        return None if row is None else self._record_run(row, START_RUN, actor), moved
+        row, moved = self.store.start_run(run_id, actor=actor)
+        return None if row is None else self._record_run(row), moved
 
     def succeed_run_when_complete(
         self, run_id: UUID, *, actor: str
     ) -> tuple[RunCompletion, WorkflowRunRow | None]:
         """The run's completion, and its ``succeed`` edge if complete, in one round trip
         (``Writes.succeed_run_when_complete``); the new row, or ``None``."""
-        completion, row = self.store.succeed_run_when_complete(run_id)
-        return completion, None if row is None else self._record_run(row, SUCCEED_RUN, actor)
+        completion, row = self.store.succeed_run_when_complete(run_id, actor=actor)
+        return completion, None if row is None else self._record_run(row)
 
     def cancel_run(self, run_id: UUID, *, actor: str) -> WorkflowRunRow | None:
         """Cancel a pending or running run in one conditional write; None if it is
         already terminal (or unknown). The event names the edge the row really took."""
-        cancelled = self.store.cancel_run(run_id)
-        if cancelled is None:
-            return None
-        row, source = cancelled
-        return self._record_run(row, _CANCEL_RUN_FROM[source], actor)
+        row = self.store.cancel_run(run_id, actor=actor)
+        return None if row is None else self._record_run(row)
 
-    def _record_run(self, row: WorkflowRunRow, edge: Transition, actor: str) -> WorkflowRunRow:
-        event = workflow_run.event_from_row(
-            workflow_run.EVENT_FOR_TRANSITION[edge.name],
-            row.values(),
-            source=edge.source.value,
-            actor=actor,
-        )
-        self.store.append([event])
+    def _record_run(self, row: WorkflowRunRow) -> WorkflowRunRow:
+        """What follows a run's edge besides its event (which the store stored): its mark."""
         if self.marks_runs:
             self.store.mark_run(row.id)
         return row

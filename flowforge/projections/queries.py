@@ -19,6 +19,7 @@ from importlib import resources
 from types import MappingProxyType
 
 from flowforge.aggregates import task_run, workflow_run
+from flowforge.aggregates.base import Declaration
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.projections import event_sql
 
@@ -69,18 +70,28 @@ UNFINISHED_TASK_STATES = (
 )
 
 
-#: The task transitions' conditional writes. On PostgreSQL each also exists as
-#: ``<name>_recorded``: the same UPDATE storing its event in the same statement
-#: (``event_sql.recorded``). SQLite has no data-modifying CTE: its events are built in
-#: Python and inserted after the UPDATE, in the same transaction.
-TASK_TRANSITION_STATEMENTS = (
-    "task_move",
-    "task_claim",
-    "task_finish",
-    "task_renew_lease",
-    "task_reclaim",
-    "task_schedule_retry",
-    "task_retry_ready",
+#: The transitions' conditional writes, each with the declaration of the aggregate whose
+#: row it writes. On PostgreSQL each also exists as ``<name>_recorded``: the same UPDATE
+#: storing its event in the same statement (``event_sql.recorded``). SQLite has no
+#: data-modifying CTE: its events are built in Python and inserted after the UPDATE, in
+#: the same transaction. (A user's cancel of a run is not here: which event it records
+#: depends on the state it left, and its events are built in Python on both.)
+RECORDED_STATEMENTS: Mapping[str, Declaration] = MappingProxyType(
+    {
+        **dict.fromkeys(
+            (
+                "task_move",
+                "task_claim",
+                "task_finish",
+                "task_renew_lease",
+                "task_reclaim",
+                "task_schedule_retry",
+                "task_retry_ready",
+            ),
+            task_run.DECLARATION,
+        ),
+        **dict.fromkeys(("run_move", "run_succeed_when_complete"), workflow_run.DECLARATION),
+    }
 )
 RECORDED_SUFFIX = "_recorded"
 _RECORDING_DIALECTS = frozenset({"postgres"})
@@ -175,11 +186,9 @@ def load(dialect: str) -> Mapping[str, str]:
             raise ValueError(f"SQL statement {name!r} is defined twice ({dialect})")
         raw[name] = body
     if dialect in _RECORDING_DIALECTS:
-        for name in TASK_TRANSITION_STATEMENTS:
+        for name, declaration in RECORDED_STATEMENTS.items():
             update = raw[name].rstrip().rstrip(";")
-            raw[recorded_name(name)] = event_sql.recorded(
-                update, task_run.DECLARATION, "{events_table}"
-            )
+            raw[recorded_name(name)] = event_sql.recorded(update, declaration, "{events_table}")
     rendered = {name: _render(body.format_map(macros), dialect) for name, body in raw.items()}
     return MappingProxyType(rendered)
 

@@ -14,14 +14,15 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic
 
-from flowforge.aggregates import task_run
+from flowforge.aggregates import task_run, workflow_run
+from flowforge.aggregates.base import Declaration, TransitionedEvent, event_from_row
 from flowforge.aggregates.machines import (
     FINISH_TRANSITIONS,
     REAPER_TRANSITION,
@@ -47,6 +48,15 @@ START_RUN = WORKFLOW_RUN_MACHINE.get("start")
 SUCCEED_RUN = WORKFLOW_RUN_MACHINE.get("succeed")
 _FINISH_EDGES = frozenset(FINISH_TRANSITIONS)
 _RUNNING = TaskRunState.RUNNING.value
+
+_Recorded = TypeVar("_Recorded", TaskRunRow, WorkflowRunRow)
+#: A user's cancel takes one of two edges, decided by the row's state when it is written.
+_CANCEL_RUN_FROM: Mapping[WorkflowRunState, Transition] = {
+    WorkflowRunState.PENDING: WORKFLOW_RUN_MACHINE.get("cancel_before_start"),
+    WorkflowRunState.RUNNING: WORKFLOW_RUN_MACHINE.get("cancel"),
+}
+if {e.target for e in _CANCEL_RUN_FROM.values()} != {WorkflowRunState.CANCELLED}:
+    raise ValueError("a user's cancel must end in cancelled")
 
 #: Which method takes each TaskRun edge: every edge has exactly one.
 TASK_EDGE_METHODS: Mapping[str, str] = {
@@ -135,7 +145,7 @@ class Writes(Reads):
         self._tx.run("fill_missing_task_leases")
 
     # --- task runs: one conditional write per transition -----------------------------
-    # Each stores its event too (``_TaskEvent``): on PostgreSQL in the same statement,
+    # Each stores its event too (``_Event``): on PostgreSQL in the same statement,
     # on SQLite right after it. ``last``: nothing follows in this transaction, so
     # PostgreSQL sends the COMMIT with the statement (``Transaction.run``).
 
@@ -143,7 +153,9 @@ class Writes(Reads):
         """dependencies_satisfied, cancel_pending or cancel_ready."""
         if edge.name not in MOVE_EDGES:
             raise ValueError(f"move_task takes {sorted(MOVE_EDGES)}, not {edge.name!r}")
-        return self._task("task_move", _task_params(task_run_id, edge), _TaskEvent.of(edge, actor))
+        return self._task(
+            "task_move", _task_params(task_run_id, edge), _Event.of_task(edge, actor)
+        )
 
     def claim(
         self,
@@ -156,7 +168,7 @@ class Writes(Reads):
         """READY to RUNNING: token + 1, a lease from the database's now (``None``: the
         row's own lease, the definition's)."""
         params = {"worker_id": worker_id, "lease_seconds": lease_seconds}
-        event = _TaskEvent.of(_CLAIM, worker_id)
+        event = _Event.of_task(_CLAIM, worker_id)
         params = _task_params(task_run_id, _CLAIM, params)
         return self._task("task_claim", params, event, last=last)
 
@@ -173,7 +185,7 @@ class Writes(Reads):
         worker's whole read before running a task. The run is read after the claim,
         whether or not it won (a run row never changes what a claim does)."""
         params = _task_params(task_run_id, _CLAIM, {"worker_id": worker_id, "lease_seconds": None})
-        event = _TaskEvent.of(_CLAIM, worker_id)
+        event = _Event.of_task(_CLAIM, worker_id)
         task_rows, run_rows = self._tx.run_each(
             [
                 self._statement("task_claim", params, event),
@@ -181,7 +193,7 @@ class Writes(Reads):
             ],
             commit=last and self.events_in_sql,
         )
-        return self._recorded(task_rows, event), first_row(WorkflowRunRow, run_rows)
+        return self._recorded(TaskRunRow, task_rows, event), first_row(WorkflowRunRow, run_rows)
 
     def finish(
         self,
@@ -195,7 +207,7 @@ class Writes(Reads):
     ) -> TaskRunRow | None:
         """succeed, fail or cancel_running, only with the current fencing token."""
         params = _finish_params(task_run_id, edge, fencing_token, result, error)
-        event = _TaskEvent.of(edge, actor, {"result": result, "error": error})
+        event = _Event.of_task(edge, actor, {"result": result, "error": error})
         return self._task("task_finish", params, event)
 
     def finish_trying_run(
@@ -213,14 +225,14 @@ class Writes(Reads):
         the run's state (``None``: another transaction holds the row) and the new task
         row (``None``: lost). The run row first: the lock order of every advance."""
         params = _finish_params(task_run_id, edge, fencing_token, result, error)
-        event = _TaskEvent.of(edge, actor, {"result": result, "error": error})
+        event = _Event.of_task(edge, actor, {"result": result, "error": error})
         run_rows, task_rows = self._tx.run_each(
             [
                 ("try_lock_workflow_run_of_task", {"id": task_run_id}),
                 self._statement("task_finish", params, event),
             ]
         )
-        return _run_state(run_rows), self._recorded(task_rows, event)
+        return _run_state(run_rows), self._recorded(TaskRunRow, task_rows, event)
 
     def renew_lease(
         self,
@@ -238,12 +250,12 @@ class Writes(Reads):
             "fencing_token": fencing_token,
             "lease_seconds": lease_seconds,
         }
-        event = _TaskEvent(TaskRun.LeaseRenewed, _RUNNING, actor)
+        event = _Event(task_run.DECLARATION, TaskRun.LeaseRenewed, _RUNNING, actor)
         return self._task("task_renew_lease", params, event, last=last)
 
     def reclaim(self, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
         """The reaper's edge: only once the lease expired by the database's clock."""
-        event = _TaskEvent.of(REAPER_TRANSITION, actor)
+        event = _Event.of_task(REAPER_TRANSITION, actor)
         return self._task("task_reclaim", _task_params(task_run_id, REAPER_TRANSITION), event)
 
     def schedule_retry(
@@ -251,22 +263,22 @@ class Writes(Reads):
     ) -> TaskRunRow | None:
         """FAILED to RETRYING with attempts left; due ``delay_seconds`` from now."""
         params = _task_params(task_run_id, _SCHEDULE_RETRY, {"delay_seconds": delay_seconds})
-        return self._task("task_schedule_retry", params, _TaskEvent.of(_SCHEDULE_RETRY, actor))
+        return self._task("task_schedule_retry", params, _Event.of_task(_SCHEDULE_RETRY, actor))
 
     def retry_ready(self, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
         """RETRYING to READY once the retry is due by the database's clock."""
-        event = _TaskEvent.of(_RETRY_READY, actor)
+        event = _Event.of_task(_RETRY_READY, actor)
         return self._task("task_retry_ready", _task_params(task_run_id, _RETRY_READY), event)
 
     def _task(
-        self, statement: str, params: dict[str, Any], event: _TaskEvent, *, last: bool = False
+        self, statement: str, params: dict[str, Any], event: _Event, *, last: bool = False
     ) -> TaskRunRow | None:
         name, values = self._statement(statement, params, event)
         rows = self._tx.run(name, values, commit=last and self.events_in_sql)
-        return self._recorded(rows, event)
+        return self._recorded(TaskRunRow, rows, event)
 
     def _statement(
-        self, statement: str, params: dict[str, Any], event: _TaskEvent
+        self, statement: str, params: dict[str, Any], event: _Event
     ) -> tuple[str, dict[str, Any]]:
         """The transition's statement: on PostgreSQL its variant that stores ``event``."""
         if not self.events_in_sql:
@@ -274,9 +286,11 @@ class Writes(Reads):
         event_params = event.parameters(self._mapper.transcoder)
         return queries.recorded_name(statement), {**params, **event_params}
 
-    def _recorded(self, rows: list[Row], event: _TaskEvent) -> TaskRunRow | None:
+    def _recorded(
+        self, row_type: type[_Recorded], rows: list[Row], event: _Event
+    ) -> _Recorded | None:
         """The new row (``None``: lost), its event stored (SQLite: stored here)."""
-        row = first_row(TaskRunRow, rows)
+        row = first_row(row_type, rows)
         if row is not None and not self.events_in_sql:
             self.append([event.built_from(row)])
         return row
@@ -310,40 +324,49 @@ class Writes(Reads):
         rows = self._tx.run("delete_run_wakeups", {"workflow_run_id": run_id})
         return [row["task_key"] for row in rows]
 
-    def move_run(self, run_id: UUID, edge: Transition) -> WorkflowRunRow | None:
+    def move_run(self, run_id: UUID, edge: Transition, *, actor: str) -> WorkflowRunRow | None:
         """Any WorkflowRun edge; ``start`` sets started_at, a terminal one finished_at."""
-        return first_row(WorkflowRunRow, self._tx.run("run_move", _run_params(run_id, edge)))
+        event = _Event.of_run(edge, actor)
+        name, params = self._statement("run_move", _run_params(run_id, edge), event)
+        return self._recorded(WorkflowRunRow, self._tx.run(name, params), event)
 
-    def start_run(self, run_id: UUID) -> tuple[WorkflowRunRow | None, bool]:
+    def start_run(self, run_id: UUID, *, actor: str) -> tuple[WorkflowRunRow | None, bool]:
         """The ``start`` edge, and whether any task of the run has moved since its
         creation (asked after the start), in ONE round trip: the new row (``None``:
         the run was not pending) and that answer."""
+        event = _Event.of_run(START_RUN, actor)
         moved = ("select_run_has_moved_tasks", {"workflow_run_id": run_id})
         run_rows, moved_rows = self._tx.run_each(
-            [("run_move", _run_params(run_id, START_RUN)), moved]
+            [self._statement("run_move", _run_params(run_id, START_RUN), event), moved]
         )
-        return first_row(WorkflowRunRow, run_rows), bool(moved_rows[0]["moved"])
+        return self._recorded(WorkflowRunRow, run_rows, event), bool(moved_rows[0]["moved"])
 
     def succeed_run_when_complete(
-        self, run_id: UUID
+        self, run_id: UUID, *, actor: str
     ) -> tuple[RunCompletion, WorkflowRunRow | None]:
         """:meth:`run_completion`, and the run's ``succeed`` edge taken if every task
         succeeded (none unfinished, none cancelled), in ONE round trip: the completion
         and the new run row (``None``: not complete, or the run was not running)."""
-        params = {"id": run_id, "source": SUCCEED_RUN.source.value}
+        event = _Event.of_run(SUCCEED_RUN, actor)
+        params = {
+            "id": run_id,
+            "source": SUCCEED_RUN.source.value,
+            "target": SUCCEED_RUN.target.value,
+        }
         completion_rows, run_rows = self._tx.run_each(
             [
                 ("select_run_completion", {"workflow_run_id": run_id}),
-                ("run_succeed_when_complete", {**params, "target": SUCCEED_RUN.target.value}),
+                self._statement("run_succeed_when_complete", params, event),
             ]
         )
         completion: RunCompletion = completion_rows[0]["completion"]
-        return completion, first_row(WorkflowRunRow, run_rows)
+        return completion, self._recorded(WorkflowRunRow, run_rows, event)
 
-    def cancel_run(self, run_id: UUID) -> tuple[WorkflowRunRow, WorkflowRunState] | None:
+    def cancel_run(self, run_id: UUID, *, actor: str) -> WorkflowRunRow | None:
         """A user's cancel: pending or running to cancelled in ONE conditional write
-        (``run_cancel``); the new row and the state it really left, or None if the run
-        is already terminal (or unknown)."""
+        (``run_cancel``); the new row, its event naming the edge the row really took (so
+        built in Python, from the state it left), or None if the run is already terminal
+        (or unknown)."""
         params = {
             "id": run_id,
             "pending": WorkflowRunState.PENDING.value,
@@ -353,7 +376,10 @@ class Writes(Reads):
         rows = self._tx.run("run_cancel", params)
         if not rows:
             return None
-        return WorkflowRunRow.from_mapping(rows[0]), WorkflowRunState(rows[0]["source"])
+        row = WorkflowRunRow.from_mapping(rows[0])
+        edge = _CANCEL_RUN_FROM[WorkflowRunState(rows[0]["source"])]
+        self.append([_Event.of_run(edge, actor).built_from(row)])
+        return row
 
     # --- the outbox ------------------------------------------------------------------
 
@@ -405,25 +431,29 @@ class Writes(Reads):
         return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_stalled_ready", params)]
 
 
-#: The task fields holding user JSON, which a statement's event takes escaped.
-_JSON_FIELDS = event_sql.json_fields(task_run.DECLARATION)
-
-
 @dataclass(frozen=True, slots=True)
-class _TaskEvent:
-    """The event a task transition records: its class, the state it left, and who;
-    ``written``: the user JSON the statement itself writes (a finish's result, error)."""
+class _Event:
+    """The event a transition records: its class (which names its aggregate's
+    declaration), the state it left, and who; ``written``: the user JSON the statement
+    itself writes (a finish's result and error)."""
 
-    event_class: type[TaskRun.Transitioned]
+    declaration: Declaration
+    event_class: type[TransitionedEvent]
     source: str
     actor: str
     written: Mapping[str, Any] | None = None
 
     @classmethod
-    def of(
+    def of_task(
         cls, edge: Transition, actor: str, written: Mapping[str, Any] | None = None
-    ) -> _TaskEvent:
-        return cls(task_run.EVENT_FOR_TRANSITION[edge.name], edge.source.value, actor, written)
+    ) -> _Event:
+        event_class = task_run.EVENT_FOR_TRANSITION[edge.name]
+        return cls(task_run.DECLARATION, event_class, edge.source.value, actor, written)
+
+    @classmethod
+    def of_run(cls, edge: Transition, actor: str) -> _Event:
+        event_class = workflow_run.EVENT_FOR_TRANSITION[edge.name]
+        return cls(workflow_run.DECLARATION, event_class, edge.source.value, actor)
 
     def parameters(self, transcoder: Transcoder) -> dict[str, Any]:
         """What the statement that stores it in SQL takes (``event_sql``): the user JSON
@@ -433,22 +463,22 @@ class _TaskEvent:
             "event_source": self.source,
             "event_actor": self.actor,
         }
-        for field in _JSON_FIELDS:
+        for field in event_sql.json_fields(self.declaration):
             escaped = None
             if self.written is not None and field in self.written:
                 escaped = transcoder.encode(self.written[field]).decode()
             params[event_sql.escaped_parameter(field)] = escaped
         return params
 
-    def built_from(self, row: TaskRunRow) -> TaskRun.Transitioned:
+    def built_from(self, row: TaskRunRow | WorkflowRunRow) -> TransitionedEvent:
         """The same event built in Python, from the row the statement returned."""
-        return task_run.event_from_row(
-            self.event_class, row.values(), source=self.source, actor=self.actor
+        return event_from_row(
+            self.declaration, self.event_class, row.values(), source=self.source, actor=self.actor
         )
 
 
 @cache
-def _topic(event_class: type[TaskRun.Transitioned]) -> str:
+def _topic(event_class: type[TransitionedEvent]) -> str:
     return get_topic(event_class)
 
 

@@ -11,7 +11,7 @@ SQL escape function is checked against the transcoder with hypothesis.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -20,12 +20,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Json
 
-from flowforge.aggregates import task_run
+from flowforge.aggregates import task_run, workflow_run
+from flowforge.aggregates.base import event_from_row
 from flowforge.aggregates.machines import REAPER_TRANSITION
 from flowforge.aggregates.states import TaskRunState
 from flowforge.app.service import FlowForge
 from flowforge.projections.store import Store
-from flowforge.projections.tables import TaskRunRow
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import Writes
 from tests.integration.projections.test_store import (
     LEASE_S,
@@ -33,10 +34,12 @@ from tests.integration.projections.test_store import (
     create_run,
     create_task,
     edge,
+    run_edge,
     wait_for_clock,
 )
 
 pytestmark = pytest.mark.postgres
+_Row = TypeVar("_Row", TaskRunRow, WorkflowRunRow)
 
 ACTOR = "event-sql-test"
 #: Objects that the library's decoder would take for its own encoding, nested or not.
@@ -73,7 +76,7 @@ def task_id(store: Store) -> UUID:
         return create_task(writes, run_id, TaskRunState.READY)
 
 
-def stored_event(store: Store, row: TaskRunRow) -> Any:
+def stored_event(store: Store, row: TaskRunRow | WorkflowRunRow) -> Any:
     """The event the log holds for ``row``'s version, read by the library's mapper."""
     with store.write() as writes:
         (record,) = [
@@ -84,11 +87,12 @@ def stored_event(store: Store, row: TaskRunRow) -> Any:
     return store._mapper.to_domain_event(record)
 
 
-def assert_recorded(
-    store: Store, row: TaskRunRow | None, event_class: type[Any], source: str
-) -> TaskRunRow:
+def assert_recorded(store: Store, row: _Row | None, event_class: type[Any], source: str) -> _Row:
     assert row is not None
-    expected = task_run.event_from_row(event_class, row.values(), source=source, actor=ACTOR)
+    aggregate = task_run if isinstance(row, TaskRunRow) else workflow_run
+    expected = event_from_row(
+        aggregate.DECLARATION, event_class, row.values(), source=source, actor=ACTOR
+    )
     actual = stored_event(store, row)
     assert type(actual) is event_class
     assert vars(actual) == vars(expected)
@@ -154,6 +158,29 @@ def test_a_pending_task_promoted_or_cancelled_records_its_event(store: Store) ->
     events = task_run.EVENT_FOR_TRANSITION
     assert_recorded(store, promoted, events["dependencies_satisfied"], "pending")
     assert_recorded(store, cancelled, events["cancel_pending"], "pending")
+
+
+def test_every_run_edge_records_the_event_python_would_build(store: Store) -> None:
+    events = workflow_run.EVENT_FOR_TRANSITION
+    with store.write() as writes:
+        done_id, failed_id, cancelled_id = (create_run(writes) for _ in range(3))
+        task_id = create_task(writes, done_id, TaskRunState.READY)
+    with store.write() as writes:
+        started, _ = writes.start_run(done_id, actor=ACTOR)
+        failed_start = writes.move_run(failed_id, run_edge("start"), actor=ACTOR)
+        cancelled = writes.cancel_run(cancelled_id, actor=ACTOR)  # built in Python
+    assert_recorded(store, started, events["start"], "pending")
+    assert_recorded(store, failed_start, events["start"], "pending")
+    assert_recorded(store, cancelled, events["cancel_before_start"], "pending")
+    with store.write() as writes:
+        failed = writes.move_run(failed_id, run_edge("fail"), actor=ACTOR)
+        claimed = writes.claim(task_id, ACTOR, LEASE_S)
+        assert claimed is not None
+        writes.finish(task_id, edge("succeed"), claimed.fencing_token, actor=ACTOR)
+        completion, succeeded = writes.succeed_run_when_complete(done_id, actor=ACTOR)
+    assert completion == "succeeded"
+    assert_recorded(store, failed, events["fail"], "running")
+    assert_recorded(store, succeeded, events["succeed"], "running")
 
 
 @settings(

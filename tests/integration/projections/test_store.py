@@ -346,7 +346,9 @@ class StoreContract:
         assert state is WorkflowRunState.PENDING
         assert done is not None and (done.state, done.result) == ("succeeded", [1])
         with store.write() as writes:
-            assert writes.move_run(run_id, run_edge("start")) is not None  # row usable
+            assert (
+                writes.move_run(run_id, run_edge("start"), actor=ACTOR) is not None
+            )  # row usable
             with pytest.raises(ValueError, match="finish takes"):
                 writes.finish_trying_run(task_id, edge("claim"), 0, actor="test")
 
@@ -355,14 +357,14 @@ class StoreContract:
     ) -> None:
         run_id, _ = run_and_task
         with store.write() as writes:
-            started, moved = writes.start_run(run_id)
+            started, moved = writes.start_run(run_id, actor=ACTOR)
             assert started is not None and started.state == "running" and not moved
             assert started.started_at is not None
-            assert writes.start_run(run_id) == (None, False)  # not pending any more
+            assert writes.start_run(run_id, actor=ACTOR) == (None, False)  # not pending any more
             other = create_run(writes)
             task_id = create_task(writes, other, TaskRunState.READY)
             assert writes.claim(task_id, "w1", LEASE_S) is not None
-            started, moved = writes.start_run(other)
+            started, moved = writes.start_run(other, actor=ACTOR)
         assert started is not None and moved
 
     def test_succeed_run_when_complete_takes_the_edge_only_once_every_task_succeeded(
@@ -371,23 +373,23 @@ class StoreContract:
         with store.write() as writes:
             run_id = create_run(writes)
             first, second = (create_task(writes, run_id, TaskRunState.READY, k) for k in "ab")
-            assert writes.succeed_run_when_complete(run_id) == ("unfinished", None)
+            assert writes.succeed_run_when_complete(run_id, actor=ACTOR) == ("unfinished", None)
             for task_id in (first, second):
                 claimed = writes.claim(task_id, "w1", LEASE_S)
                 assert claimed is not None
                 writes.finish(task_id, edge("succeed"), claimed.fencing_token, actor="test")
             # Complete, but the run is still pending: the edge's source does not match.
-            assert writes.succeed_run_when_complete(run_id) == ("succeeded", None)
-            assert writes.move_run(run_id, run_edge("start")) is not None
-            completion, row = writes.succeed_run_when_complete(run_id)
+            assert writes.succeed_run_when_complete(run_id, actor=ACTOR) == ("succeeded", None)
+            assert writes.move_run(run_id, run_edge("start"), actor=ACTOR) is not None
+            completion, row = writes.succeed_run_when_complete(run_id, actor=ACTOR)
         assert completion == "succeeded"
         assert row is not None and row.state == "succeeded" and row.finished_at is not None
         with store.write() as writes:
             other = create_run(writes)
-            assert writes.move_run(other, run_edge("start")) is not None
+            assert writes.move_run(other, run_edge("start"), actor=ACTOR) is not None
             cancelled = create_task(writes, other, TaskRunState.READY)
             assert writes.move_task(cancelled, edge("cancel_ready"), actor="test") is not None
-            assert writes.succeed_run_when_complete(other) == ("cancelled", None)
+            assert writes.succeed_run_when_complete(other, actor=ACTOR) == ("cancelled", None)
 
     def test_finish_and_move_task_refuse_an_edge_that_is_not_theirs(
         self, store: Store, run_and_task: tuple[UUID, UUID]
@@ -472,9 +474,9 @@ class StoreContract:
         with store.write() as writes:
             locked = writes.lock_run(run_id)
             assert writes.lock_run(uuid4()) is None
-            assert writes.move_run(run_id, run_edge("succeed")) is None  # not running
-            started = writes.move_run(run_id, run_edge("start"))
-            finished = writes.move_run(run_id, run_edge("succeed"))
+            assert writes.move_run(run_id, run_edge("succeed"), actor=ACTOR) is None  # not running
+            started = writes.move_run(run_id, run_edge("start"), actor=ACTOR)
+            finished = writes.move_run(run_id, run_edge("succeed"), actor=ACTOR)
         assert locked is not None and locked.run_state is WorkflowRunState.PENDING
         assert started is not None and started.started_at is not None
         assert started.finished_at is None

@@ -25,19 +25,21 @@ def test_every_macro_is_rendered(dialect: str) -> None:
 
 
 def test_both_dialects_have_the_same_statements_and_postgres_records_each_transition() -> None:
-    recorded = {queries.recorded_name(name) for name in queries.TASK_TRANSITION_STATEMENTS}
+    recorded = {queries.recorded_name(name) for name in queries.RECORDED_STATEMENTS}
     assert set(queries.load("postgres")) == set(queries.load("sqlite")) | recorded
     assert not recorded & set(queries.load("sqlite"))
 
 
-@pytest.mark.parametrize("name", queries.TASK_TRANSITION_STATEMENTS)
+@pytest.mark.parametrize("name", sorted(queries.RECORDED_STATEMENTS))
 def test_a_recorded_transition_is_its_update_plus_the_insert_of_its_event(name: str) -> None:
     postgres = queries.load("postgres")
     recorded = postgres[queries.recorded_name(name)]
     assert postgres[name].rstrip(";") in recorded
     assert "INSERT INTO flowforge_events" in recorded
-    # Every field an event carries, from the declaration.
-    for field in ("timestamp", "source", "actor", *task_run.MUTABLE_FIELDS):
+    # Every field an event carries, from its aggregate's declaration.
+    mutable = queries.RECORDED_STATEMENTS[name].mutable
+    assert mutable == (task_run if name.startswith("task_") else workflow_run).MUTABLE_FIELDS
+    for field in ("timestamp", "source", "actor", *mutable):
         assert f"'{field}', " in recorded
 
 
