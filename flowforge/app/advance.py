@@ -152,10 +152,21 @@ def advance_after_finish(
     result = AdvanceResult(run_id)
     advances = task.task_state is _T.SUCCEEDED and run_state is WorkflowRunState.RUNNING
     if advances and advance_changes(
-        writer, run_id, [task.task_key], definitions, rand, result, actor=actor, known=[task]
+        writer,
+        run_id,
+        [task.task_key],
+        definitions,
+        rand,
+        result,
+        actor=actor,
+        known=[task],
+        closing=task.task_key,
     ):
         return result
-    writer.store.mark_run(run_id, task.task_key)
+    # The advance's last statement, when it got that far, marked the run itself if it
+    # had to (the mark that follows it on its own, sent with it and the COMMIT).
+    if not writer.closed:
+        writer.store.mark_run(run_id, task.task_key)
     return None
 
 
@@ -169,12 +180,16 @@ def advance_changes(
     *,
     actor: str = ACTOR_SCHEDULER,
     known: Sequence[TaskRunRow] = (),
+    closing: str | None = None,
 ) -> bool:
     """The consequences of changes to some tasks of a RUNNING run whose row this
     transaction has locked, reading only those tasks, their dependents and the
     dependents' dependencies: promote what became eligible, retry what failed with
     attempts left, and succeed the run once every task has. O(changes), not O(tasks).
     ``known``: rows this transaction wrote last (a finish's task), not read again.
+    ``closing``: a finish's task key; the run's completion is then the transaction's
+    last statement, marking the run for that task when it returns ``False``
+    (``Writer.succeed_run_when_complete``).
 
     ``False`` when that is not the whole story and nothing final was decided here: a
     changed task failed for good or was cancelled, a task was cancelled, or a step lost
@@ -185,7 +200,7 @@ def advance_changes(
         return False
     # The check and the run's succeed edge go together (one round trip); the edge
     # matches only if every task succeeded, whatever the check saw a moment before.
-    completion, succeeded = writer.succeed_run_when_complete(run_id, actor=actor)
+    completion, succeeded = writer.succeed_run_when_complete(run_id, actor=actor, closing=closing)
     if succeeded is not None:
         result.finished_as = WorkflowRunState.SUCCEEDED.value
         return True

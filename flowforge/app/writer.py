@@ -51,6 +51,8 @@ class Writer:
     def __init__(self, writes: Writes, *, marks_runs: bool = True) -> None:
         self.store = writes
         self.marks_runs = marks_runs
+        #: Whether the transaction's last statement was sent (nothing may follow it).
+        self.closed = False
 
     def now(self) -> datetime:
         return self.store.now()
@@ -191,11 +193,16 @@ class Writer:
         return None if row is None else self._record_run(row), moved
 
     def succeed_run_when_complete(
-        self, run_id: UUID, *, actor: str
+        self, run_id: UUID, *, actor: str, closing: str | None = None
     ) -> tuple[RunCompletion, WorkflowRunRow | None]:
         """The run's completion, and its ``succeed`` edge if complete, in one round trip
-        (``Writes.succeed_run_when_complete``); the new row, or ``None``."""
-        completion, row = self.store.succeed_run_when_complete(run_id, actor=actor)
+        (``Writes.succeed_run_when_complete``); the new row, or ``None``. ``closing``:
+        the finished task's key; the run is marked for it unless settled, and the
+        transaction ends there (``closed``)."""
+        completion, row = self.store.succeed_run_when_complete(
+            run_id, actor=actor, closing=closing
+        )
+        self.closed = closing is not None
         return completion, None if row is None else self._record_run(row)
 
     def cancel_run(self, run_id: UUID, *, actor: str) -> WorkflowRunRow | None:

@@ -342,25 +342,37 @@ class Writes(Reads):
         return self._recorded(WorkflowRunRow, run_rows, event), bool(moved_rows[0]["moved"])
 
     def succeed_run_when_complete(
-        self, run_id: UUID, *, actor: str
+        self, run_id: UUID, *, actor: str, closing: str | None = None
     ) -> tuple[RunCompletion, WorkflowRunRow | None]:
         """:meth:`run_completion`, and the run's ``succeed`` edge taken if every task
         succeeded (none unfinished, none cancelled), in ONE round trip: the completion
-        and the new run row (``None``: not complete, or the run was not running)."""
+        and the new run row (``None``: not complete, or the run was not running).
+
+        ``closing``: the key of the task whose finish this closes; then the run is also
+        marked for it unless settled (``mark_run_wakeup_unless_settled``), and nothing
+        follows: PostgreSQL sends the COMMIT in the same round trip."""
         event = _Event.of_run(SUCCEED_RUN, actor)
         params = {
             "id": run_id,
             "source": SUCCEED_RUN.source.value,
             "target": SUCCEED_RUN.target.value,
         }
-        completion_rows, run_rows = self._tx.run_each(
-            [
-                ("select_run_completion", {"workflow_run_id": run_id}),
-                self._statement("run_succeed_when_complete", params, event),
-            ]
-        )
-        completion: RunCompletion = completion_rows[0]["completion"]
-        return completion, self._recorded(WorkflowRunRow, run_rows, event)
+        statements = [
+            ("select_run_completion", {"workflow_run_id": run_id}),
+            self._statement("run_succeed_when_complete", params, event),
+        ]
+        if closing is not None:
+            mark = {
+                "workflow_run_id": run_id,
+                "task_key": closing,
+                "succeeded": SUCCEED_RUN.target.value,
+            }
+            statements.append(("mark_run_wakeup_unless_settled", mark))
+        rows = self._tx.run_each(statements, commit=closing is not None and self.events_in_sql)
+        if closing is not None and rows[2]:
+            self.marked_runs = True
+        completion: RunCompletion = rows[0][0]["completion"]
+        return completion, self._recorded(WorkflowRunRow, rows[1], event)
 
     def cancel_run(self, run_id: UUID, *, actor: str) -> WorkflowRunRow | None:
         """A user's cancel: pending or running to cancelled in ONE conditional write

@@ -112,6 +112,23 @@ VALUES (:dispatch_id, :task_run_id, :task_key, :task_type, :fencing_token, :crea
 INSERT INTO run_wakeups (workflow_run_id, marked_at, task_key)
 VALUES (:workflow_run_id, {now}, :task_key);
 
+-- A finish that advanced its run in its own transaction, as the transaction's last
+-- statement: the mark for a scheduler is needed only when the advance left the run
+-- unsettled (not succeeded, yet no task unfinished: a task failed for good or was
+-- cancelled). Sent with the COMMIT, so the finish needs no round trip after the run's
+-- completion (advance.advance_after_finish). Its rows: the mark, if one was written.
+-- name: mark_run_wakeup_unless_settled
+INSERT INTO run_wakeups (workflow_run_id, marked_at, task_key)
+SELECT :workflow_run_id, {now}, :task_key
+WHERE NOT EXISTS (
+        SELECT 1 FROM workflow_runs WHERE id = :workflow_run_id AND state = :succeeded
+    )
+    AND NOT EXISTS (
+        SELECT 1 FROM task_runs
+        WHERE workflow_run_id = :workflow_run_id AND state IN ({unfinished_task_states})
+    )
+RETURNING workflow_run_id;
+
 -- Oldest first; several schedulers see the same list and divide it with
 -- try_lock_workflow_run. A mark whose run is gone (deleted by hand) is never picked.
 -- name: select_woken_runs

@@ -391,6 +391,36 @@ class StoreContract:
             assert writes.move_task(cancelled, edge("cancel_ready"), actor="test") is not None
             assert writes.succeed_run_when_complete(other, actor=ACTOR) == ("cancelled", None)
 
+    def test_a_closing_completion_marks_the_run_only_when_it_is_left_unsettled(
+        self, store: Store
+    ) -> None:
+        with store.write() as writes:
+            run_id, done_id = create_run(writes), create_run(writes)
+            task_id = create_task(writes, run_id, TaskRunState.READY, "a")
+            done_task = create_task(writes, done_id, TaskRunState.READY, "b")
+            for run in (run_id, done_id):
+                assert writes.move_run(run, run_edge("start"), actor=ACTOR) is not None
+        # Unfinished: the task that is not finished yet will mark the run itself.
+        with store.write() as writes:
+            closed = writes.succeed_run_when_complete(run_id, actor=ACTOR, closing="a")
+            assert closed == ("unfinished", None) and not writes.marked_runs
+        with store.write() as writes:
+            assert writes.move_task(task_id, edge("cancel_ready"), actor=ACTOR) is not None
+        # Complete but not succeeded (a task cancelled): left for a scheduler, marked.
+        with store.write() as writes:
+            closed = writes.succeed_run_when_complete(run_id, actor=ACTOR, closing="a")
+            assert closed == ("cancelled", None) and writes.marked_runs
+        # Succeeded: settled, nothing to mark.
+        with store.write() as writes:
+            claimed = writes.claim(done_task, "w1", LEASE_S)
+            assert claimed is not None
+            writes.finish(done_task, edge("succeed"), claimed.fencing_token, actor=ACTOR)
+            completion, row = writes.succeed_run_when_complete(done_id, actor=ACTOR, closing="b")
+            assert completion == "succeeded" and row is not None and not writes.marked_runs
+        with store.write() as writes:
+            assert writes.clear_wakeups(run_id) == ["a"]
+            assert writes.clear_wakeups(done_id) == []
+
     def test_finish_and_move_task_refuse_an_edge_that_is_not_theirs(
         self, store: Store, run_and_task: tuple[UUID, UUID]
     ) -> None:
@@ -549,6 +579,24 @@ class TestPostgresStore(StoreContract):
     @pytest.fixture
     def store(self, pg_app: FlowForge) -> Store:
         return pg_app.store
+
+    def test_nothing_is_written_after_a_statement_that_committed(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        # PostgreSQL only: SQLite commits at the end of the transaction, not with a
+        # statement, so there the same code writes the mark in the same transaction.
+        run_id, task_id = run_and_task
+
+        def claim_then_mark() -> None:
+            with store.write() as writes:
+                assert writes.claim(task_id, "w1", LEASE_S, last=True) is not None
+                writes.mark_run(run_id)
+
+        with pytest.raises(TypeError, match="which committed it"):
+            claim_then_mark()
+        with store.read() as reads:
+            task = reads.task_run(task_id)
+        assert task is not None and task.state == "running"  # the claim committed
 
 
 class TestPostgresStoreInline(StoreContract):
