@@ -2,10 +2,11 @@
 
 A :class:`Writer` wraps the store's :class:`~flowforge.projections.writes.Writes` for one
 transaction. Each transition method is one step of the rule: the store's conditional
-write on the current-state row (``None``: lost, append nothing), the event built from the
-row that write returned, at the row's new version, and an outbox row when the task became
-ready. The transaction commits all of it or none of it. Which SQL runs is the store's
-business; this module decides which events and outbox rows follow from a row.
+write on the current-state row with its event at the row's new version (``None``: lost,
+nothing written; the store records the event, in the same statement on PostgreSQL),
+then what follows from the row: the run's mark for a scheduler, and an outbox row when
+the task became ready. The transaction commits all of it or none of it. Which SQL runs
+is the store's business; this module decides what follows from a row.
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@
 one method running ONE conditional write: the new row (computed by the database, with its
 clock and its token), or ``None`` when the row did not match (a lost race or a stale
 token; nothing was written). Legality is not checked here: the application checks it
-against the pure machine before it opens a transaction. Events are stored in the
-``eventsourcing`` library's table, through its mapper, in the same transaction.
+against the pure machine before it opens a transaction. A transition's event is stored
+in the ``eventsourcing`` library's table in the same transaction: on PostgreSQL by the
+transition's own statement (``event_sql``), otherwise built from the returned row and
+inserted through the library's mapper.
 """
 
 from __future__ import annotations
