@@ -25,6 +25,7 @@ tests/integration/projections/test_event_sql.py proves the two encodings read ba
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 
 from flowforge.aggregates.base import Declaration, Kind
 
@@ -73,8 +74,10 @@ def _field(kind: Kind, name: str) -> str:
     raise ValueError(f"no SQL event encoding for a changing {kind.value} field ({name})")
 
 
+@cache
 def json_fields(declaration: Declaration) -> tuple[str, ...]:
-    """The changing fields that hold user JSON: each has its ``event_<field>``."""
+    """The changing fields that hold user JSON: each has its ``event_<field>``. Cached:
+    every transition's parameters ask, and the declaration derives its parts anew."""
     kinds = declaration.kinds
     return tuple(name for name in declaration.mutable if kinds[name] is Kind.JSON)
 

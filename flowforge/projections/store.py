@@ -28,7 +28,7 @@ class Store:
     def __init__(self, database: Database, mapper: Mapper[UUID]) -> None:
         self.database = database
         self._mapper = mapper
-        # PostgreSQL builds a task transition's event in its statement, as the library's
+        # PostgreSQL builds a transition's event in its statement, as the library's
         # JSON transcoder would (projections/event_sql.py); a mapper that also
         # compresses or encrypts needs the event built in Python.
         self._events_in_sql = database.builds_events and not (mapper.compressor or mapper.cipher)

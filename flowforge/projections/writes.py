@@ -193,7 +193,7 @@ class Writes(Reads):
                 self._statement("task_claim", params, event),
                 run_of_task_unless_known(task_run_id, known_runs),
             ],
-            commit=last and self.events_in_sql,
+            commit=self._commits(last),
         )
         return self._recorded(TaskRunRow, task_rows, event), first_row(WorkflowRunRow, run_rows)
 
@@ -276,8 +276,13 @@ class Writes(Reads):
         self, statement: str, params: dict[str, Any], event: _Event, *, last: bool = False
     ) -> TaskRunRow | None:
         name, values = self._statement(statement, params, event)
-        rows = self._tx.run(name, values, commit=last and self.events_in_sql)
+        rows = self._tx.run(name, values, commit=self._commits(last))
         return self._recorded(TaskRunRow, rows, event)
+
+    def _commits(self, last: bool) -> bool:
+        """Whether a transaction's last statement may carry its COMMIT: not when the
+        event is built in Python, which is appended after the statement."""
+        return last and self.events_in_sql
 
     def _statement(
         self, statement: str, params: dict[str, Any], event: _Event
@@ -370,7 +375,7 @@ class Writes(Reads):
                 "succeeded": SUCCEED_RUN.target.value,
             }
             statements.append(("mark_run_wakeup_unless_settled", mark))
-        rows = self._tx.run_each(statements, commit=closing is not None and self.events_in_sql)
+        rows = self._tx.run_each(statements, commit=self._commits(closing is not None))
         if closing is not None and rows[2]:
             self.marked_runs = True
         completion: RunCompletion = rows[0][0]["completion"]

@@ -64,6 +64,15 @@ LOOK_ALIKE = {"_type_": "uuid_hex", "_data_": "not a uuid"}
 NESTED_LOOK_ALIKES = [{"a": {"_type_": 1, "_data_": [LOOK_ALIKE, {"_data_": 2}]}}, "_type_"]
 
 
+def examples(count: int) -> settings:
+    """Hypothesis over a real database: no deadline, the fixtures shared by examples."""
+    return settings(
+        max_examples=count,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+
+
 @pytest.fixture
 def store(pg_app: FlowForge) -> Store:
     return pg_app.store
@@ -183,11 +192,7 @@ def test_every_run_edge_records_the_event_python_would_build(store: Store) -> No
     assert_recorded(store, succeeded, events["succeed"], "running")
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@examples(40)
 @given(result=JSON_VALUES)
 @example(result=LOOK_ALIKE)
 @example(result=NESTED_LOOK_ALIKES)
@@ -206,11 +211,7 @@ def test_a_success_records_any_user_result_as_it_was(store: Store, result: Any) 
     assert stored_event(store, done).result == result
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@examples(60)
 @given(value=JSON_VALUES)
 @example(value=LOOK_ALIKE)
 @example(value=NESTED_LOOK_ALIKES)
