@@ -15,8 +15,10 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 from uuid import UUID
 
+from flowforge.aggregates.machines import TASK_RUN_MACHINE
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
+from flowforge.app.writer import Writer
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
 
@@ -36,6 +38,14 @@ def claim(app: FlowForge, task_run_id: UUID, worker: str, lease_s: float = LEASE
     won = app.claim_task_run(task_run_id, worker, lease_s)
     assert won is not None, f"{worker} lost a claim nobody else was making"
     return won
+
+
+def succeed_leaving_a_mark(app: FlowForge, task_run_id: UUID, fencing_token: int) -> None:
+    """Succeed a claimed task with only a mark for its run, as a finish leaves a run
+    whose row another transaction held: the finish's own advance not taken."""
+    with app.store.write() as writes:
+        succeed = TASK_RUN_MACHINE.get("succeed")
+        assert Writer(writes).finish(succeed, task_run_id, fencing_token, actor="test-worker")
 
 
 def wait_until_expired(app: FlowForge, *task_run_ids: UUID) -> None:

@@ -42,6 +42,8 @@ _FINISH_RUN = {
 }
 _START = WORKFLOW_RUN_MACHINE.get("start")
 _PROMOTE = TASK_RUN_MACHINE.get("dependencies_satisfied")
+#: The run states in which a success's finish advances its run itself.
+_ADVANCED_BY_A_FINISH = frozenset({WorkflowRunState.PENDING, WorkflowRunState.RUNNING})
 #: A changed task in one of these (effective) states decides the run's fate: only the
 #: full advance, which reads every task, judges it.
 _ENDS_THE_RUN = frozenset({_T.FAILED, _T.CANCELLED})
@@ -134,8 +136,9 @@ def advance_after_finish(
     its dependents, finish the run when it was the last task) if the task succeeded and
     the finish could lock the run's row at once (``run_state``, taken by the finish
     before its task row: ``Writes.finish_trying_run``; ``None`` when another
-    transaction held it, or when the finish was no success and did not try); else mark
-    the run for a scheduler, as every other transition does. ``None`` when it marked.
+    transaction held it, or when the finish was no success and did not try), starting
+    it first if no scheduler has yet; else mark the run for a scheduler, as every other
+    transition does. ``None`` when it marked.
 
     Only a success: a failure's retry is scheduled by a scheduler, in a transaction of
     its own, so the failure and the retry keep distinct times in the task's history
@@ -150,7 +153,14 @@ def advance_after_finish(
     """
     run_id = task.workflow_run_id
     result = AdvanceResult(run_id)
-    advances = task.task_state is _T.SUCCEEDED and run_state is WorkflowRunState.RUNNING
+    advances = task.task_state is _T.SUCCEEDED and run_state in _ADVANCED_BY_A_FINISH
+    if advances and run_state is WorkflowRunState.PENDING:
+        # Its root tasks were dispatched at its creation and one finished before any
+        # scheduler started the run. Start it here (its row is locked: this cannot
+        # lose), or every such run costs a scheduler two transactions instead of one
+        # and, once workers run ahead of the scheduler, they stay ahead. Its
+        # creation's mark stays: a scheduler still looks at the whole run.
+        result.started = writer.take_run_edge(_START, run_id, actor=actor) is not None
     if advances and advance_changes(
         writer,
         run_id,

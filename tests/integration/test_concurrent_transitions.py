@@ -25,7 +25,7 @@ import pytest
 from flowforge.app.service import FlowForge
 from flowforge.projections.database import Transaction
 from flowforge.projections.reads import Reads
-from tests.helpers import claim, wait_until_expired
+from tests.helpers import claim, succeed_leaving_a_mark, wait_until_expired
 
 pytestmark = pytest.mark.postgres
 
@@ -272,7 +272,7 @@ class TestPromotionAgainstCancel:
         for _ in range(ROUNDS):
             run_id, root, child = start_chain(pg_app)
             won = claim(pg_app, root, "worker-1")
-            assert pg_app.finish_task_run(root, won.fencing_token, "succeed")
+            succeed_leaving_a_mark(pg_app, root, won.fencing_token)
             advanced, cancelled = race(
                 partial(pg_app.advance_workflow_run, run_id),
                 partial(pg_app.transition_task_run, child, "cancel_pending"),

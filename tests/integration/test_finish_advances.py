@@ -3,8 +3,9 @@
 scheduler, as every other transition does.
 
 The finish of a success promotes the task's dependents and succeeds the run after its
-last task, without a scheduler's round; it leaves to the scheduler a run not yet
-started, a run whose row another transaction holds, and every failure. Fan-in
+last task, without a scheduler's round, starting the run first if no scheduler has;
+it leaves to the scheduler a run whose row another transaction holds, and every
+failure. Fan-in
 stays exact under racing finishes (Barrier): the dependent is promoted once.
 """
 
@@ -56,6 +57,11 @@ def finish(app: FlowForge, task: tuple[UUID, int], outcome: str = "succeed") -> 
     return app.finish_task_run(*task, outcome, error=error, actor=ACTOR)
 
 
+def run_edges(app: FlowForge, run_id: UUID) -> list[tuple[str, str]]:
+    """The run's own transitions (not its tasks') and who took them."""
+    return [(e.transition, e.actor) for e in app.run_history(run_id) if e.aggregate_id == run_id]
+
+
 def marks(app: FlowForge) -> int:
     with app.store.read() as reads:
         return reads.wakeup_count()
@@ -85,15 +91,38 @@ def test_the_last_finish_succeeds_the_run(app: FlowForge) -> None:
     assert app.advance_workflow_run(run_id).finished_as is None  # nothing left to do
 
 
-def test_a_finish_in_a_run_not_yet_started_leaves_it_to_the_scheduler(app: FlowForge) -> None:
+def test_a_finish_in_a_run_not_yet_started_starts_it_and_advances_it(app: FlowForge) -> None:
+    # A root task is ready (and dispatched) from its run's creation, so it can finish
+    # before any scheduler started the run.
     run_id = app.start_workflow_run(DIAMOND)
     app.advance_woken_runs(covers=lambda _: False)  # nobody starts it
     assert finish(app, claimed(app, run_id, "a"))
-    assert states(app, run_id)["b"] == "pending"
-    assert app.get_workflow_run(run_id).state == "pending"
-    app.advance_woken_runs()
     assert states(app, run_id) == {"a": "succeeded", "b": "ready", "c": "ready", "d": "pending"}
-    assert marks(app) == 0
+    run = app.get_workflow_run(run_id)
+    assert run.state == "running" and run.started_at is not None
+    assert run_edges(app, run_id) == [("create", "user"), ("start", ACTOR)]
+    # The creation's mark stays: a scheduler still looks at the whole run, and finds
+    # nothing left to do.
+    assert marks(app) == 1
+    summary = app.advance_woken_runs()
+    assert (summary.runs_advanced, summary.promoted, marks(app)) == (1, 0, 0)
+
+
+def test_the_only_task_finishing_before_its_run_started_starts_and_succeeds_the_run(
+    app: FlowForge,
+) -> None:
+    run_id = app.start_workflow_run(ONE)
+    assert finish(app, claimed(app, run_id, "t"))
+    run = app.get_workflow_run(run_id)
+    assert run.state == "succeeded"
+    assert run.started_at is not None and run.finished_at is not None
+    assert run_edges(app, run_id) == [
+        ("create", "user"),
+        ("start", ACTOR),
+        ("succeed", ACTOR),
+    ]
+    summary = app.advance_woken_runs()  # the creation's mark: nothing to do
+    assert (summary.runs_advanced, summary.runs_finished, marks(app)) == (1, 0, 0)
 
 
 def test_a_failure_for_good_is_marked_and_the_scheduler_fails_the_run(app: FlowForge) -> None:
@@ -169,8 +198,14 @@ def test_a_whole_run_mark_on_a_run_whose_tasks_moved_before_its_start_advances_i
     app: FlowForge,
 ) -> None:
     run_id = app.start_workflow_run(DIAMOND)
-    assert finish(app, claimed(app, run_id, "a"))  # before any start: a mark only
+    # A failure before any start: a mark only (a failure never advances its run).
+    assert finish(app, claimed(app, run_id, "a"), "fail")
     as_whole_run_marks(app, run_id)
     summary = app.advance_woken_runs()
-    assert (app.get_workflow_run(run_id).state, summary.promoted) == ("running", 2)
-    assert states(app, run_id) == {"a": "succeeded", "b": "ready", "c": "ready", "d": "pending"}
+    assert (app.get_workflow_run(run_id).state, summary.runs_finished) == ("failed", 1)
+    assert states(app, run_id) == {
+        "a": "failed",
+        "b": "cancelled",
+        "c": "cancelled",
+        "d": "cancelled",
+    }

@@ -34,6 +34,7 @@ from psycopg.rows import dict_row
 from flowforge import errors
 from flowforge.aggregates import task_run
 from flowforge.app.service import FlowForge
+from tests.helpers import succeed_leaving_a_mark
 
 TABLES = ("workflow_runs", "task_runs", "dispatch_outbox")
 #: A lease that has expired by the next command, and one that never does in a test.
@@ -399,8 +400,9 @@ def test_the_rebuild_report_counts_the_events_runs_and_tasks_of_the_log(
     claim = pg_app.claim_task_run(task.id, "w1", LONG)
     assert claim is not None
     assert pg_app.renew_lease(task.id, claim.fencing_token, LONG)
+    # The finish starts and succeeds its run (advance.advance_after_finish).
     assert pg_app.finish_task_run(task.id, claim.fencing_token, "succeed", {"n": 1})
-    assert pg_app.advance_workflow_run(single).finished_as == "succeeded"
+    assert pg_app.get_workflow_run(single).state == "succeeded"
     # Events: 2 runs + 5 tasks created; claim, renew, succeed; single started and succeeded.
     report = pg_app.rebuild_projections()
     assert (report.events, report.workflow_runs, report.task_runs) == (7 + 3 + 2, 2, 5)
@@ -510,15 +512,17 @@ def test_a_rebuild_while_the_scheduler_finishes_a_run_waits_for_it_instead_of_de
         "retry": {"max_attempts": 1},
     }
     run = pg_app.start_workflow_run(definition)
-    # The run is not started yet, so the finishes below leave all the advancing (b's
-    # promotion, a task write; then the run's failure) to the scheduler's advance: a
-    # worker's finish advances only a running run (advance.advance_after_finish).
+    # The finishes below leave all the advancing (b's promotion, a task write; then the
+    # run's failure) to the scheduler's advance: a's finish as when its run row was
+    # held, c's because a failure never advances its run (advance.advance_after_finish).
     tasks = {t.task_key: t.id for t in pg_app.task_runs(run)}
-    for key, outcome in (("a", "succeed"), ("c", "fail")):
-        claim = pg_app.claim_task_run(tasks[key], "w1", LONG)
-        assert claim is not None
-        error = {"type": "RuntimeError", "message": "boom"}
-        assert pg_app.finish_task_run(tasks[key], claim.fencing_token, outcome, error=error)
+    claim = pg_app.claim_task_run(tasks["a"], "w1", LONG)
+    assert claim is not None
+    succeed_leaving_a_mark(pg_app, tasks["a"], claim.fencing_token)
+    claim = pg_app.claim_task_run(tasks["c"], "w1", LONG)
+    assert claim is not None
+    error = {"type": "RuntimeError", "message": "boom"}
+    assert pg_app.finish_task_run(tasks["c"], claim.fencing_token, "fail", error=error)
 
     # Hold the scheduler between its task write and its run write until the rebuild is
     # queued behind a lock (or, should the rebuild not queue at all, for a few seconds).

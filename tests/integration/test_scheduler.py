@@ -17,6 +17,7 @@ import pytest
 
 from flowforge import errors
 from flowforge.app.service import FlowForge
+from tests.helpers import succeed_leaving_a_mark
 
 DIAMOND = {
     "name": "diamond",
@@ -169,10 +170,17 @@ def test_cancelling_a_pending_run_takes_the_before_start_edge(app: FlowForge) ->
     assert set(states(app, run_id).values()) == {"cancelled"}
 
 
+def work_leaving_a_mark(app: FlowForge, run_id: UUID, key: str) -> None:
+    """:func:`work` a task to success, its run left to a scheduler."""
+    claim = app.claim_task_run(task_id(app, run_id, key), "test-worker", 30)
+    assert claim is not None, f"{key} was not claimable: {states(app, run_id)}"
+    succeed_leaving_a_mark(app, claim.task_run_id, claim.fencing_token)
+
+
 def test_schedule_once_reaps_promotes_and_finishes_across_runs(app: FlowForge) -> None:
     runs = [app.start_workflow_run(DIAMOND) for _ in range(3)]
     for run_id in runs:
-        work(app, run_id, "a")
+        work_leaving_a_mark(app, run_id, "a")
     summary = app.schedule_once()
     assert summary.runs_advanced == 3
     assert summary.promoted == 6

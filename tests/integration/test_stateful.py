@@ -309,12 +309,16 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             self.follow_the_finish_advance(task, at, actor or "worker")
 
     def follow_the_finish_advance(self, task: UUID, at: datetime, actor: str) -> None:
-        """The advance a success takes in its own transaction when its run is running:
-        the finished task's dependents and their dependencies step (promote what became
-        eligible, retry what failed with attempts left, make due retries ready), then
-        the run succeeds if every task has. All at the finish's clock, by its actor."""
+        """The advance a success takes in its own transaction when its run is pending
+        or running: a pending run starts, the finished task's dependents and their
+        dependencies step (promote what became eligible, retry what failed with
+        attempts left, make due retries ready), then the run succeeds if every task
+        has. All at the finish's clock, by its actor."""
         run_id = self.model(task).workflow_run_id
         run, run_events = self.run_models[run_id]
+        if run.state is WorkflowRunState.PENDING:
+            assert run.transition("start", at=at, actor=actor)
+            run_events.extend(run.collect_events())
         if run.state is not WorkflowRunState.RUNNING:
             return
         tasks = {
