@@ -156,8 +156,11 @@ class Processes:
                 start_new_session=True,
             )
 
-    def start_all(self, workers: int, concurrency: int) -> None:
-        self.start("scheduler", "scheduler")
+    def start_all(self, workers: int, concurrency: int, scheduler_delay: float = 0.0) -> None:
+        """``scheduler_delay``: start the scheduler that many seconds after the others,
+        so that workers finish tasks of runs no scheduler has started yet."""
+        if not scheduler_delay:
+            self.start("scheduler", "scheduler")
         self.start("publisher", "publisher")
         for index in range(workers):
             self.start(
@@ -168,6 +171,9 @@ class Processes:
                 "--concurrency",
                 str(concurrency),
             )
+        if scheduler_delay:
+            time.sleep(scheduler_delay)
+            self.start("scheduler", "scheduler")
 
     def check_alive(self) -> None:
         for name, process in self.running.items():
@@ -250,6 +256,10 @@ def wait_until(probe: Probe, processes: Processes, sql: str, expected: int) -> N
 
 SUCCEEDED_TASKS = "SELECT count(*) FROM task_runs WHERE state = 'succeeded'"
 FINISHED_RUNS = "SELECT count(*) FROM workflow_runs WHERE finished_at IS NOT NULL"
+RUNS_FINISHED_BY_THE_SCHEDULER = (
+    "SELECT count(*) FROM flowforge_events WHERE topic LIKE '%WorkflowRun.Succeeded'"
+    " AND convert_from(state, 'UTF8')::jsonb ->> 'actor' = 'scheduler'"
+)
 ONE_TASK = {"name": "bench_one", "tasks": [{"key": "noop", "type": "noop"}]}
 
 
@@ -269,7 +279,7 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
             d.app.start_workflow_run({"name": "bench_fanout", "tasks": tasks})
         enqueued = time.time()
         producer = time.process_time() - producer_before
-        d.processes.start_all(options.workers, options.concurrency)
+        d.processes.start_all(options.workers, options.concurrency, options.scheduler_delay)
         wait_until(d.probe, d.processes, SUCCEEDED_TASKS, n)
         wait_until(d.probe, d.processes, FINISHED_RUNS, n if options.shape == "runs" else 1)
         cpu = {"producer": producer, **d.processes.cpu_seconds()}
@@ -279,6 +289,7 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
         )
         (attempts,) = d.probe.one("SELECT max(attempt) FROM task_runs")
         (events,) = d.probe.one("SELECT count(*) FROM flowforge_events")
+        (by_scheduler,) = d.probe.one(RUNS_FINISHED_BY_THE_SCHEDULER)
         codes = d.processes.stop()
         time.sleep(1.0)  # the exited backends' statistics reach pg_stat_database
         writes = d.probe.next_transaction_id() - writes_before
@@ -296,6 +307,8 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
         "commits_per_task": commits / n,
         "write_transactions_per_task": writes / n,
         "events_per_task": events / n,
+        # Which mode the run took: a worker's finish normally finishes its one-task run.
+        "runs_finished_by_the_scheduler": by_scheduler,
         # Each role's own CPU per task; "machine" is every core's busy time over the
         # whole measurement (enqueue + process): the rest of it is the servers and the
         # kernel. Process start-up (imports) is included.
@@ -398,6 +411,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     shape = commands.add_parser("throughput")
     shape.add_argument("--shape", choices=["runs", "fanout"], default="runs")
     shape.add_argument("--n", type=int, default=5000)
+    shape.add_argument(
+        "--scheduler-delay",
+        type=float,
+        default=0.0,
+        help="start the scheduler this many seconds after the publisher and the workers",
+    )
     rate = commands.add_parser("latency")
     rate.add_argument("--rate", type=float, default=100.0, help="runs submitted per second")
     rate.add_argument("--seconds", type=float, default=20.0)
