@@ -32,6 +32,11 @@ def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
     if isinstance(event, WorkflowRun.Created):
         initial = WORKFLOW_RUN_MACHINE.initial.value
         params = _created_params(event, workflow_run.STATIC_FIELDS, initial)
+        if event.idempotency_key is None:
+            # Nothing to conflict with (a fresh id, no key): no answer to wait for, so
+            # PostgreSQL sends the row with the rest of the run's creation.
+            tx.defer("insert_workflow_run", params)
+            return True
         return bool(tx.run("insert_workflow_run", params))
     if isinstance(event, TaskRun.Transitioned):
         task_run.check_replayable(event)

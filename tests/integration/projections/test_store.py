@@ -224,6 +224,37 @@ class StoreContract:
             assert writes.insert_workflow_run(again) is False
             assert writes.run_id_by_idempotency_key("nightly") == first
 
+    def test_a_run_row_that_cannot_be_inserted_fails_its_whole_creation(
+        self, store: Store
+    ) -> None:
+        # Without an idempotency key the run's row is not waited for (PostgreSQL sends
+        # it with the rest of the creation, the COMMIT here); a row refused all the same
+        # (here a reused id) must still undo the task created in its transaction.
+        with store.write() as writes:
+            run_id = create_run(writes)
+        tasks: list[UUID] = []
+
+        def create_again() -> None:
+            with store.write() as writes:
+                tasks.append(create_task(writes, run_id, TaskRunState.READY))
+                again = workflow_run.created_event(
+                    run_id,
+                    at=writes.now(),
+                    workflow_name="again",
+                    definition={},
+                    inputs={},
+                    idempotency_key=None,
+                    actor=ACTOR,
+                )
+                writes.insert_workflow_run(again)
+
+        with pytest.raises(errors.PersistenceError):
+            create_again()
+        with store.read() as reads:
+            run = reads.workflow_run(run_id)
+            assert run is not None and run.workflow_name == "store"
+            assert reads.task_run(tasks[0]) is None
+
     # --- task transitions: each one conditional write ----------------------------------
 
     def test_every_task_edge_has_one_store_method(self) -> None:
