@@ -32,6 +32,7 @@ from flowforge.aggregates.task_run import ACTOR_SCHEDULER
 from flowforge.app.results import AdvanceResult
 from flowforge.app.writer import Writer
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from flowforge.projections.writes import Leaf
 
 _T = TaskRunState
 #: The run edge that records each terminal derived state.
@@ -80,6 +81,40 @@ class Definitions:
             if len(self._parsed) > self._size:
                 self._parsed.popitem(last=False)
         return parsed
+
+
+class Claims:
+    """The rows of the tasks this process claimed and has not finished yet, by id and
+    fencing token, bounded: a finish then knows its task's run and key without a read
+    (``leaf_of``). A finish whose claim is not here (another process claimed it, or it
+    fell out) takes the general path."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._claimed: OrderedDict[tuple[UUID, int], TaskRunRow] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, row: TaskRunRow) -> None:
+        with self._lock:
+            self._claimed[(row.id, row.fencing_token)] = row
+            if len(self._claimed) > self._size:
+                self._claimed.popitem(last=False)
+
+    def take(self, task_run_id: UUID, fencing_token: int) -> TaskRunRow | None:
+        with self._lock:
+            return self._claimed.pop((task_run_id, fencing_token), None)
+
+
+def leaf_of(claimed: TaskRunRow | None, definitions: Definitions) -> Leaf | None:
+    """The claimed task as a :class:`Leaf` if no task of its run depends on it (its run's
+    definition already parsed here); else ``None``: its finish may have dependents to
+    promote, which only the general advance does."""
+    if claimed is None:
+        return None
+    definition = definitions.cached(claimed.workflow_run_id)
+    if definition is None or definition.dependents(claimed.task_key):
+        return None
+    return Leaf(claimed.workflow_run_id, claimed.task_key)
 
 
 def advance(

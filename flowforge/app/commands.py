@@ -173,7 +173,10 @@ class Commands(Queries):
             seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
         with self._writer() as writer:
             row = writer.claim(task_run_id, text(worker_id, "worker_id"), seconds, last=True)
-        return None if row is None else Claim.of(row)
+        if row is None:
+            return None
+        self.claims.remember(row)
+        return Claim.of(row)
 
     def claim_task_run_and_its_run(
         self, task_run_id: UUID, worker_id: str, *, unless_known: Collection[UUID] = ()
@@ -184,9 +187,12 @@ class Commands(Queries):
         not ready, a claim lost to another worker and a row without a lease of its own
         (created before schema version 5) all give ``None``: read the task to tell."""
         with self._writer() as writer:
-            return writer.claim_with_run(
+            row, run = writer.claim_with_run(
                 task_run_id, text(worker_id, "worker_id"), unless_known, last=True
             )
+        if row is not None:
+            self.claims.remember(row)
+        return row, run
 
     def finish_task_run(
         self,
@@ -207,9 +213,17 @@ class Commands(Queries):
         stored_result = json_values.checked_json(result, "result") if succeeded else None
         stored_error = json_values.error_details(error or {}) if failed else None
         actor = text(actor or "worker", "actor")
+        claimed = self.claims.take(task_run_id, fencing_token)
         # The run is advanced here, in the finish's own transaction, when that is quick
         # and safe; otherwise marked for a scheduler (advance.advance_after_finish).
         with self._writer(marks_runs=False) as writer:
+            leaf = advance.leaf_of(claimed, self.definitions) if succeeded else None
+            if leaf is not None and writer.store.events_in_sql:
+                # Nothing to promote: the whole advance goes with the finish, in SQL.
+                row = writer.succeed_leaf(
+                    task_run_id, fencing_token, leaf, actor=actor, result=stored_result
+                )
+                return row is not None
             # Only a success advances its run here, so only a success tries the run row
             # (first, then the task's: the lock order, advance.py says why); a failure
             # leaves the run row alone.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from flowforge.app.advance import Definitions
+from flowforge.app.advance import Claims, Definitions
 from flowforge.app.event_store import EventStore
 from flowforge.app.writer import Writer
 from flowforge.projections.database import Database
@@ -31,6 +31,8 @@ class ServiceCore:
     deployment_id: str
     #: Parsed definitions of the runs this process advances (``app/advance.py``).
     definitions: Definitions
+    #: The tasks this process claimed and has not finished (``app/advance.py``).
+    claims: Claims
 
     @property
     def database(self) -> Database:

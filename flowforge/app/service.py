@@ -9,7 +9,7 @@ the scheduler's pass (``app/scheduling.py``); this module opens persistence
 from __future__ import annotations
 
 from flowforge.app import rebuild
-from flowforge.app.advance import Definitions
+from flowforge.app.advance import Claims, Definitions
 from flowforge.app.event_store import open_persistence
 from flowforge.app.queries import REAP_BATCH
 from flowforge.app.results import RebuildReport
@@ -57,6 +57,7 @@ class FlowForge(Scheduling):
         with self._reads() as reads:
             self.deployment_id = reads.deployment_id()
         self.definitions = Definitions()
+        self.claims = Claims()
 
     def close(self) -> None:
         self.store.close()

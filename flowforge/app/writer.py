@@ -27,7 +27,7 @@ from flowforge.aggregates.rules import initial_task_run_state
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.projections.reads import RunCompletion
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes import MOVE_EDGES, Writes
+from flowforge.projections.writes import MOVE_EDGES, Leaf, Writes
 
 _READY = TaskRunState.READY
 _CLAIM = TASK_RUN_MACHINE.get("claim")
@@ -127,6 +127,22 @@ class Writer:
             task_run_id, edge, fencing_token, actor=actor, result=result, error=error
         )
         return run_state, self._record_task(row, edge)
+
+    def succeed_leaf(
+        self,
+        task_run_id: UUID,
+        fencing_token: int,
+        leaf: Leaf,
+        *,
+        actor: str,
+        result: Any = None,
+    ) -> TaskRunRow | None:
+        """The success of a task no other task depends on and all that can follow it (its
+        run started, succeeded, or marked), in one round trip that ends the transaction
+        (``Writes.succeed_leaf``); the new task row, or ``None``: lost."""
+        row = self.store.succeed_leaf(task_run_id, fencing_token, leaf, actor=actor, result=result)
+        self.closed = True
+        return row
 
     def renew_lease(
         self,

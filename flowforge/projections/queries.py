@@ -90,8 +90,23 @@ RECORDED_STATEMENTS: Mapping[str, Declaration] = MappingProxyType(
             ),
             task_run.DECLARATION,
         ),
-        **dict.fromkeys(("run_move", "run_succeed_when_complete"), workflow_run.DECLARATION),
+        **dict.fromkeys(
+            (
+                "run_move",
+                "run_succeed_when_complete",
+                # PostgreSQL only: a leaf's success in one round trip (Writes.succeed_leaf).
+                "run_start_after_finish",
+                "run_succeed_after_finish",
+            ),
+            workflow_run.DECLARATION,
+        ),
     }
+)
+#: Statements only PostgreSQL has (every other one both have, each dialect in its own
+#: words): a leaf's success in one round trip relies on row locks and transaction ids
+#: that SQLite has not (``Writes.succeed_leaf``, which refuses a store without them).
+POSTGRES_ONLY_STATEMENTS = frozenset(
+    {"run_start_after_finish", "run_succeed_after_finish", "mark_run_wakeup_after_finish"}
 )
 RECORDED_SUFFIX = "_recorded"
 _RECORDING_DIALECTS = frozenset({"postgres"})

@@ -48,6 +48,7 @@ _RETRY_READY = TASK_RUN_MACHINE.get("retry_ready")
 #: The edges ``start_run`` and ``succeed_run_when_complete`` take.
 START_RUN = WORKFLOW_RUN_MACHINE.get("start")
 SUCCEED_RUN = WORKFLOW_RUN_MACHINE.get("succeed")
+SUCCEED_TASK = TASK_RUN_MACHINE.get("succeed")
 _FINISH_EDGES = frozenset(FINISH_TRANSITIONS)
 _RUNNING = TaskRunState.RUNNING.value
 
@@ -235,6 +236,51 @@ class Writes(Reads):
             ]
         )
         return _run_state(run_rows), self._recorded(TaskRunRow, task_rows, event)
+
+    def succeed_leaf(
+        self,
+        task_run_id: UUID,
+        fencing_token: int,
+        leaf: Leaf,
+        *,
+        actor: str,
+        result: Any = None,
+    ) -> TaskRunRow | None:
+        """A success of a task no other task depends on, and everything that can follow
+        it, in ONE round trip with the COMMIT (PostgreSQL with its events in SQL only):
+        the run row tried, the finish, then the run started if no scheduler has, the run
+        succeeded if every task has, and the run's mark for a scheduler unless settled;
+        the three after the finish act only if it won and the run row is held here
+        (``run_start_after_finish`` in postgres.sql says how). The new task row
+        (``None``: lost, nothing written). The same outcome as :meth:`finish_trying_run`
+        then ``advance.advance_after_finish``, which take two round trips or more."""
+        if not self.events_in_sql:
+            raise TypeError("succeed_leaf needs a store that builds its events in SQL")
+        finish = _Event.of_task(SUCCEED_TASK, actor, {"result": result, "error": None})
+        start, succeed = _Event.of_run(START_RUN, actor), _Event.of_run(SUCCEED_RUN, actor)
+        guard = {"task_run_id": task_run_id}
+        mark = {
+            **guard,
+            "workflow_run_id": leaf.run_id,
+            "task_key": leaf.task_key,
+            "succeeded": SUCCEED_RUN.target.value,
+            "running": WorkflowRunState.RUNNING.value,
+        }
+        finish_params = _finish_params(task_run_id, SUCCEED_TASK, fencing_token, result, None)
+        start_params = {**_run_params(leaf.run_id, START_RUN), **guard}
+        succeed_params = {**_run_params(leaf.run_id, SUCCEED_RUN), **guard}
+        rows = self._tx.run_each(
+            [
+                ("try_lock_workflow_run_of_task", {"id": task_run_id}),
+                self._statement("task_finish", finish_params, finish),
+                self._statement("run_start_after_finish", start_params, start),
+                self._statement("run_succeed_after_finish", succeed_params, succeed),
+                ("mark_run_wakeup_after_finish", mark),
+            ],
+            commit=True,
+        )
+        self.marked_runs = bool(rows[4])
+        return first_row(TaskRunRow, rows[1])
 
     def renew_lease(
         self,
@@ -448,6 +494,15 @@ class Writes(Reads):
         published within that time."""
         params = {"older_than": older_than_seconds, "limit": limit}
         return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_stalled_ready", params)]
+
+
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    """A claimed task no other task of its run depends on: its success can settle the
+    run in the finish's own round trip (:meth:`Writes.succeed_leaf`)."""
+
+    run_id: UUID
+    task_key: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,12 @@ FOR UPDATE
 -- macro: for_update_skip_locked
 FOR UPDATE SKIP LOCKED
 
+-- Whether the row in scope was written by this transaction (its version's xmin is this
+-- transaction's id; txid_current_if_assigned rather than pg_current_xact_id, which needs
+-- PostgreSQL 13). A FOR UPDATE lock does not change xmin: only a write does.
+-- macro: written_by_this_transaction
+xmin::text::bigint = mod(txid_current_if_assigned(), 4294967296)
+
 -- A new deployment's id (flowforge_deployment): 12 random hex digits. md5 of random()
 -- rather than gen_random_uuid(), which needs PostgreSQL 13.
 -- macro: random_deployment_id
@@ -154,3 +160,66 @@ SELECT CASE json_typeof(value)
     ELSE value
 END
 $$
+
+-- A worker's success of a task no other task depends on, and all that can follow it,
+-- in ONE round trip with the COMMIT (Writes.succeed_leaf): the run row tried
+-- (try_lock_workflow_run_of_task), the finish (task_finish), then these three. Each acts
+-- only if the finish won (the task row is this transaction's version) and this
+-- transaction holds the run row: SKIP LOCKED re-checks the lock the batch's first
+-- statement tried, and never waits, so the lock order stays the run row first. A run
+-- no scheduler has started yet is started (advance.advance_after_finish says why).
+-- name: run_start_after_finish
+UPDATE workflow_runs
+SET state = :target, started_at = {now}, version = version + 1, updated_at = {touched_at}
+WHERE id = :id AND state = :source
+    AND id IN (SELECT id FROM workflow_runs WHERE id = :id FOR UPDATE SKIP LOCKED)
+    AND EXISTS (
+        SELECT 1 FROM task_runs WHERE id = :task_run_id AND {written_by_this_transaction}
+    )
+RETURNING *;
+
+-- run_succeed_when_complete's edge, under the same two guards.
+-- name: run_succeed_after_finish
+UPDATE workflow_runs
+SET state = :target, finished_at = {now}, version = version + 1, updated_at = {touched_at}
+WHERE id = :id AND state = :source
+    AND id IN (SELECT id FROM workflow_runs WHERE id = :id FOR UPDATE SKIP LOCKED)
+    AND EXISTS (
+        SELECT 1 FROM task_runs WHERE id = :task_run_id AND {written_by_this_transaction}
+    )
+    AND NOT EXISTS (
+        SELECT 1 FROM task_runs
+        WHERE workflow_run_id = :id AND state IN ({unfinished_task_states})
+    )
+    AND NOT EXISTS (SELECT 1 FROM task_runs WHERE workflow_run_id = :id AND state = 'cancelled')
+RETURNING *;
+
+-- The run's mark for a scheduler, last: written when the finish won, unless this
+-- transaction holds the run row and the run is settled (succeeded here, or running with
+-- a task still to finish, whose own finish will judge it). So a run whose row another
+-- transaction held, a run left neither running nor succeeded, and a run whose tasks
+-- are all done but not all succeeded are marked: the same rule as
+-- mark_run_wakeup_unless_settled after advance_after_finish's own advance. Its own
+-- snapshot: a finish committed after the statements above began is seen here.
+-- name: mark_run_wakeup_after_finish
+INSERT INTO run_wakeups (workflow_run_id, marked_at, task_key)
+SELECT :workflow_run_id, {now}, :task_key
+WHERE EXISTS (
+        SELECT 1 FROM task_runs WHERE id = :task_run_id AND {written_by_this_transaction}
+    )
+    AND NOT EXISTS (
+        SELECT 1 FROM workflow_runs
+        WHERE id = :workflow_run_id
+            AND id IN (
+                SELECT id FROM workflow_runs WHERE id = :workflow_run_id FOR UPDATE SKIP LOCKED
+            )
+            AND (
+                (state = :succeeded AND {written_by_this_transaction})
+                OR (state = :running AND EXISTS (
+                    SELECT 1 FROM task_runs
+                    WHERE workflow_run_id = :workflow_run_id
+                        AND state IN ({unfinished_task_states})
+                ))
+            )
+    )
+RETURNING workflow_run_id;
