@@ -26,7 +26,7 @@ from flowforge.app.service import FlowForge
 from flowforge.projections import schema
 from flowforge.projections.store import Store
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes import TASK_EDGE_METHODS, Writes
+from flowforge.projections.writes import TASK_EDGE_METHODS, Leaf, Writes
 from tests.conftest import empty_postgres
 
 LEASE_S = 30.0
@@ -382,6 +382,31 @@ class StoreContract:
             )  # row usable
             with pytest.raises(ValueError, match="finish takes"):
                 writes.finish_trying_run(task_id, edge("claim"), 0, actor="test")
+
+    def test_succeed_leaf_settles_a_pending_run_in_one_go_where_events_are_built_in_sql(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        run_id, task_id = run_and_task
+        with store.write() as writes:
+            claimed = writes.claim(task_id, "w1", LEASE_S)
+            assert claimed is not None
+        leaf = Leaf(run_id, "a")
+        with store.write() as writes:
+            if not writes.events_in_sql:  # SQLite: no row locks or transaction ids
+                with pytest.raises(TypeError, match="events in SQL"):
+                    writes.succeed_leaf(task_id, claimed.fencing_token, leaf, actor="t")
+                return
+            stale = writes.succeed_leaf(task_id, claimed.fencing_token + 1, leaf, actor="t")
+        assert stale is None
+        with store.write() as writes:
+            done = writes.succeed_leaf(
+                task_id, claimed.fencing_token, leaf, actor="t", result={"n": 1}
+            )
+        assert done is not None and (done.state, done.result) == ("succeeded", {"n": 1})
+        with store.read() as reads:
+            run = reads.workflow_run(run_id)
+            assert run is not None and run.state == "succeeded" and run.started_at is not None
+            assert reads.wakeup_count() == 0  # settled: nobody to wake
 
     def test_start_run_starts_a_pending_run_and_says_whether_its_tasks_moved(
         self, store: Store, run_and_task: tuple[UUID, UUID]
