@@ -168,14 +168,18 @@ $$
 -- transaction holds the run row: SKIP LOCKED re-checks the lock the batch's first
 -- statement tried, and never waits, so the lock order stays the run row first. A run
 -- no scheduler has started yet is started (advance.advance_after_finish says why).
+-- The two guards of the run's statements below (:id is the run's id).
+-- macro: after_this_finish
+id IN (SELECT id FROM workflow_runs WHERE id = :id FOR UPDATE SKIP LOCKED)
+    AND EXISTS (
+        SELECT 1 FROM task_runs WHERE id = :task_run_id AND {written_by_this_transaction}
+    )
+
 -- name: run_start_after_finish
 UPDATE workflow_runs
 SET state = :target, started_at = {now}, version = version + 1, updated_at = {touched_at}
 WHERE id = :id AND state = :source
-    AND id IN (SELECT id FROM workflow_runs WHERE id = :id FOR UPDATE SKIP LOCKED)
-    AND EXISTS (
-        SELECT 1 FROM task_runs WHERE id = :task_run_id AND {written_by_this_transaction}
-    )
+    AND {after_this_finish}
 RETURNING *;
 
 -- run_succeed_when_complete's edge, under the same two guards.
@@ -183,10 +187,7 @@ RETURNING *;
 UPDATE workflow_runs
 SET state = :target, finished_at = {now}, version = version + 1, updated_at = {touched_at}
 WHERE id = :id AND state = :source
-    AND id IN (SELECT id FROM workflow_runs WHERE id = :id FOR UPDATE SKIP LOCKED)
-    AND EXISTS (
-        SELECT 1 FROM task_runs WHERE id = :task_run_id AND {written_by_this_transaction}
-    )
+    AND {after_this_finish}
     AND NOT EXISTS (
         SELECT 1 FROM task_runs
         WHERE workflow_run_id = :id AND state IN ({unfinished_task_states})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from uuid import UUID, uuid4
 
@@ -9,6 +10,7 @@ from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.app.advance import Claims, Definitions, leaf_of
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import Leaf
+from tests.unit.app.test_writer import task_row
 
 AT = datetime(2026, 12, 1, tzinfo=UTC)
 CHAIN = {
@@ -18,28 +20,8 @@ CHAIN = {
 
 
 def claimed(run_id: UUID, key: str, token: int = 1) -> TaskRunRow:
-    return TaskRunRow(
-        id=uuid4(),
-        workflow_run_id=run_id,
-        task_key=key,
-        task_type="t",
-        depends_on=[],
-        max_attempts=1,
-        lease_seconds=30.0,
-        state="running",
-        fencing_token=token,
-        attempt=1,
-        lease_owner="w",
-        lease_expires_at=AT,
-        started_at=AT,
-        finished_at=None,
-        retry_due_at=None,
-        result=None,
-        error=None,
-        version=2,
-        created_at=AT,
-        updated_at=AT,
-    )
+    row = task_row("running", token=token)
+    return dataclasses.replace(row, workflow_run_id=run_id, task_key=key)
 
 
 def parsed(run_id: UUID) -> Definitions:
