@@ -470,6 +470,11 @@ def _closed_by_server(conn: psycopg.Connection[Any]) -> bool:
         socket = conn.pgconn.socket
     except psycopg.OperationalError:
         return True
+    if not hasattr(select, "poll"):
+        # Windows has no poll(); select() has, but refuses descriptors above FD_SETSIZE
+        # (1024 on Linux), which a busy process can reach: poll() where there is one.
+        readable, _, _ = select.select([socket], [], [], 0)
+        return bool(readable)
     poller = select.poll()
     poller.register(socket, select.POLLIN)
     return bool(poller.poll(0))

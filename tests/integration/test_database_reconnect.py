@@ -7,6 +7,7 @@ exactly as an operator, a failover or a chaos test would. See docs/architecture.
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 from collections.abc import Iterator
@@ -101,6 +102,17 @@ def test_after_every_connection_is_killed_the_next_heartbeat_succeeds_at_once(
 
     assert renewed is True
     assert elapsed < PROMPT_S, f"the heartbeat took {elapsed:.2f} s after the kill"
+
+
+def test_without_poll_a_heartbeat_still_finds_the_killed_connections_without_sending(
+    pg_app: FlowForge, claimed_then_killed: tuple[UUID, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Windows has no select.poll: the check falls back to select.select. A heartbeat is
+    # one round trip with its COMMIT, never sent twice: sent on a dead connection it
+    # would raise, so it succeeds only if the check found every killed one.
+    monkeypatch.delattr(select, "poll")
+    task_id, token = claimed_then_killed
+    assert pg_app.renew_lease(task_id, token, 5) is True
 
 
 def test_after_every_connection_is_killed_concurrent_commands_all_succeed(
