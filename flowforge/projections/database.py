@@ -242,7 +242,9 @@ def _simple_query(conn: psycopg.Connection[Any], query: bytes) -> list[pq.abc.PG
 
 def _loaded(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> list[Row]:
     """A result's rows as dicts of Python values (none for a statement without rows)."""
-    if result.status != pq.ExecStatus.TUPLES_OK:
+    if result.status != pq.ExecStatus.TUPLES_OK or not result.ntuples:
+        # Many statements of a batch match nothing (a guarded edge not taken, a mark not
+        # needed): no column names or loaders to set up for no rows.
         return []
     names = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
     loader = _session(conn).literals

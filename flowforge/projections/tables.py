@@ -70,11 +70,21 @@ TASK_RUN_COLUMNS = row_columns(task_run.STATIC_FIELDS, task_run.MUTABLE_FIELDS)
 WORKFLOW_RUN_COLUMNS = row_columns(workflow_run.STATIC_FIELDS, workflow_run.MUTABLE_FIELDS)
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(row_type: type) -> tuple[str, ...]:
+    # Every row read asks: dataclasses.fields builds its tuple anew on each call.
+    names = _FIELD_NAMES.get(row_type)
+    if names is None:
+        names = _FIELD_NAMES[row_type] = tuple(f.name for f in dataclasses.fields(row_type))
+    return names
+
+
 class _Row:
     @classmethod
     def from_mapping(cls, row: Mapping[str, Any]) -> Self:
-        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-        return cls(**{name: row[name] for name in names})
+        return cls(**{name: row[name] for name in _field_names(cls)})
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
