@@ -72,3 +72,16 @@ def test_an_unreachable_server_still_says_to_check_it_is_running(cli: InProcess)
     cli.database_url = "postgresql://postgres@127.0.0.1:1/flowforge"  # nothing listens
     line = one_line_error(cli("runs"))
     assert "check that it is running and reachable" in line
+
+
+@pytest.mark.parametrize("command", [["scheduler"], ["publisher", "--broker-url", "amqp://x"]])
+def test_a_long_running_process_started_while_its_database_is_down_exits_as_unreachable(
+    cli: InProcess, command: list[str]
+) -> None:
+    # At start it exits at once with the one-line error and EXIT_UNREACHABLE, so its
+    # supervisor restarts it (docs/deployment.md's units: Restart=on-failure); once
+    # running, the same outage is logged and retried (processes/scheduler.py, publisher.py).
+    cli.database_url = "postgresql://postgres@127.0.0.1:1/flowforge"  # nothing listens
+    done = cli(*command)
+    assert done.returncode == exits.EXIT_UNREACHABLE
+    assert "check that it is running and reachable" in one_line_error(done)
