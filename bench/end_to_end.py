@@ -17,7 +17,10 @@ RabbitMQ topology of its own (deleted at the end).
   of a succeeded task, read from the database. Reports enqueue/s, process/s, end to end/s,
   and per task: commits (``pg_stat_database.xact_commit``, this script's own statements
   subtracted; it counts every autocommitted read too), write transactions (transaction
-  ids assigned: only a transaction that writes takes one) and events.
+  ids assigned: only a transaction that writes takes one) and events; and how many runs
+  the scheduler finished (normally a worker's finish does). ``--scheduler-delay S``
+  starts the scheduler S seconds after the others, so that workers finish tasks of runs
+  no scheduler has started yet (docs/performance.md, sixth pass).
 * **latency**: the processes run first; one producer submits one-task runs at a fixed
   rate (open loop) for a while. Ready -> claimed per task from the audit log (both times
   are the database's clock): p50, p99, max. Run it at about half of peak throughput.
