@@ -91,7 +91,7 @@ class _Row:
 
     def values(self) -> dict[str, Any]:
         """The row's columns by name, without ``as_dict``'s deep copy."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {name: getattr(self, name) for name in _field_names(type(self))}
 
 
 def check_columns(row_type: type[_Row], columns: tuple[str, ...]) -> None:

@@ -261,7 +261,7 @@ class Writes(Reads):
         guard = {"task_run_id": task_run_id}
         mark = {
             **guard,
-            "workflow_run_id": leaf.run_id,
+            "id": leaf.run_id,
             "task_key": leaf.task_key,
             "succeeded": SUCCEED_RUN.target.value,
             "running": WorkflowRunState.RUNNING.value,
@@ -280,7 +280,7 @@ class Writes(Reads):
             commit=True,
         )
         self.marked_runs = bool(rows[4])
-        return first_row(TaskRunRow, rows[1])
+        return self._recorded(TaskRunRow, rows[1], finish)
 
     def renew_lease(
         self,

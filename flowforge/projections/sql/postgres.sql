@@ -163,31 +163,29 @@ $$
 
 -- A worker's success of a task no other task depends on, and all that can follow it,
 -- in ONE round trip with the COMMIT (Writes.succeed_leaf): the run row tried
--- (try_lock_workflow_run_of_task), the finish (task_finish), then these three. Each acts
--- only if the finish won (the task row is this transaction's version) and this
--- transaction holds the run row: SKIP LOCKED re-checks the lock the batch's first
--- statement tried, and never waits, so the lock order stays the run row first. A run
+-- (try_lock_workflow_run_of_task), the finish (task_finish), then the three statements
+-- below. Each acts only if the finish won ({finished_here}) and this transaction holds
+-- the run row ({run_row_held}: SKIP LOCKED re-checks the lock the batch's first
+-- statement tried, and never waits, so the lock order stays the run row first). A run
 -- no scheduler has started yet is started (advance.advance_after_finish says why).
--- The two guards of the run's statements below (:id is the run's id).
--- macro: after_this_finish
-id IN (SELECT id FROM workflow_runs WHERE id = :id FOR UPDATE SKIP LOCKED)
-    AND EXISTS (
-        SELECT 1 FROM task_runs WHERE id = :task_run_id AND {written_by_this_transaction}
-    )
+-- :id is the run's id, :task_run_id the finished task's.
+-- macro: finished_here
+EXISTS (SELECT 1 FROM task_runs WHERE id = :task_run_id AND {written_by_this_transaction})
+
+-- macro: run_row_held
+id IN (SELECT id FROM workflow_runs WHERE id = :id {for_update_skip_locked})
 
 -- name: run_start_after_finish
 UPDATE workflow_runs
 SET state = :target, started_at = {now}, version = version + 1, updated_at = {touched_at}
-WHERE id = :id AND state = :source
-    AND {after_this_finish}
+WHERE id = :id AND state = :source AND {run_row_held} AND {finished_here}
 RETURNING *;
 
 -- run_succeed_when_complete's edge, under the same two guards.
 -- name: run_succeed_after_finish
 UPDATE workflow_runs
 SET state = :target, finished_at = {now}, version = version + 1, updated_at = {touched_at}
-WHERE id = :id AND state = :source
-    AND {after_this_finish}
+WHERE id = :id AND state = :source AND {run_row_held} AND {finished_here}
     AND NOT EXISTS (
         SELECT 1 FROM task_runs
         WHERE workflow_run_id = :id AND state IN ({unfinished_task_states})
@@ -204,22 +202,16 @@ RETURNING *;
 -- snapshot: a finish committed after the statements above began is seen here.
 -- name: mark_run_wakeup_after_finish
 INSERT INTO run_wakeups (workflow_run_id, marked_at, task_key)
-SELECT :workflow_run_id, {now}, :task_key
-WHERE EXISTS (
-        SELECT 1 FROM task_runs WHERE id = :task_run_id AND {written_by_this_transaction}
-    )
+SELECT :id, {now}, :task_key
+WHERE {finished_here}
     AND NOT EXISTS (
         SELECT 1 FROM workflow_runs
-        WHERE id = :workflow_run_id
-            AND id IN (
-                SELECT id FROM workflow_runs WHERE id = :workflow_run_id FOR UPDATE SKIP LOCKED
-            )
+        WHERE id = :id AND {run_row_held}
             AND (
                 (state = :succeeded AND {written_by_this_transaction})
                 OR (state = :running AND EXISTS (
                     SELECT 1 FROM task_runs
-                    WHERE workflow_run_id = :workflow_run_id
-                        AND state IN ({unfinished_task_states})
+                    WHERE workflow_run_id = :id AND state IN ({unfinished_task_states})
                 ))
             )
     )
