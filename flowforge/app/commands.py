@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 
 from flowforge import errors
 from flowforge.aggregates import json_values
 from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS, WorkflowDefinition
-from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE, Transition
 from flowforge.aggregates.task_run import (
     ACTOR_REAPER,
     ACTOR_SCHEDULER,
@@ -30,7 +31,9 @@ from flowforge.app import advance
 from flowforge.app.definition_files import load_definition
 from flowforge.app.queries import Queries
 from flowforge.app.results import AdvanceResult, Claim, StartedRun
+from flowforge.limits import batch_of_ids
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from flowforge.projections.writes import LeafSuccess
 
 log = logging.getLogger(__name__)
 
@@ -186,13 +189,31 @@ class Commands(Queries):
         ``unless_known``, the task's run, all in the claim's round trip. A task that is
         not ready, a claim lost to another worker and a row without a lease of its own
         (created before schema version 5) all give ``None``: read the task to tell."""
+        (claimed,) = self.claim_task_runs_and_their_runs(
+            [task_run_id], worker_id, unless_known=unless_known
+        )
+        return claimed
+
+    def claim_task_runs_and_their_runs(
+        self,
+        task_run_ids: Sequence[UUID],
+        worker_id: str,
+        *,
+        unless_known: Collection[UUID] = (),
+    ) -> list[tuple[TaskRunRow | None, WorkflowRunRow | None]]:
+        """:meth:`claim_task_run_and_its_run` for each task (distinct ids, at most
+        ``limits.MAX_BATCH``), in ONE transaction: on PostgreSQL one round trip with its
+        COMMIT, where one claim at a time costs a round trip and a commit each. Each
+        claim is its own conditional write with its own event and fencing token: one
+        that loses (``None``) leaves the others claimed. In the order given."""
+        ids = batch_of_ids(task_run_ids, "task_run_ids")
+        worker_id = text(worker_id, "worker_id")
         with self._writer() as writer:
-            row, run = writer.claim_with_run(
-                task_run_id, text(worker_id, "worker_id"), unless_known, last=True
-            )
-        if row is not None:
-            self.claims.remember(row)
-        return row, run
+            claimed = writer.claims_with_runs(ids, worker_id, unless_known, last=True)
+        for row, _ in claimed:
+            if row is not None:
+                self.claims.remember(row)
+        return claimed
 
     def finish_task_run(
         self,
@@ -206,35 +227,68 @@ class Commands(Queries):
     ) -> bool:
         """succeed / fail / cancel_running, only while the row is running with this
         fencing token: a stale token writes nothing and returns False."""
-        edge = finish_rule(outcome)
-        # Only a success stores a result and only a failure an error; both are user
-        # JSON, checked before the transaction opens.
-        succeeded, failed = edge.name == "succeed", edge.name == "fail"
-        stored_result = json_values.checked_json(result, "result") if succeeded else None
-        stored_error = json_values.error_details(error or {}) if failed else None
+        finish = Finish(task_run_id, fencing_token, outcome, result, error)
+        (written,) = self.finish_task_runs([finish], actor=actor)
+        return written
+
+    def finish_task_runs(
+        self, finishes: Sequence[Finish], *, actor: str | None = None
+    ) -> list[bool]:
+        """:meth:`finish_task_run` for each (distinct tasks, at most ``limits.MAX_BATCH``);
+        whether each was written, in the order given. Every finish is checked before
+        anything is written. The successes of tasks no other task depends on (a one-task
+        run's, a fan-out's: the common case) go in ONE transaction, one round trip on
+        PostgreSQL, each with all that follows it (its run started, succeeded or
+        marked); every other finish then takes a transaction of its own, as it
+        advances its run. Each write is conditional on its own fencing token: a stale
+        one writes nothing and does not hold back the rest."""
+        batch_of_ids([f.task_run_id for f in finishes], "finishes' task_run_ids")
+        checked = [_CheckedFinish.of(finish) for finish in finishes]
         actor = text(actor or "worker", "actor")
-        claimed = self.claims.take(task_run_id, fencing_token)
-        # The run is advanced here, in the finish's own transaction, when that is quick
-        # and safe; otherwise marked for a scheduler (advance.advance_after_finish).
-        with self._writer(marks_runs=False) as writer:
-            leaf = advance.leaf_of(claimed, self.definitions) if succeeded else None
-            if leaf is not None and writer.store.events_in_sql:
-                # Nothing to promote: the whole advance goes with the finish, in SQL.
-                row = writer.succeed_leaf(
-                    task_run_id, fencing_token, leaf, actor=actor, result=stored_result
+        leaves = self._leaf_successes(checked)
+        written = [False] * len(checked)
+        if leaves:
+            with self._writer(marks_runs=False) as writer:
+                rows = writer.succeed_leaves(list(leaves.values()), actor=actor)
+            for i, row in zip(leaves, rows, strict=True):
+                written[i] = row is not None
+        for i, finish in enumerate(checked):
+            if i not in leaves:
+                written[i] = self._finish_advancing(finish, actor)
+        return written
+
+    def _leaf_successes(self, checked: Sequence[_CheckedFinish]) -> dict[int, LeafSuccess]:
+        """The successes (by position) whose whole advance can go in SQL with them: a
+        task no other task depends on, claimed here, on a store that builds events in
+        SQL. Every finish's claim leaves the memo (a finish ends it)."""
+        leaves: dict[int, LeafSuccess] = {}
+        for i, finish in enumerate(checked):
+            claimed = self.claims.take(finish.task_run_id, finish.fencing_token)
+            if finish.edge.name != "succeed" or not self.store.events_in_sql:
+                continue
+            leaf = advance.leaf_of(claimed, self.definitions)
+            if leaf is not None:
+                leaves[i] = LeafSuccess(
+                    finish.task_run_id, finish.fencing_token, leaf, finish.result
                 )
-                return row is not None
-            # Only a success advances its run here, so only a success tries the run row
-            # (first, then the task's: the lock order, advance.py says why); a failure
-            # leaves the run row alone.
+        return leaves
+
+    def _finish_advancing(self, finish: _CheckedFinish, actor: str) -> bool:
+        """One finish in its own transaction, the run advanced in it when that is quick
+        and safe; otherwise marked for a scheduler (advance.advance_after_finish)."""
+        # Only a success advances its run here, so only a success tries the run row
+        # (first, then the task's: the lock order, advance.py says why); a failure
+        # leaves the run row alone.
+        succeeded = finish.edge.name == "succeed"
+        with self._writer(marks_runs=False) as writer:
             run_state, row = writer.finish_trying_run(
-                edge,
-                task_run_id,
-                fencing_token,
+                finish.edge,
+                finish.task_run_id,
+                finish.fencing_token,
                 try_run=succeeded,
                 actor=actor,
-                result=stored_result,
-                error=stored_error,
+                result=finish.result,
+                error=finish.error,
             )
             if row is not None:
                 advance.advance_after_finish(
@@ -302,3 +356,35 @@ def text(value: _Text, name: str) -> _Text:
     if value is not None and (problem := json_values.unicode_problem(value)):
         raise ValueError(f"{name}: {problem}")
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """One task's finish for :meth:`Commands.finish_task_runs`: ``outcome`` is
+    ``succeed``, ``fail`` or ``cancel_running``, under the claim's fencing token."""
+
+    task_run_id: UUID
+    fencing_token: int
+    outcome: str
+    result: Any = None
+    error: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _CheckedFinish:
+    """A :class:`Finish` checked before its transaction opens: its edge, and the user
+    JSON it stores (only a success stores a result and only a failure an error)."""
+
+    task_run_id: UUID
+    fencing_token: int
+    edge: Transition
+    result: Any
+    error: dict[str, str] | None
+
+    @classmethod
+    def of(cls, finish: Finish) -> _CheckedFinish:
+        edge = finish_rule(finish.outcome)
+        succeeded, failed = edge.name == "succeed", edge.name == "fail"
+        result = json_values.checked_json(finish.result, "result") if succeeded else None
+        error = json_values.error_details(finish.error or {}) if failed else None
+        return cls(finish.task_run_id, finish.fencing_token, edge, result, error)

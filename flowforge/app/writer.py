@@ -11,7 +11,7 @@ is the store's business; this module decides what follows from a row.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -27,7 +27,7 @@ from flowforge.aggregates.rules import initial_task_run_state
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.projections.reads import RunCompletion
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes import MOVE_EDGES, Leaf, Writes
+from flowforge.projections.writes import MOVE_EDGES, LeafSuccess, Writes
 
 _READY = TaskRunState.READY
 _CLAIM = TASK_RUN_MACHINE.get("claim")
@@ -77,18 +77,18 @@ class Writer:
         row = self.store.claim(task_run_id, worker_id, lease_seconds, last=last)
         return self._record_task(row, _CLAIM)
 
-    def claim_with_run(
+    def claims_with_runs(
         self,
-        task_run_id: UUID,
+        task_run_ids: Sequence[UUID],
         worker_id: str,
         known_runs: Collection[UUID],
         *,
         last: bool = False,
-    ) -> tuple[TaskRunRow | None, WorkflowRunRow | None]:
-        """:meth:`claim` with the row's own lease, and the task's run unless known
-        (``Writes.claim_with_run``): the claimed row (``None``: lost) and the run."""
-        row, run = self.store.claim_with_run(task_run_id, worker_id, known_runs, last=last)
-        return self._record_task(row, _CLAIM), run
+    ) -> list[tuple[TaskRunRow | None, WorkflowRunRow | None]]:
+        """:meth:`claim` of each task with its row's own lease, and its run unless known
+        (``Writes.claims_with_runs``): each claimed row (``None``: lost) and run."""
+        claimed = self.store.claims_with_runs(task_run_ids, worker_id, known_runs, last=last)
+        return [(self._record_task(row, _CLAIM), run) for row, run in claimed]
 
     def finish(
         self,
@@ -128,21 +128,15 @@ class Writer:
         )
         return run_state, self._record_task(row, edge)
 
-    def succeed_leaf(
-        self,
-        task_run_id: UUID,
-        fencing_token: int,
-        leaf: Leaf,
-        *,
-        actor: str,
-        result: Any = None,
-    ) -> TaskRunRow | None:
-        """The success of a task no other task depends on and all that can follow it (its
-        run started, succeeded, or marked), in one round trip that ends the transaction
-        (``Writes.succeed_leaf``); the new task row, or ``None``: lost."""
-        row = self.store.succeed_leaf(task_run_id, fencing_token, leaf, actor=actor, result=result)
+    def succeed_leaves(
+        self, successes: Sequence[LeafSuccess], *, actor: str
+    ) -> list[TaskRunRow | None]:
+        """The successes of tasks no other task depends on and all that can follow each
+        (its run started, succeeded, or marked), in one round trip that ends the
+        transaction (``Writes.succeed_leaves``); each new task row, or ``None``: lost."""
+        rows = self.store.succeed_leaves(successes, actor=actor)
         self.closed = True
-        return row
+        return rows
 
     def renew_lease(
         self,

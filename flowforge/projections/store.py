@@ -44,6 +44,11 @@ class Store:
             self._notifier.close()
 
     @property
+    def events_in_sql(self) -> bool:
+        """Whether each transition's statement stores its own event (``Writes``)."""
+        return self._events_in_sql
+
+    @property
     def dialect(self) -> str:
         return self.database.dialect
 

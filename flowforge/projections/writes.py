@@ -187,16 +187,36 @@ class Writes(Reads):
         in ``known_runs`` (as ``Reads.task_run_and_its_run``), in ONE round trip: a
         worker's whole read before running a task. The run is read after the claim,
         whether or not it won (a run row never changes what a claim does)."""
-        params = _task_params(task_run_id, _CLAIM, {"worker_id": worker_id, "lease_seconds": None})
+        (claimed,) = self.claims_with_runs([task_run_id], worker_id, known_runs, last=last)
+        return claimed
+
+    def claims_with_runs(
+        self,
+        task_run_ids: Sequence[UUID],
+        worker_id: str,
+        known_runs: Collection[UUID],
+        *,
+        last: bool = False,
+    ) -> list[tuple[TaskRunRow | None, WorkflowRunRow | None]]:
+        """:meth:`claim_with_run` for each task, all in ONE round trip (with the COMMIT
+        if ``last``): a worker's batch. Each claim is its own conditional write with its
+        own event; one that loses leaves the others alone. A run is read once per task
+        (a batch's tasks may share it)."""
         event = _Event.of_task(_CLAIM, worker_id)
-        task_rows, run_rows = self._tx.run_each(
-            [
-                self._statement("task_claim", params, event),
-                run_of_task_unless_known(task_run_id, known_runs),
-            ],
-            commit=self._commits(last),
-        )
-        return self._recorded(TaskRunRow, task_rows, event), first_row(WorkflowRunRow, run_rows)
+        statements: list[tuple[str, dict[str, Any]]] = []
+        for task_run_id in task_run_ids:
+            params = {"worker_id": worker_id, "lease_seconds": None}
+            params = _task_params(task_run_id, _CLAIM, params)
+            statements.append(self._statement("task_claim", params, event))
+            statements.append(run_of_task_unless_known(task_run_id, known_runs))
+        rows = self._tx.run_each(statements, commit=self._commits(last))
+        return [
+            (
+                self._recorded(TaskRunRow, task_rows, event),
+                first_row(WorkflowRunRow, run_rows),
+            )
+            for task_rows, run_rows in zip(rows[0::2], rows[1::2], strict=True)
+        ]
 
     def finish(
         self,
@@ -254,9 +274,43 @@ class Writes(Reads):
         (``run_start_after_finish`` in postgres.sql says how). The new task row
         (``None``: lost, nothing written). The same outcome as :meth:`finish_trying_run`
         then ``advance.advance_after_finish``, which take two round trips or more."""
+        success = LeafSuccess(task_run_id, fencing_token, leaf, result)
+        (row,) = self.succeed_leaves([success], actor=actor)
+        return row
+
+    def succeed_leaves(
+        self, successes: Sequence[LeafSuccess], *, actor: str
+    ) -> list[TaskRunRow | None]:
+        """:meth:`succeed_leaf` for each, all in ONE round trip with the COMMIT: a
+        worker's batch. Each success is guarded on its own, and each statement sees the
+        ones before it, so two leaves of one run in one batch settle the run once (the
+        first holds the run row; the last finds every task done)."""
         if not self.events_in_sql:
-            raise TypeError("succeed_leaf needs a store that builds its events in SQL")
-        finish = _Event.of_task(SUCCEED_TASK, actor, {"result": result, "error": None})
+            raise TypeError("succeed_leaves needs a store that builds its events in SQL")
+        statements: list[tuple[str, dict[str, Any]]] = []
+        finishes: list[_Event] = []
+        for success in successes:
+            finish = _Event.of_task(SUCCEED_TASK, actor, {"result": success.result, "error": None})
+            finishes.append(finish)
+            statements += self._leaf_success_statements(success, finish, actor)
+        if not successes:
+            return []
+        rows = self._tx.run_each(statements, commit=True)
+        per = len(statements) // len(successes)
+        groups = [rows[i : i + per] for i in range(0, len(rows), per)]
+        if any(group[-1] for group in groups):  # the mark's rows: a scheduler's to do
+            self.marked_runs = True
+        return [
+            self._recorded(TaskRunRow, group[1], finish)
+            for group, finish in zip(groups, finishes, strict=True)
+        ]
+
+    def _leaf_success_statements(
+        self, success: LeafSuccess, finish: _Event, actor: str
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """One leaf's success: the run row tried, the finish, then the run's start,
+        success and mark, each guarded by the finish having won here (postgres.sql)."""
+        task_run_id, leaf = success.task_run_id, success.leaf
         start, succeed = _Event.of_run(START_RUN, actor), _Event.of_run(SUCCEED_RUN, actor)
         guard = {"task_run_id": task_run_id}
         mark = {
@@ -266,21 +320,18 @@ class Writes(Reads):
             "succeeded": SUCCEED_RUN.target.value,
             "running": WorkflowRunState.RUNNING.value,
         }
-        finish_params = _finish_params(task_run_id, SUCCEED_TASK, fencing_token, result, None)
+        finish_params = _finish_params(
+            task_run_id, SUCCEED_TASK, success.fencing_token, success.result, None
+        )
         start_params = {**_run_params(leaf.run_id, START_RUN), **guard}
         succeed_params = {**_run_params(leaf.run_id, SUCCEED_RUN), **guard}
-        rows = self._tx.run_each(
-            [
-                ("try_lock_workflow_run_of_task", {"id": task_run_id}),
-                self._statement("task_finish", finish_params, finish),
-                self._statement("run_start_after_finish", start_params, start),
-                self._statement("run_succeed_after_finish", succeed_params, succeed),
-                ("mark_run_wakeup_after_finish", mark),
-            ],
-            commit=True,
-        )
-        self.marked_runs = bool(rows[4])
-        return self._recorded(TaskRunRow, rows[1], finish)
+        return [
+            ("try_lock_workflow_run_of_task", {"id": task_run_id}),
+            self._statement("task_finish", finish_params, finish),
+            self._statement("run_start_after_finish", start_params, start),
+            self._statement("run_succeed_after_finish", succeed_params, succeed),
+            ("mark_run_wakeup_after_finish", mark),
+        ]
 
     def renew_lease(
         self,
@@ -503,6 +554,16 @@ class Leaf:
 
     run_id: UUID
     task_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeafSuccess:
+    """A handler's success of a :class:`Leaf` under its claim's fencing token."""
+
+    task_run_id: UUID
+    fencing_token: int
+    leaf: Leaf
+    result: Any = None
 
 
 @dataclass(frozen=True, slots=True)
