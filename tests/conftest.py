@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
+from flowforge.projections import database
 from tests import servers
 
 TABLES = ("dispatch_outbox", "task_runs", "workflow_runs", "flowforge_events", "run_wakeups")
@@ -76,3 +78,19 @@ def app(request: pytest.FixtureRequest) -> FlowForge:
     """The application service on each backend: the contract tests run on both."""
     fixture = "pg_app" if request.param == "postgres" else "sqlite_app"
     return request.getfixturevalue(fixture)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every query text sent to PostgreSQL from here on (a PREPARE is not counted: it
+    is sent once per connection and statement)."""
+    sent: list[bytes] = []
+    send = database._simple_query
+
+    def counted(conn: psycopg.Connection[Any], query: bytes) -> Any:
+        if not query.startswith(b"PREPARE"):
+            sent.append(query)
+        return send(conn, query)
+
+    monkeypatch.setattr(database, "_simple_query", counted)
+    return sent

@@ -201,22 +201,27 @@ class Writes(Reads):
         """:meth:`claim_with_run` for each task, all in ONE round trip (with the COMMIT
         if ``last``): a worker's batch. Each claim is its own conditional write with its
         own event; one that loses leaves the others alone. A run is read once per task
-        (a batch's tasks may share it)."""
+        (a batch's tasks may share it). The rows are claimed in the order of their ids,
+        so two batches that share tasks wait for each other rather than deadlock."""
         event = _Event.of_task(_CLAIM, worker_id)
         statements: list[tuple[str, dict[str, Any]]] = []
-        for task_run_id in task_run_ids:
+        in_lock_order = sorted(task_run_ids)
+        for task_run_id in in_lock_order:
             params = {"worker_id": worker_id, "lease_seconds": None}
             params = _task_params(task_run_id, _CLAIM, params)
             statements.append(self._statement("task_claim", params, event))
             statements.append(run_of_task_unless_known(task_run_id, known_runs))
         rows = self._tx.run_each(statements, commit=self._commits(last))
-        return [
-            (
+        claimed = {
+            task_run_id: (
                 self._recorded(TaskRunRow, task_rows, event),
                 first_row(WorkflowRunRow, run_rows),
             )
-            for task_rows, run_rows in zip(rows[0::2], rows[1::2], strict=True)
-        ]
+            for task_run_id, task_rows, run_rows in zip(
+                in_lock_order, rows[0::2], rows[1::2], strict=True
+            )
+        }
+        return [claimed[task_run_id] for task_run_id in task_run_ids]
 
     def finish(
         self,
@@ -284,12 +289,14 @@ class Writes(Reads):
         """:meth:`succeed_leaf` for each, all in ONE round trip with the COMMIT: a
         worker's batch. Each success is guarded on its own, and each statement sees the
         ones before it, so two leaves of one run in one batch settle the run once (the
-        first holds the run row; the last finds every task done)."""
+        first holds the run row; the last finds every task done). Task rows are written
+        in the order of their ids, as :meth:`claims_with_runs` claims them."""
         if not self.events_in_sql:
             raise TypeError("succeed_leaves needs a store that builds its events in SQL")
         statements: list[tuple[str, dict[str, Any]]] = []
         finishes: list[_Event] = []
-        for success in successes:
+        in_lock_order = sorted(successes, key=lambda success: success.task_run_id)
+        for success in in_lock_order:
             finish = _Event.of_task(SUCCEED_TASK, actor, {"result": success.result, "error": None})
             finishes.append(finish)
             statements += self._leaf_success_statements(success, finish, actor)
@@ -300,10 +307,11 @@ class Writes(Reads):
         groups = [rows[i : i + per] for i in range(0, len(rows), per)]
         if any(group[-1] for group in groups):  # the mark's rows: a scheduler's to do
             self.marked_runs = True
-        return [
-            self._recorded(TaskRunRow, group[1], finish)
-            for group, finish in zip(groups, finishes, strict=True)
-        ]
+        finished = {
+            success.task_run_id: self._recorded(TaskRunRow, group[1], finish)
+            for success, group, finish in zip(in_lock_order, groups, finishes, strict=True)
+        }
+        return [finished[success.task_run_id] for success in successes]
 
     def _leaf_success_statements(
         self, success: LeafSuccess, finish: _Event, actor: str

@@ -12,14 +12,12 @@ general path's outcome (``advance.advance_after_finish``, whose tests are in
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 from uuid import UUID
 
 import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
-from flowforge.projections import database
 from tests.helpers import wait_until_expired
 from tests.integration.test_concurrent_transitions import race
 
@@ -33,22 +31,6 @@ TWO_LEAVES = {
 }
 RACE_ROUNDS = 10
 TINY_LEASE_S = 0.05
-
-
-@pytest.fixture
-def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every query text sent to PostgreSQL from here on (a PREPARE is not counted: it
-    is sent once per connection and statement)."""
-    sent: list[bytes] = []
-    send = database._simple_query
-
-    def counted(conn: psycopg.Connection[Any], query: bytes) -> Any:
-        if not query.startswith(b"PREPARE"):
-            sent.append(query)
-        return send(conn, query)
-
-    monkeypatch.setattr(database, "_simple_query", counted)
-    return sent
 
 
 def claimed_by_a_worker(app: FlowForge, run_id: UUID, key: str) -> tuple[UUID, int]:
