@@ -10,7 +10,9 @@ racing batches.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
+from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
@@ -23,8 +25,8 @@ from flowforge.projections.tables import TaskRunRow
 from tests.integration.test_concurrent_transitions import race
 from tests.integration.test_leaf_finish import TWO_LEAVES, agrees_with_its_events, run_edges
 
-ONE_TASK = {"name": "one", "tasks": [{"key": "t", "type": "w"}]}
-CHAIN = {
+ONE_TASK: dict[str, Any] = {"name": "one", "tasks": [{"key": "t", "type": "w"}]}
+CHAIN: dict[str, Any] = {
     "name": "chain",
     "tasks": [{"key": "a", "type": "w"}, {"key": "b", "type": "w", "depends_on": ["a"]}],
 }
@@ -32,7 +34,7 @@ BATCH = 5
 RACE_ROUNDS = 5
 
 
-def ready_tasks(app: FlowForge, definition: dict[str, object], runs: int) -> list[UUID]:
+def ready_tasks(app: FlowForge, definition: Mapping[str, Any], runs: int) -> list[UUID]:
     """The ready tasks of ``runs`` new runs of ``definition``, run by run."""
     ids: list[UUID] = []
     for _ in range(runs):
@@ -179,7 +181,7 @@ def test_racing_batches_of_sibling_leaves_succeed_each_run_exactly_once(
     marks the run for a scheduler."""
     for _ in range(RACE_ROUNDS):
         runs = [pg_app.start_workflow_run(TWO_LEAVES) for _ in range(BATCH)]
-        tasks = {key: [] for key in ("a", "b")}  # type: dict[str, list[UUID]]
+        tasks: dict[str, list[UUID]] = {"a": [], "b": []}
         for run_id in runs:
             for task in pg_app.task_runs(run_id):
                 tasks[task.task_key].append(task.id)
