@@ -24,6 +24,9 @@ Measured, for each process count:
   conditional UPDATE and, in a CTE, the INSERT of its event, the same 425 bytes), sent
   with psycopg's prepared statements by N processes: what a server-side function per
   transition would leave the client to do, with no FlowForge code at all.
+* FlowForge in batches of 10: the same work through ``claim_task_runs_and_their_runs``
+  and ``finish_task_runs`` (one transaction, one round trip, for ten claims; the same for
+  ten finishes). Its latency columns are a batch's, not one task's.
 * SQLite, one process, for context (the embedded mode).
 
 Reported per measurement: cycles/s (cycles over the wall-clock window from the first
@@ -72,6 +75,7 @@ import psycopg
 from psycopg import sql
 
 from bench.cpu import machine_busy_seconds
+from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
 
 PROC_STAT = "/proc/stat"
@@ -96,11 +100,14 @@ EVENT_PAYLOAD_BYTES = 425
 PGBENCH_ROWS_PER_CLIENT = 60_000
 
 VARIANT_SHIPPED = "as shipped"
+#: Tasks a batched cycle claims in one call and finishes in one call.
+BATCH_SIZE = 10
+VARIANT_BATCHED = f"batches of {BATCH_SIZE}"
 SQLITE = "FlowForge on SQLite"
 #: Earlier versions also measured patched variants (the events-table lock, no pre-ping,
 #: no ``cursor.description``: docs/performance.md); what they priced is gone or shipped.
-VARIANTS = {"shipped": VARIANT_SHIPPED}
-DEFAULT_VARIANTS = ["shipped"]
+VARIANTS = {"shipped": VARIANT_SHIPPED, "batched": VARIANT_BATCHED}
+DEFAULT_VARIANTS = ["shipped", "batched"]
 
 # --- SQL (constants; identifiers composed with psycopg.sql) ------------------------------
 
@@ -281,6 +288,8 @@ class WorkerResult:
     latencies_us: list[float] = field(default_factory=list)
     cpu_seconds: float = 0.0
     lost: int = 0
+    #: Tasks claimed and finished in the timed window.
+    cycles: int = 0
     error: str | None = None
 
 
@@ -351,6 +360,20 @@ def cycle(ff: FlowForge, task_run_id: UUID, worker_id: str) -> bool:
     return ff.finish_task_run(task_run_id, claim.fencing_token, "succeed", RESULT)
 
 
+def batched_cycle(ff: FlowForge, task_run_ids: list[UUID], worker_id: str) -> bool:
+    """Claim+finish of a batch: one batched claim (the tasks' own leases, their runs
+    read and parsed as a worker does), one batched finish; False if any write lost."""
+    claimed = ff.claim_task_runs_and_their_runs(task_run_ids, worker_id)
+    finishes: list[Finish] = []
+    for row, run in claimed:
+        if row is None:
+            return False
+        if run is not None:
+            ff.definitions.of(run)
+        finishes.append(Finish(row.id, row.fencing_token, "succeed", RESULT))
+    return all(ff.finish_task_runs(finishes, actor=worker_id))
+
+
 def worker_main(
     url: str,
     variant: str,
@@ -363,6 +386,17 @@ def worker_main(
     try:
         with FlowForge(url) as ff:
             worker_id = f"bench-{os.getpid()}"
+            if variant == VARIANT_BATCHED:
+                results.put(
+                    timed_cycles(
+                        lambda batch: batched_cycle(ff, batch, worker_id),
+                        batches(warmup),
+                        batches(timed),
+                        barrier,
+                        tasks_in=len,
+                    )
+                )
+                return
             results.put(
                 timed_cycles(lambda task_id: cycle(ff, task_id, worker_id), warmup, timed, barrier)
             )
@@ -371,11 +405,20 @@ def worker_main(
         results.put(WorkerResult(error=f"{type(exc).__name__}: {exc}"))
 
 
+def batches(task_run_ids: list[UUID]) -> list[list[UUID]]:
+    return [task_run_ids[i : i + BATCH_SIZE] for i in range(0, len(task_run_ids), BATCH_SIZE)]
+
+
 def timed_cycles(
-    cycle: Callable[[Any], bool], warmup: list[Any], timed: list[Any], barrier: Any
+    cycle: Callable[[Any], bool],
+    warmup: list[Any],
+    timed: list[Any],
+    barrier: Any,
+    tasks_in: Callable[[Any], int] = lambda _: 1,
 ) -> WorkerResult:
     """``cycle`` over the warm-up items, then, once every process is at the barrier, over
-    the timed ones, each timed; False from ``cycle`` counts as a lost race."""
+    the timed ones, each timed; False from ``cycle`` counts as a lost race. An item is
+    one task's cycle, or ``tasks_in(item)`` tasks' (a batch: its latency is the batch's)."""
     lost = sum(not cycle(item) for item in warmup)
     barrier.wait(BARRIER_TIMEOUT_S)
     latencies: list[float] = []
@@ -385,7 +428,7 @@ def timed_cycles(
         lost += not cycle(item)
         latencies.append((time.perf_counter_ns() - t0) / 1000)
     ended, cpu = time.monotonic(), time.process_time() - cpu
-    return WorkerResult(started, ended, latencies, cpu, lost)
+    return WorkerResult(started, ended, latencies, cpu, lost, sum(map(tasks_in, timed)))
 
 
 def measure_flowforge(url: str, variant: str, processes: int, tasks: int) -> Measurement:
@@ -474,7 +517,7 @@ def run_workers(
     return Measurement(
         label,
         len(slices),
-        len(latencies),
+        sum(o.cycles for o in outcomes),
         end - start,
         latencies,
         cpu,

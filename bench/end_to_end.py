@@ -159,7 +159,9 @@ class Processes:
                 start_new_session=True,
             )
 
-    def start_all(self, workers: int, concurrency: int, scheduler_delay: float = 0.0) -> None:
+    def start_all(
+        self, workers: int, concurrency: int, batch: int = 1, scheduler_delay: float = 0.0
+    ) -> None:
         """``scheduler_delay``: start the scheduler that many seconds after the others,
         so that workers finish tasks of runs no scheduler has started yet."""
         if not scheduler_delay:
@@ -173,6 +175,8 @@ class Processes:
                 HANDLERS,
                 "--concurrency",
                 str(concurrency),
+                "--batch",
+                str(batch),
             )
         if scheduler_delay:
             time.sleep(scheduler_delay)
@@ -282,7 +286,9 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
             d.app.start_workflow_run({"name": "bench_fanout", "tasks": tasks})
         enqueued = time.time()
         producer = time.process_time() - producer_before
-        d.processes.start_all(options.workers, options.concurrency, options.scheduler_delay)
+        d.processes.start_all(
+            options.workers, options.concurrency, options.batch, options.scheduler_delay
+        )
         wait_until(d.probe, d.processes, SUCCEEDED_TASKS, n)
         wait_until(d.probe, d.processes, FINISHED_RUNS, n if options.shape == "runs" else 1)
         cpu = {"producer": producer, **d.processes.cpu_seconds()}
@@ -304,6 +310,7 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
         "n": n,
         "workers": options.workers,
         "concurrency": options.concurrency,
+        "batch": options.batch,
         "enqueue_per_s": n / (enqueued - started),
         "process_per_s": n / (last - enqueued),
         "end_to_end_per_s": n / (last - started),
@@ -340,7 +347,7 @@ def ready_to_claimed_ms(app: FlowForge, run_id: uuid.UUID) -> float:
 
 def latency(options: argparse.Namespace) -> dict[str, Any]:
     with deployment(options) as d:
-        d.processes.start_all(options.workers, options.concurrency)
+        d.processes.start_all(options.workers, options.concurrency, options.batch)
         definition = load_definition(ONE_TASK)
         d.app.start_workflow_run(definition, {"warm": True})  # processes are up and warm
         wait_until(d.probe, d.processes, FINISHED_RUNS, 1)
@@ -375,7 +382,7 @@ def chain(options: argparse.Namespace) -> dict[str, Any]:
         {"key": f"t{i}", "type": "noop", "depends_on": [f"t{i - 1}"]} for i in range(1, length)
     ]
     with deployment(options) as d:
-        d.processes.start_all(options.workers, options.concurrency)
+        d.processes.start_all(options.workers, options.concurrency, options.batch)
         definition = load_definition(ONE_TASK)
         d.app.start_workflow_run(definition, {"warm": True})
         wait_until(d.probe, d.processes, FINISHED_RUNS, 1)
@@ -408,6 +415,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--broker-url", default=BROKER_URL)
     parser.add_argument("--workers", type=int, default=4, help="worker processes")
     parser.add_argument("--concurrency", type=int, default=1, help="threads per worker")
+    parser.add_argument("--batch", type=int, default=1, help="dispatches a worker takes at once")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--out", type=Path, help="append the results as JSON lines")
     commands = parser.add_subparsers(dest="command")

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from uuid import UUID
 
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
@@ -33,7 +34,7 @@ from flowforge.processes.registry import TaskRegistry, default_registry
 from flowforge.processes.scheduler import Scheduler
 from flowforge.processes.supervisor import Supervisor
 from flowforge.processes.transport import (
-    DispatchConsumer,
+    ConsumerFactory,
     DispatchPublisher,
     InMemoryDispatchChannel,
 )
@@ -51,7 +52,8 @@ class Transport:
     """How the processes reach the dispatch queue."""
 
     connect_publisher: Callable[[], DispatchPublisher]
-    connect_consumer: Callable[[], DispatchConsumer]
+    #: A new consumer; ``prefetch=N`` lets it hold N deliveries at once (a worker's batch).
+    connect_consumer: ConsumerFactory
     #: Whether queued dispatches outlive this process (a broker's queue does).
     durable: bool = True
 
@@ -68,7 +70,7 @@ class Transport:
             rabbitmq.check_reachable(broker)
         return cls(
             lambda: rabbitmq.RabbitDispatchPublisher(broker),
-            lambda: rabbitmq.RabbitDispatchConsumer(broker),
+            partial(rabbitmq.RabbitDispatchConsumer, broker),
         )
 
 
@@ -128,13 +130,16 @@ class Processes:
             task_types=task_types,
         )
 
-    def worker(self, worker_id: str | None = None) -> Worker:
+    def worker(self, worker_id: str | None = None, *, batch: int = 1) -> Worker:
+        """A worker; ``batch`` > 1 lets it take that many dispatches at once (one claim,
+        one write of their outcomes: ``Worker.handle_batch``)."""
         return Worker(
             self.app,
-            self._transport().connect_consumer,
+            partial(self._transport().connect_consumer, prefetch=batch),
             registry=self.registry,
             worker_id=worker_id,
             stop=self.stop,
+            batch=batch,
         )
 
     def _transport(self) -> Transport:
@@ -145,9 +150,9 @@ class Processes:
     def supervisor(self) -> Supervisor:
         return Supervisor(self.stop)
 
-    def run_workers(self, worker_ids: Sequence[str]) -> None:
+    def run_workers(self, worker_ids: Sequence[str], *, batch: int = 1) -> None:
         """Workers in threads of this process until a stop; re-raise a thread's failure."""
-        workers = [self.worker(worker_id) for worker_id in worker_ids]
+        workers = [self.worker(worker_id, batch=batch) for worker_id in worker_ids]
         self.supervisor().run([(worker.worker_id, worker.run) for worker in workers])
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from flowforge import errors
 from flowforge.aggregates import json_values  # pure and light: --help stays fast
 from flowforge.cli.logs import LEVELS
-from flowforge.limits import MAX_ROWS
+from flowforge.limits import MAX_BATCH, MAX_ROWS
 
 
 class UsageError(errors.FlowForgeError):
@@ -428,6 +428,15 @@ def _processes(commands: Any) -> None:
         default=1,
         metavar="N",
         help="workers in this process, sharing one stop signal (default: 1)",
+    )
+    worker.add_argument(
+        "--batch",
+        type=_whole_number(MAX_BATCH),
+        default=1,
+        metavar="N",
+        help="dispatches each worker takes at once when they are waiting: claimed in one "
+        "transaction, their outcomes written in one; handlers still run one at a time "
+        "(default: 1; docs/worker.md, 'Batches')",
     )
     worker.add_argument(
         "--worker-id",

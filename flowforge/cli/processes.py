@@ -46,7 +46,7 @@ def worker(args: argparse.Namespace) -> int:
         base_id = args.worker_id or default_worker_id()
         count = args.concurrency
         ids = [base_id] if count == 1 else [f"{base_id}-{n}" for n in range(1, count + 1)]
-        processes.run_workers(ids)
+        processes.run_workers(ids, batch=args.batch)
     return 0
 
 

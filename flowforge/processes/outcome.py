@@ -19,12 +19,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 from flowforge import errors
+from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
 from flowforge.processes.loop import Backoff, Stop
 
@@ -90,13 +91,8 @@ class OutcomeWriter:
         backoff = Backoff(base=OUTCOME_RETRY_BASE_S, cap=OUTCOME_RETRY_CAP_S)
         while True:
             try:
-                written = self._app.finish_task_run(
-                    outcome.task_run_id,
-                    outcome.fencing_token,
-                    outcome.edge,
-                    outcome.result,
-                    outcome.error,
-                    actor=self._worker_id,
+                (written,) = self._app.finish_task_runs(
+                    [_finish_of(outcome)], actor=self._worker_id
                 )
             except errors.PersistenceError as exc:
                 # A permanent error (or a bug) is not retried: it would fail every time.
@@ -115,6 +111,47 @@ class OutcomeWriter:
             # Written, or refused as stale: either way there is nothing left to write.
             self._kept.pop(outcome.task_run_id, None)
             return written
+
+    def write_all(
+        self, outcomes: Sequence[Outcome], wait: Callable[[float], None]
+    ) -> list[bool | errors.PersistenceError]:
+        """Write ``outcomes`` (a worker's batch) together: the successes of tasks no
+        other task depends on in one transaction (``FlowForge.finish_task_runs``).
+        Whether each was recorded, in order; or the ``PersistenceError`` it ended with.
+
+        If that fails, each is written on its own with :meth:`write`'s retries, so a
+        database outage costs no outcome more than it would alone (an outcome the
+        failed attempt did record reads as stale then, as after any lost COMMIT).
+        """
+        try:
+            written: list[bool | errors.PersistenceError] = list(
+                self._app.finish_task_runs(
+                    [_finish_of(outcome) for outcome in outcomes], actor=self._worker_id
+                )
+            )
+        except errors.PermanentPersistenceError:
+            raise
+        except errors.PersistenceError as exc:
+            log.warning(
+                "batched outcome write failed; writing each on its own",
+                extra={"worker_id": self._worker_id, "outcomes": len(outcomes), "error": str(exc)},
+            )
+            written = []
+            for outcome in outcomes:
+                try:
+                    written.append(self.write(outcome, wait))
+                except errors.PermanentPersistenceError:
+                    raise
+                except errors.PersistenceError as failed:
+                    written.append(failed)
+            return written
+        for outcome in outcomes:
+            self._kept.pop(outcome.task_run_id, None)
+        return written
+
+    def keep(self, outcome: Outcome) -> None:
+        """Keep ``outcome`` for its dispatch's redelivery (it could not be written)."""
+        self._keep(outcome)
 
     def _keep(self, outcome: Outcome) -> None:
         self._kept[outcome.task_run_id] = outcome
@@ -135,3 +172,9 @@ class OutcomeWriter:
             "fencing_token": outcome.fencing_token,
             **fields,
         }
+
+
+def _finish_of(outcome: Outcome) -> Finish:
+    return Finish(
+        outcome.task_run_id, outcome.fencing_token, outcome.edge, outcome.result, outcome.error
+    )

@@ -7,8 +7,8 @@ nothing installed). Both give the same semantics, so the publisher and worker lo
 written once:
 
 - ``publish`` returns only when every message is safely on the queue, else raises;
-- a consumer holds at most ONE unsettled delivery (prefetch 1): ``get`` returns ``None``
-  until it is settled;
+- a consumer holds at most ``prefetch`` unsettled deliveries (1 unless asked): ``get``
+  returns ``None`` while it holds that many;
 - a delivery is settled exactly once, by ``ack`` (done), ``requeue`` (back on the queue,
   delivered again with ``redelivered=True``) or ``dead_letter`` (moved to the dead-letter
   queue, never delivered again); settling it twice raises ``RuntimeError``, a bug in the
@@ -31,6 +31,7 @@ from typing import Literal, Protocol, runtime_checkable
 from flowforge import errors
 from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.app.ports import DispatchPublisher as DispatchPublisher  # noqa: PLC0414 - re-export
+from flowforge.limits import MAX_BATCH
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class Delivery(Protocol):
 
 @runtime_checkable
 class DispatchConsumer(Protocol):
-    """Takes dispatches off the queue, at most one unsettled at a time.
+    """Takes dispatches off the queue, at most ``prefetch`` unsettled at a time.
 
     A consumer's methods, and its deliveries' settle methods, are called from one
     thread only; a handler may run in another thread meanwhile (see ``pump``).
@@ -71,7 +72,8 @@ class DispatchConsumer(Protocol):
     def get(self, timeout: float) -> Delivery | None:
         """The next delivery, or ``None`` if none arrived within ``timeout`` seconds.
 
-        Always ``None`` while this consumer still holds an unsettled delivery.
+        Always ``None`` while this consumer holds ``prefetch`` unsettled deliveries;
+        ``get(0)`` returns one that has already arrived, without waiting.
         """
         ...
 
@@ -85,8 +87,14 @@ class DispatchConsumer(Protocol):
         ...
 
     def close(self) -> None:
-        """Stop consuming; an unsettled delivery goes back on the queue."""
+        """Stop consuming; every unsettled delivery goes back on the queue."""
         ...
+
+
+class ConsumerFactory(Protocol):
+    """Opens a :class:`DispatchConsumer` that may hold ``prefetch`` deliveries at once."""
+
+    def __call__(self, *, prefetch: int = 1) -> DispatchConsumer: ...
 
 
 class SettleOnce:
@@ -127,6 +135,16 @@ class SettleOnce:
         raise NotImplementedError
 
 
+def valid_prefetch(prefetch: int) -> int:
+    """``prefetch`` if a consumer may hold that many deliveries at once (1 to
+    ``limits.MAX_BATCH``); else a ValueError naming the problem."""
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int):
+        raise ValueError(f"prefetch must be a whole number, got {prefetch!r}")
+    if not 1 <= prefetch <= MAX_BATCH:
+        raise ValueError(f"prefetch must be from 1 to {MAX_BATCH:,}, got {prefetch:,}")
+    return prefetch
+
+
 # --- in-process implementation ---------------------------------------------------------
 
 
@@ -156,16 +174,16 @@ class InMemoryDispatchChannel:
         self._changed = threading.Condition()
         self._ready: deque[_Entry] = deque()
         self._unsettled: dict[int, _Entry] = {}
-        #: Which delivery each consumer holds (prefetch 1: at most one each).
-        self._held: dict[InMemoryDispatchConsumer, int] = {}
+        #: The deliveries each consumer holds (at most its prefetch).
+        self._held: dict[InMemoryDispatchConsumer, set[int]] = {}
         self._dead: list[bytes] = []
         self._tags = itertools.count(1)
 
     def publisher(self) -> InMemoryDispatchPublisher:
         return InMemoryDispatchPublisher(self)
 
-    def consumer(self) -> InMemoryDispatchConsumer:
-        return InMemoryDispatchConsumer(self)
+    def consumer(self, *, prefetch: int = 1) -> InMemoryDispatchConsumer:
+        return InMemoryDispatchConsumer(self, prefetch=prefetch)
 
     @property
     def dead_letters(self) -> list[bytes]:
@@ -195,7 +213,8 @@ class InMemoryDispatchChannel:
     def _take(self, consumer: InMemoryDispatchConsumer, timeout: float) -> InMemoryDelivery | None:
         deadline = time.monotonic() + max(timeout, 0.0)
         with self._changed:
-            while consumer in self._held or not self._ready:
+            held = self._held.setdefault(consumer, set())
+            while len(held) >= consumer.prefetch or not self._ready:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
@@ -203,7 +222,7 @@ class InMemoryDispatchChannel:
             entry = self._ready.popleft()
             tag = next(self._tags)
             self._unsettled[tag] = entry
-            self._held[consumer] = tag
+            held.add(tag)
             return InMemoryDelivery(self, consumer, tag, entry.body, entry.returns > 0)
 
     def settle(self, consumer: InMemoryDispatchConsumer, tag: int, outcome: Outcome) -> None:
@@ -215,7 +234,7 @@ class InMemoryDispatchChannel:
                     "The delivery's consumer was closed, so the message went back on the "
                     "queue and will be delivered again; it can no longer be settled here."
                 )
-            del self._held[consumer]
+            self._held[consumer].discard(tag)
             if outcome == "requeue":
                 self._return(entry)
             elif outcome == "dead_letter":
@@ -225,9 +244,10 @@ class InMemoryDispatchChannel:
     def _orphan(self, consumer: InMemoryDispatchConsumer) -> None:
         """``consumer`` closed: return what it held, as the broker does."""
         with self._changed:
-            tag = self._held.pop(consumer, None)
-            if tag is not None:
+            held = self._held.pop(consumer, set())
+            for tag in sorted(held):
                 self._return(self._unsettled.pop(tag))
+            if held:
                 self._changed.notify_all()
 
     def _return(self, entry: _Entry) -> None:
@@ -257,10 +277,11 @@ class InMemoryDispatchPublisher:
 
 
 class InMemoryDispatchConsumer:
-    """A :class:`DispatchConsumer` on an :class:`InMemoryDispatchChannel`; prefetch 1."""
+    """A :class:`DispatchConsumer` on an :class:`InMemoryDispatchChannel`."""
 
-    def __init__(self, channel: InMemoryDispatchChannel) -> None:
+    def __init__(self, channel: InMemoryDispatchChannel, *, prefetch: int = 1) -> None:
         self._channel = channel
+        self.prefetch = valid_prefetch(prefetch)
 
     def get(self, timeout: float) -> InMemoryDelivery | None:
         return self._channel._take(self, timeout)

@@ -22,10 +22,11 @@ import socket
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 from flowforge import errors
 from flowforge.aggregates import failures
@@ -42,10 +43,12 @@ from flowforge.processes.loop import Backoff, Stop
 from flowforge.processes.outcome import OUTCOME_WRITE_PATIENCE_S, Outcome, OutcomeWriter
 from flowforge.processes.registry import TaskContext, TaskRegistry, default_registry
 from flowforge.processes.settle import Settlement
-from flowforge.processes.transport import Delivery, DispatchConsumer
+from flowforge.processes.transport import Delivery, DispatchConsumer, valid_prefetch
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 log = logging.getLogger(__name__)
+
+_Step = TypeVar("_Step")
 
 #: How long one wait for a message lasts before the loop checks for a stop.
 POLL_INTERVAL_S = 0.5
@@ -53,6 +56,11 @@ POLL_INTERVAL_S = 0.5
 PUMP_INTERVAL_S = 0.05
 #: How many runs' definitions and inputs a worker keeps in memory.
 RUN_CACHE_SIZE = 256
+#: How long a handler's outcome waits for its batch's others before it is written.
+OUTCOME_BATCH_WAIT_S = 0.05
+#: A task that waited in its batch this share of its lease has it renewed first (the
+#: heartbeat's own period).
+RENEW_WAITED_FRACTION = 1 / 3
 #: The latest runs a worker names when it reads a task (their definitions are not sent
 #: again); a run it knows beyond these is read once more, and remembered afresh.
 KNOWN_RUNS_SENT = 8
@@ -81,9 +89,12 @@ class Worker:
         stop: Stop | None = None,
         backoff: Backoff | None = None,
         outcome_patience: float = OUTCOME_WRITE_PATIENCE_S,
+        batch: int = 1,
     ) -> None:
         self.app = app
         self._connect = connect
+        #: Deliveries taken at once when they are already there (``handle_batch``).
+        self.batch = valid_prefetch(batch)
         self.registry = registry
         self.worker_id = worker_id or default_worker_id()
         self.stop = stop or Stop()
@@ -127,8 +138,16 @@ class Worker:
             while not self.stop.is_set():
                 delivery = consumer.get(POLL_INTERVAL_S)
                 self.backoff.connected()  # a get that returned: the connection works
-                if delivery is not None:
+                if delivery is None:
+                    continue
+                deliveries = [delivery]
+                # What has already arrived joins the batch; nothing is waited for.
+                while len(deliveries) < self.batch and (more := consumer.get(0)) is not None:
+                    deliveries.append(more)
+                if len(deliveries) == 1:
                     self.handle(delivery, consumer)
+                else:
+                    self.handle_batch(deliveries, consumer)
         finally:
             consumer.close()
 
@@ -149,16 +168,149 @@ class Worker:
             self._settle(delivery, settlement)
 
     def _process(self, delivery: Delivery, consumer: DispatchConsumer) -> Settlement:
+        admitted = self._admit(delivery)
+        if isinstance(admitted, Settlement):
+            return admitted
+        return self._guarded(
+            admitted, lambda: settle.done(self._claim_and_run(admitted, consumer))
+        )
+
+    def _admit(self, delivery: Delivery) -> DispatchMessage | Settlement:
+        """The delivery's dispatch if it is this deployment's; else its settlement."""
         try:
             message = decode_dispatch(delivery.body)
         except errors.MalformedDispatchError as exc:
             return self._unsettled(settle.for_error(exc), exc)
         if message.deployment is not None and message.deployment != self.app.deployment_id:
             return self._foreign(message)
+        return message
+
+    def _guarded(self, message: DispatchMessage, step: Callable[[], _Step]) -> _Step | Settlement:
+        """What ``step`` returns, or the settlement its database error calls for."""
         try:
-            return settle.done(self._claim_and_run(message, consumer))
+            return step()
         except (errors.NotFoundError, errors.PersistenceError) as exc:
             return self._unsettled(settle.for_error(exc), exc, task_run_id=message.task_run_id)
+
+    # --- a batch of messages ------------------------------------------------------------
+
+    def handle_batch(
+        self, deliveries: Sequence[Delivery], consumer: DispatchConsumer
+    ) -> list[str]:
+        """Settle each delivery exactly once, as :meth:`handle` does one, with ONE claim
+        for the batch and its outcomes written together (``OutcomeWriter.write_all``);
+        what happened to each, in order.
+
+        The handlers run one after another. A task that waited in the batch for a third
+        of its lease has it renewed before its handler starts. An outcome waits for the
+        batch's others at most :data:`OUTCOME_BATCH_WAIT_S`, written meanwhile if a
+        handler runs longer. Every settlement is performed at the end, after every
+        outcome was written: a broker lost meanwhile costs no outcome. If an error
+        nobody expected escapes, the outcomes not written yet are kept for their
+        redeliveries and every delivery not settled yet is requeued.
+        """
+        batch = _Batch(list(deliveries))
+        try:
+            self._run_batch(batch, consumer)
+            self._flush(batch, consumer)
+        except BaseException:
+            for _, outcome in batch.pending:
+                self.outcomes.keep(outcome)
+            self._settle_batch(batch, quietly=True)  # the error on its way up matters more
+            raise
+        self._settle_batch(batch)
+        return [settlement.result for settlement in batch.settlements if settlement is not None]
+
+    def _run_batch(self, batch: _Batch, consumer: DispatchConsumer) -> None:
+        to_claim: dict[int, DispatchMessage] = {}
+        for i, delivery in enumerate(batch.deliveries):
+            admitted = self._admit(delivery)
+            if isinstance(admitted, Settlement):
+                batch.settlements[i] = admitted
+            elif self.outcomes.kept(admitted.task_run_id) is not None:
+                batch.settlements[i] = self._process(delivery, consumer)
+            else:
+                to_claim[i] = admitted
+        if not to_claim:
+            return
+        claimed = self._guarded(
+            next(iter(to_claim.values())),
+            lambda: self.app.claim_task_runs_and_their_runs(
+                [message.task_run_id for message in to_claim.values()],
+                self.worker_id,
+                unless_known=self._latest_runs(),
+            ),
+        )
+        if isinstance(claimed, Settlement):  # the database failed: nothing was claimed
+            for i in to_claim:
+                batch.settlements[i] = claimed
+            return
+        claimed_at = time.monotonic()
+        for _, run in claimed:
+            if run is not None:
+                self._remember(run)
+        for (i, message), (row, _) in zip(to_claim.items(), claimed, strict=True):
+            step = partial(self._run_claimed, batch, i, message, row, claimed_at, consumer)
+            batch.settlements[i] = self._guarded(message, step)
+            self._flush_if_due(batch, consumer)
+
+    def _run_claimed(
+        self,
+        batch: _Batch,
+        index: int,
+        message: DispatchMessage,
+        row: TaskRunRow | None,
+        claimed_at: float,
+        consumer: DispatchConsumer,
+    ) -> Settlement | None:
+        """Run one task of the batch; ``None``: its outcome waits to be written."""
+        claimed = self._claimed(message.task_run_id, row)
+        if isinstance(claimed, str):
+            return settle.done(claimed)
+        task, claim, lease_seconds = claimed
+        waited = time.monotonic() - claimed_at >= lease_seconds * RENEW_WAITED_FRACTION
+        if waited and not self.app.renew_lease(
+            task.id, claim.fencing_token, lease_seconds, actor=self.worker_id
+        ):
+            return settle.done(self._skipped(task, "lease lost while waiting in its batch"))
+        result, error = self._execute(
+            task, claim, lease_seconds, consumer, lambda: self._flush_if_due(batch, consumer)
+        )
+        batch.wait(index, _outcome(task, claim, result, error))
+        return None
+
+    def _flush_if_due(self, batch: _Batch, consumer: DispatchConsumer) -> None:
+        if batch.pending and time.monotonic() - batch.pending_since >= OUTCOME_BATCH_WAIT_S:
+            self._flush(batch, consumer)
+
+    def _flush(self, batch: _Batch, consumer: DispatchConsumer) -> None:
+        """Write the outcomes waiting in the batch, together."""
+        if not batch.pending:
+            return
+        outcomes = [outcome for _, outcome in batch.pending]
+        written = self.outcomes.write_all(outcomes, lambda s: self._service(consumer, s))
+        for (i, outcome), result in zip(batch.pending, written, strict=True):
+            if isinstance(result, errors.PersistenceError):
+                failed = settle.for_error(result)
+                batch.settlements[i] = self._unsettled(failed, result, outcome.task_run_id)
+            else:
+                batch.settlements[i] = settle.done(self._written(outcome, result))
+        batch.pending.clear()
+
+    def _settle_batch(self, batch: _Batch, *, quietly: bool = False) -> None:
+        """Perform every settlement; requeue what has none. A broker error is raised
+        once every delivery was tried (the broker requeues what could not be settled),
+        unless ``quietly``."""
+        lost: errors.BrokerError | None = None
+        for delivery, settlement in zip(batch.deliveries, batch.settlements, strict=True):
+            try:
+                self._settle(delivery, settlement, back_off=False)
+            except errors.BrokerError as exc:
+                lost = lost or exc
+        if lost is not None and not quietly:
+            raise lost
+        if any(s is not None and s.back_off for s in batch.settlements):
+            self.stop.wait(POLL_INTERVAL_S)
 
     def _foreign(self, message: DispatchMessage) -> Settlement:
         """A dispatch of another deployment: logged as an error naming both."""
@@ -182,7 +334,9 @@ class Worker:
         log.warning(settlement.reason, extra=self._extra(**fields))
         return settlement
 
-    def _settle(self, delivery: Delivery, settlement: Settlement | None) -> None:
+    def _settle(
+        self, delivery: Delivery, settlement: Settlement | None, *, back_off: bool = True
+    ) -> None:
         if settlement is None:
             try:
                 settle.perform(delivery, settle.UNEXPECTED.outcome)
@@ -192,7 +346,7 @@ class Worker:
                 log.debug("requeue after an error failed", extra=self._extra(error=str(exc)))
             return
         settle.perform(delivery, settlement.outcome)
-        if settlement.back_off:
+        if back_off and settlement.back_off:
             self.stop.wait(POLL_INTERVAL_S)
 
     def _claim_and_run(self, message: DispatchMessage, consumer: DispatchConsumer) -> str:
@@ -206,19 +360,14 @@ class Worker:
             return claimed
         task, claim, lease_seconds = claimed
         result, error = self._execute(task, claim, lease_seconds, consumer)
-        outcome = Outcome(
-            task_run_id=task.id,
-            task_key=task.task_key,
-            attempt=claim.attempt,
-            fencing_token=claim.fencing_token,
-            edge="fail" if error is not None else "succeed",
-            result=result,
-            error=error,
-        )
-        return self._write(outcome, consumer)
+        return self._write(_outcome(task, claim, result, error), consumer)
 
     def _write(self, outcome: Outcome, consumer: DispatchConsumer) -> str:
         written = self.outcomes.write(outcome, lambda seconds: self._service(consumer, seconds))
+        return self._written(outcome, written)
+
+    def _written(self, outcome: Outcome, written: bool) -> str:
+        """Log a written (or stale) outcome; what happened."""
         failure: dict[str, str] = {}
         if outcome.error is not None:
             # The exception where an operator looks first: type, message, innermost frames.
@@ -265,9 +414,15 @@ class Worker:
         return "skipped"
 
     def _execute(
-        self, task: TaskRunRow, claim: Claim, lease_seconds: float, consumer: DispatchConsumer
+        self,
+        task: TaskRunRow,
+        claim: Claim,
+        lease_seconds: float,
+        consumer: DispatchConsumer,
+        meanwhile: Callable[[], None] = lambda: None,
     ) -> tuple[Any, dict[str, str] | None]:
-        """Run the handler in a thread beside the heartbeat, servicing the connection."""
+        """Run the handler in a thread beside the heartbeat, servicing the connection
+        (and doing ``meanwhile``, a batch's due writes) while it runs."""
         try:
             handler = self.registry.get(task.task_type)
         except errors.UnknownTaskTypeError as exc:
@@ -279,6 +434,7 @@ class Worker:
             call.start()
             while not call.join(PUMP_INTERVAL_S):
                 self._pump(consumer, 0)
+                meanwhile()
         return call.outcome()
 
     def _context(self, task: TaskRunRow, claim: Claim) -> TaskContext:
@@ -307,6 +463,13 @@ class Worker:
         )
         if run is not None:
             self._remember(run)
+        return self._claimed(task_run_id, row)
+
+    def _claimed(
+        self, task_run_id: uuid.UUID, row: TaskRunRow | None
+    ) -> tuple[TaskRunRow, Claim, float] | str:
+        """What a claim that returned ``row`` gives: the row, the claim and its lease;
+        or, when nothing was claimed, what happened instead."""
         if row is not None:
             assert row.lease_seconds is not None  # the claim took the row's own lease
             return row, Claim.of(row), row.lease_seconds
@@ -350,3 +513,35 @@ class Worker:
 
     def _extra(self, **fields: Any) -> dict[str, Any]:
         return {"worker_id": self.worker_id, **fields}
+
+
+@dataclass(slots=True)
+class _Batch:
+    """The deliveries a worker took at once: each one's settlement once decided, and
+    the outcomes that wait to be written together (by the delivery's position)."""
+
+    deliveries: list[Delivery]
+    settlements: list[Settlement | None] = field(default_factory=list)
+    pending: list[tuple[int, Outcome]] = field(default_factory=list)
+    #: When the oldest waiting outcome was produced (``time.monotonic()``).
+    pending_since: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.settlements = [None] * len(self.deliveries)
+
+    def wait(self, index: int, outcome: Outcome) -> None:
+        if not self.pending:
+            self.pending_since = time.monotonic()
+        self.pending.append((index, outcome))
+
+
+def _outcome(task: TaskRunRow, claim: Claim, result: Any, error: dict[str, str] | None) -> Outcome:
+    return Outcome(
+        task_run_id=task.id,
+        task_key=task.task_key,
+        attempt=claim.attempt,
+        fencing_token=claim.fencing_token,
+        edge="fail" if error is not None else "succeed",
+        result=result,
+        error=error,
+    )

@@ -8,8 +8,9 @@ traceback). The publisher and worker loops see only ``flowforge.processes.transp
 - :mod:`.connection`: opening (bounded timeouts), the I/O loop, closing;
 - :mod:`.confirms`: the one shim that pipelines publisher confirms;
 - :mod:`.publisher`: ``RabbitDispatchPublisher`` (bounded reconnect, confirms, mandatory);
-- :mod:`.consumer` and :mod:`.delivery`: ``RabbitDispatchConsumer`` (manual acks,
-  prefetch 1) and its deliveries, which settle through the consumer's ``settle`` port;
+- :mod:`.consumer` and :mod:`.delivery`: ``RabbitDispatchConsumer`` (manual acks, a
+  prefetch: 1 unless the worker batches) and its deliveries, which settle through the
+  consumer's ``settle`` port;
 - :mod:`.translate`: pika's errors into FlowForge's, in one place.
 
 The operator's side (the migration from a classic queue, poison messages) is in
@@ -24,7 +25,7 @@ from flowforge.processes.rabbitmq.connection import (
     check_reachable,
     connect,
 )
-from flowforge.processes.rabbitmq.consumer import PREFETCH_COUNT, RabbitDispatchConsumer
+from flowforge.processes.rabbitmq.consumer import RabbitDispatchConsumer
 from flowforge.processes.rabbitmq.delivery import RabbitDelivery
 from flowforge.processes.rabbitmq.publisher import (
     MAX_PUBLISH_ATTEMPTS,
@@ -42,7 +43,6 @@ __all__ = [
     "CONNECT_TIMEOUT_S",
     "DISPATCH_QUEUE_ARGUMENTS",
     "MAX_PUBLISH_ATTEMPTS",
-    "PREFETCH_COUNT",
     "PUBLISH_CONFIRM_TIMEOUT_S",
     "RabbitDelivery",
     "RabbitDispatchConsumer",

@@ -1,11 +1,11 @@
-"""The RabbitMQ ``DispatchConsumer``: manual acks, prefetch 1, on the dispatch queue."""
+"""The RabbitMQ ``DispatchConsumer``: manual acks, a prefetch (1 unless asked), on the
+dispatch queue."""
 
 from __future__ import annotations
 
 import time
 from collections import deque
 from contextlib import AbstractContextManager
-from typing import Final
 
 import pika
 import pika.spec
@@ -18,12 +18,10 @@ from flowforge.processes.rabbitmq import topology, translate
 from flowforge.processes.rabbitmq.connection import close_quietly, connect, process_events
 from flowforge.processes.rabbitmq.delivery import RabbitDelivery, send_settlement
 
-#: The broker sends the next message only after this consumer settled the last one.
-PREFETCH_COUNT: Final = 1
-
 
 class RabbitDispatchConsumer:
-    """A ``DispatchConsumer``: manual acks, prefetch 1, on the dispatch queue.
+    """A ``DispatchConsumer``: manual acks, on the dispatch queue; the broker sends it
+    at most ``prefetch`` messages it has not settled yet.
 
     The first ``get`` connects, declares the topology (raising ``QueueTypeMismatchError``
     if the queue is classic) and starts consuming. Any connection error drops the
@@ -36,8 +34,9 @@ class RabbitDispatchConsumer:
     ``consumer_timeout`` (30 minutes by default): a longer handler needs it raised.
     """
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, prefetch: int = 1) -> None:
         self._config = config
+        self._prefetch = transport.valid_prefetch(prefetch)
         self._connection: pika.BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         self._inbox: deque[tuple[BlockingChannel, int, bool, bytes]] = deque()
@@ -111,7 +110,7 @@ class RabbitDispatchConsumer:
             channel = connection.channel()
             topology.declare_dispatch_queue(channel, self._config)
             # Per consumer (not global: quorum queues refuse global QoS).
-            channel.basic_qos(prefetch_count=PREFETCH_COUNT)
+            channel.basic_qos(prefetch_count=self._prefetch)
             channel.add_on_cancel_callback(self._on_cancelled)
             channel.basic_consume(
                 self._config.queue, on_message_callback=self._on_message, auto_ack=False
