@@ -229,6 +229,9 @@ class Worker:
                 batch.settlements[i] = admitted
             elif self.outcomes.kept(admitted.task_run_id) is not None:
                 batch.settlements[i] = self._process(delivery, consumer)
+            elif any(m.task_run_id == admitted.task_run_id for m in to_claim.values()):
+                # A duplicate dispatch: the claim of the first decides for both.
+                batch.settlements[i] = settle.done(self._duplicate(admitted))
             else:
                 to_claim[i] = admitted
         if not to_claim:
@@ -405,6 +408,13 @@ class Worker:
                 "broker connection lost while a task runs; finishing the task first",
                 extra=self._extra(error=str(exc)),
             )
+
+    def _duplicate(self, message: DispatchMessage) -> str:
+        log.info(
+            "duplicate or stale dispatch acked without running",
+            extra=self._extra(task_run_id=str(message.task_run_id), reason="twice in a batch"),
+        )
+        return "skipped"
 
     def _skipped(self, task: TaskRunRow, why: str) -> str:
         log.info(

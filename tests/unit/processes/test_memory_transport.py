@@ -85,6 +85,39 @@ def test_a_consumer_holds_at_most_one_unsettled_delivery() -> None:
     assert first_consumer.get(NO_WAIT) is not None
 
 
+def test_a_consumer_with_a_prefetch_holds_that_many_and_takes_more_as_it_settles() -> None:
+    channel = InMemoryDispatchChannel()
+    messages = published(channel, 4)
+    consumer = channel.consumer(prefetch=3)
+    held = [consumer.get(NO_WAIT) for _ in range(3)]
+    assert [d.body if d else None for d in held] == [m.encode() for m in messages[:3]]
+    assert consumer.get(0.01) is None
+    assert (channel.ready_count, channel.unsettled_count) == (1, 3)
+    held[1].ack()  # type: ignore[union-attr]
+    fourth = consumer.get(NO_WAIT)
+    assert fourth is not None and fourth.body == messages[3].encode()
+
+
+def test_closing_a_consumer_returns_every_delivery_it_held() -> None:
+    channel = InMemoryDispatchChannel()
+    messages = published(channel, 3)
+    consumer = channel.consumer(prefetch=3)
+    held = [consumer.get(NO_WAIT) for _ in range(3)]
+    held[0].ack()  # type: ignore[union-attr]
+    consumer.close()
+    again = [channel.consumer(prefetch=3).get(NO_WAIT) for _ in range(2)]
+    assert {d.body for d in again if d and d.redelivered} == {m.encode() for m in messages[1:]}
+    assert (channel.ready_count, channel.unsettled_count) == (0, 2)
+
+
+@pytest.mark.parametrize("prefetch", [0, -1, 1_001, 2.5, True])
+def test_a_prefetch_that_is_not_a_whole_number_from_1_to_the_batch_limit_is_refused(
+    prefetch: object,
+) -> None:
+    with pytest.raises(ValueError, match="prefetch must be"):
+        InMemoryDispatchChannel().consumer(prefetch=prefetch)  # type: ignore[arg-type]
+
+
 def test_an_acked_message_is_gone() -> None:
     channel = InMemoryDispatchChannel()
     published(channel, 1)
