@@ -85,14 +85,23 @@ class Cluster:
         self.processes[name] = process
         return process
 
-    def start_all(self, workers: int = 2) -> None:
+    def start_all(self, workers: int = 2, batch: int = 1) -> None:
         self.start("scheduler", "scheduler", "--interval", "0.2")
         self.start("publisher", "publisher", "--interval", "0.1")
         for number in range(1, workers + 1):
-            self.start_worker(f"worker-{number}")
+            self.start_worker(f"worker-{number}", batch)
 
-    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
-        return self.start(name, "worker", "--tasks", "tests.e2e.fault_tasks", "--worker-id", name)
+    def start_worker(self, name: str, batch: int = 1) -> subprocess.Popen[bytes]:
+        return self.start(
+            name,
+            "worker",
+            "--tasks",
+            "tests.e2e.fault_tasks",
+            "--worker-id",
+            name,
+            "--batch",
+            str(batch),
+        )
 
     def submit(self, definition: dict[str, Any]) -> UUID:
         return self.app.start_workflow_run(definition)

@@ -25,6 +25,8 @@ from tests.e2e.cluster import Cluster, admin
 from tests.helpers import rabbitmqctl, wait_until
 
 LEASE_S = 2
+#: Dispatches a batching worker takes at once.
+BATCH = 5
 
 
 #: The lease of the task whose outcome write meets a database outage: longer than the
@@ -90,6 +92,41 @@ def test_a_worker_killed_mid_handler_is_reaped_and_another_worker_completes_the_
     assert [(e["fencing_token"], e["pid"] != victim["pid"]) for e in ran] == [(3, True)]
 
 
+def test_a_batching_worker_killed_mid_batch_loses_none_of_it_and_runs_none_twice(
+    cluster: Cluster,
+) -> None:
+    """Every task of the killed worker's batch was claimed in one transaction: each is
+    reaped and completed once by the other worker; no handler's effect is lost."""
+    definition = {
+        "name": "batch_held",
+        "lease_seconds": LEASE_S,
+        "retry": {"max_attempts": 3, "backoff_seconds": 0.1},
+        "tasks": [{"key": f"t{i}", "type": "held"} for i in range(BATCH)],
+    }
+    cluster.start_all(workers=0)
+    run_id = cluster.submit(definition)
+    wait_until(lambda: cluster.app.pending_dispatch_count() == 0, 30, "not published")
+    victim = cluster.start_worker("worker-1", BATCH)  # every dispatch is waiting for it
+    first_start(cluster)
+    os.kill(victim.pid, signal.SIGKILL)
+    cluster.release()  # later first attempts (the other worker's) finish at once
+    cluster.start_worker("worker-2", BATCH)
+    assert cluster.wait_for_run(run_id).state == "succeeded"
+    batched = 0
+    for task in cluster.app.task_runs(run_id):
+        log = transitions(cluster.app, task.id)
+        claims = [e.actor for e in cluster.app.history(task.id) if e.transition == "claim"]
+        if claims[0] == "worker-1":
+            batched += 1
+            assert log == ["create", "claim", "reap_lease", "claim", "succeed"]
+        else:
+            assert log == ["create", "claim", "succeed"]
+    assert batched >= 2, "the killed worker held no batch"
+    ran = Counter(e["task_key"] for e in cluster.effects() if e["event"] == "ran")
+    assert ran == {f"t{i}": 1 for i in range(BATCH)}
+    assert all(e["pid"] != victim.pid for e in cluster.effects() if e["event"] == "ran")
+
+
 def test_a_stopped_worker_that_wakes_after_losing_its_lease_writes_nothing(
     cluster: Cluster,
 ) -> None:
@@ -118,8 +155,9 @@ def test_a_stopped_worker_that_wakes_after_losing_its_lease_writes_nothing(
 
 
 @pytest.mark.serial
+@pytest.mark.parametrize("batch", [1, BATCH])
 def test_a_broker_restart_mid_run_loses_no_task_and_finishes_none_twice(
-    cluster: Cluster,
+    cluster: Cluster, batch: int
 ) -> None:
     definition = {
         "name": "wide_steady",
@@ -127,7 +165,7 @@ def test_a_broker_restart_mid_run_loses_no_task_and_finishes_none_twice(
         "retry": {"max_attempts": 5, "backoff_seconds": 0.1},
         "tasks": [{"key": f"t{i}", "type": "steady"} for i in range(12)],
     }
-    cluster.start_all(workers=2)
+    cluster.start_all(workers=2, batch=batch)
     run_id = cluster.submit(definition)
     wait_until(lambda: len(cluster.effects()) >= 2, 30, "no task started")
     try:
