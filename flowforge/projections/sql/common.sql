@@ -328,10 +328,16 @@ SELECT state FROM workflow_runs WHERE id = :id {for_update_skip_locked};
 -- workflow_runs' table lock before task_runs' (the subquery only reads task_runs),
 -- the order of the rebuild's LOCK TABLE. A finish that took task_runs' lock first and
 -- then asked for workflow_runs' deadlocked with a rebuild (tests/integration/
--- test_rebuild.py). Nothing when another transaction holds the run row.
+-- test_rebuild.py). Nothing when another transaction holds the run row. The row it
+-- locked is noted for the rest of the transaction ({note_run_held}, PostgreSQL), for the
+-- guards of a leaf's success (run_row_held in postgres.sql); the lock is taken inside
+-- the CTE, so only a row actually locked is noted.
 -- name: try_lock_workflow_run_of_task
-SELECT state FROM workflow_runs
-WHERE id = (SELECT workflow_run_id FROM task_runs WHERE id = :id) {for_update_skip_locked};
+WITH tried AS (
+    SELECT id, state FROM workflow_runs
+    WHERE id = (SELECT workflow_run_id FROM task_runs WHERE id = :id) {for_update_skip_locked}
+)
+SELECT state{note_run_held} FROM tried;
 
 -- name: select_task_runs_of_run
 SELECT * FROM task_runs WHERE workflow_run_id = :workflow_run_id ORDER BY created_at, task_key;

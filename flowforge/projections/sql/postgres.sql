@@ -164,16 +164,26 @@ $$
 -- A worker's success of a task no other task depends on, and all that can follow it,
 -- in ONE round trip with the COMMIT (Writes.succeed_leaf): the run row tried
 -- (try_lock_workflow_run_of_task), the finish (task_finish), then the three statements
--- below. Each acts only if the finish won ({finished_here}) and this transaction holds
--- the run row ({run_row_held}: SKIP LOCKED re-checks the lock the batch's first
--- statement tried, and never waits, so the lock order stays the run row first). A run
+-- below. Each acts only if the finish won ({finished_here}) and this transaction has
+-- held the run row since its try ({run_row_held}, below; nothing waits for a lock, so
+-- the lock order stays the run row first). A run
 -- no scheduler has started yet is started (advance.advance_after_finish says why).
 -- :id is the run's id, :task_run_id the finished task's.
 -- macro: finished_here
 EXISTS (SELECT 1 FROM task_runs WHERE id = :task_run_id AND {written_by_this_transaction})
 
+-- "Held" means held since the batch's try_lock_workflow_run_of_task, which noted the
+-- run it locked ({note_run_held}); a batch's later leaf of a run an earlier one locked
+-- finds it noted again by its own try (SKIP LOCKED returns a row this transaction
+-- holds). Not a SKIP LOCKED re-check: that could take a lock freed since this
+-- statement's snapshot, and judge the run with a snapshot older than the lock (two
+-- racing last leaves each saw the other unfinished and neither settled nor marked the
+-- run: test_leaf_finish.py's race, 1 round in ~4).
 -- macro: run_row_held
-id IN (SELECT id FROM workflow_runs WHERE id = :id {for_update_skip_locked})
+current_setting('flowforge.held_run', true) = CAST(:id AS text)
+
+-- macro: note_run_held
+, set_config('flowforge.held_run', CAST(id AS text), true) AS held_run
 
 -- name: run_start_after_finish
 UPDATE workflow_runs

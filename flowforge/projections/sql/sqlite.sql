@@ -66,6 +66,10 @@ rowid
 -- macro: for_update_skip_locked
 
 
+-- A single writer holds the whole database: nothing to note.
+-- macro: note_run_held
+
+
 -- A new deployment's id (flowforge_deployment): 12 random hex digits.
 -- macro: random_deployment_id
 lower(hex(randomblob(6)))
