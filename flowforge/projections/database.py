@@ -16,7 +16,7 @@ import json
 import re
 import select
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -61,10 +61,14 @@ class Transaction(Protocol):
         COMMIT with it (one round trip; nothing may be written after it)."""
         ...
 
-    def run_each(self, statements: Sequence[_Named], *, commit: bool = False) -> list[list[Row]]:
+    def run_each(
+        self, statements: Sequence[_Named], *, commit: bool = False, unread: Collection[int] = ()
+    ) -> list[list[Row]]:
         """Run the ``(name, params)`` statements in order (PostgreSQL: in one round trip,
         so none may depend on another's rows); the rows of each. ``commit`` as for
-        :meth:`run`."""
+        :meth:`run`. ``unread``: the positions of statements whose rows the caller does
+        not read; theirs come back empty, not loaded (a run row's definition JSON was
+        most of a batch's client CPU)."""
         ...
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
@@ -208,10 +212,11 @@ def _send_batch(
     prepared: bool,
     begin: bool = False,
     commit: bool = False,
-    wanted: int = 1,
+    read: Sequence[bool] = (),
 ) -> list[list[Row]]:
     """ONE round trip: ``batch`` (after BEGIN, before COMMIT, if asked) as one
-    simple-protocol query; the rows of each of its last ``wanted`` statements.
+    simple-protocol query; the rows of each of its last ``len(read)`` statements, loaded
+    where ``read`` says so (else empty).
 
     The server runs the statements in order and stops at the first error: the
     transaction is then aborted and nothing after the error runs, COMMIT included.
@@ -222,7 +227,8 @@ def _send_batch(
         parts.append(b"COMMIT")
     results = _simple_query(conn, b";\n".join(parts))
     last = len(results) - (1 if commit else 0)
-    return [_loaded(conn, result) for result in results[last - wanted : last]]
+    tail = results[last - len(read) : last]
+    return [_loaded(conn, r) if wanted else [] for r, wanted in zip(tail, read, strict=True)]
 
 
 def _simple_query(conn: psycopg.Connection[Any], query: bytes) -> list[pq.abc.PGresult]:
@@ -296,26 +302,33 @@ class _PostgresStatements:
         (rows,) = self._round_trip([(name, params)], commit=commit)
         return rows
 
-    def run_each(self, statements: Sequence[_Named], *, commit: bool = False) -> list[list[Row]]:
-        return self._round_trip(statements, commit=commit)
+    def run_each(
+        self, statements: Sequence[_Named], *, commit: bool = False, unread: Collection[int] = ()
+    ) -> list[list[Row]]:
+        read = [i not in unread for i in range(len(statements))]
+        return self._round_trip(statements, commit=commit, read=read)
 
     def _round_trip(
-        self, statements: Sequence[_Statement], *, commit: bool = False
+        self,
+        statements: Sequence[_Statement],
+        *,
+        commit: bool = False,
+        read: Sequence[bool] | None = None,
     ) -> list[list[Row]]:
         """The pending statements and ``statements``, sent (with the COMMIT if
-        ``commit``); the rows of each of the latter."""
+        ``commit``); the rows of each of the latter (empty where ``read`` says no)."""
         self._refuse_after_commit("a statement")
+        read = [True] * len(statements) if read is None else read
         if commit:
-            return self._last_round_trip(statements)
+            return self._last_round_trip(statements, read)
         batch, self._pending = [*self._pending, *statements], []
-        wanted = len(statements)
         if self._conn is not None:
-            return _send_batch(self._conn, batch, prepared=self._prepared, wanted=wanted)
+            return _send_batch(self._conn, batch, prepared=self._prepared, read=read)
 
         def first(conn: psycopg.Connection[Any]) -> list[list[Row]]:
             try:
                 return _send_batch(
-                    conn, batch, prepared=self._prepared, begin=self._begins, wanted=wanted
+                    conn, batch, prepared=self._prepared, begin=self._begins, read=read
                 )
             except psycopg.Error:
                 _roll_back(conn)
@@ -324,7 +337,9 @@ class _PostgresStatements:
         self._conn, rows = _on_live_connection(self._datastore, self._stack, first)
         return rows
 
-    def _last_round_trip(self, statements: Sequence[_Statement]) -> list[list[Row]]:
+    def _last_round_trip(
+        self, statements: Sequence[_Statement], read: Sequence[bool]
+    ) -> list[list[Row]]:
         raise TypeError("only a write transaction commits")
 
     def _refuse_after_commit(self, what: str) -> None:
@@ -354,7 +369,9 @@ class _PostgresTransaction(_PostgresStatements):
         self._refuse_after_commit(name)
         self._pending.append((name, params))
 
-    def _last_round_trip(self, statements: Sequence[_Statement]) -> list[list[Row]]:
+    def _last_round_trip(
+        self, statements: Sequence[_Statement], read: Sequence[bool]
+    ) -> list[list[Row]]:
         """The whole rest of the transaction in one round trip, COMMIT included (a whole
         transaction when nothing was sent yet: BEGIN, its statements, COMMIT). It is
         never sent twice: a connection lost during it may have committed, so the error
@@ -371,7 +388,7 @@ class _PostgresTransaction(_PostgresStatements):
                 prepared=self._prepared,
                 begin=begin,
                 commit=True,
-                wanted=len(statements),
+                read=read,
             )
         except psycopg.Error:
             _roll_back(self._conn)
@@ -578,8 +595,11 @@ class _SqliteTransaction:
         self._cursor.execute(self._queries[name], encoded)
         return [_decode_sqlite(row) for row in self._cursor.fetchall()]
 
-    def run_each(self, statements: Sequence[_Named], *, commit: bool = False) -> list[list[Row]]:
-        return [self.run(name, params) for name, params in statements]
+    def run_each(
+        self, statements: Sequence[_Named], *, commit: bool = False, unread: Collection[int] = ()
+    ) -> list[list[Row]]:
+        rows = [self.run(name, params) for name, params in statements]
+        return [[] if i in unread else found for i, found in enumerate(rows)]
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
         # In-process: no round trip to save.

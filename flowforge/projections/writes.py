@@ -302,8 +302,11 @@ class Writes(Reads):
             statements += self._leaf_success_statements(success, finish, actor)
         if not successes:
             return []
-        rows = self._tx.run_each(statements, commit=True)
         per = len(statements) // len(successes)
+        # Only the finish's and the mark's rows are read: not the run rows the start and
+        # the success return (their definitions are most of the loading).
+        unread = [i for i in range(len(statements)) if i % per not in _LEAF_ROWS_READ]
+        rows = self._tx.run_each(statements, commit=True, unread=unread)
         groups = [rows[i : i + per] for i in range(0, len(rows), per)]
         if any(group[-1] for group in groups):  # the mark's rows: a scheduler's to do
             self.marked_runs = True
@@ -333,6 +336,7 @@ class Writes(Reads):
         )
         start_params = {**_run_params(leaf.run_id, START_RUN), **guard}
         succeed_params = {**_run_params(leaf.run_id, SUCCEED_RUN), **guard}
+        # Keep _LEAF_ROWS_READ in step with this order.
         return [
             ("try_lock_workflow_run_of_task", {"id": task_run_id}),
             self._statement("task_finish", finish_params, finish),
@@ -553,6 +557,11 @@ class Writes(Reads):
         published within that time."""
         params = {"older_than": older_than_seconds, "limit": limit}
         return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_stalled_ready", params)]
+
+
+#: Which of a leaf's success statements (``Writes._leaf_success_statements``) have rows
+#: the caller reads: the finish's (the new task row) and the mark's (whether it marked).
+_LEAF_ROWS_READ = frozenset({1, 4})
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ test_event_sql.py proves the two events read back equal), and appends nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -72,7 +72,11 @@ class FakeTransaction:
         return [dict(self.answer)] if self.answer and name.startswith("task_") else []
 
     def run_each(
-        self, statements: Sequence[tuple[str, Mapping[str, Any] | None]], *, commit: bool = False
+        self,
+        statements: Sequence[tuple[str, Mapping[str, Any] | None]],
+        *,
+        commit: bool = False,
+        unread: Collection[int] = (),
     ) -> list[list[dict[str, Any]]]:
         return [self.run(name, params, commit=commit) for name, params in statements]
 
