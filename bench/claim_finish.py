@@ -62,6 +62,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -77,6 +78,7 @@ from psycopg import sql
 from bench.cpu import machine_busy_seconds
 from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
+from flowforge.processes.worker import KNOWN_RUNS_SENT
 
 PROC_STAT = "/proc/stat"
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -360,16 +362,20 @@ def cycle(ff: FlowForge, task_run_id: UUID, worker_id: str) -> bool:
     return ff.finish_task_run(task_run_id, claim.fencing_token, "succeed", RESULT)
 
 
-def batched_cycle(ff: FlowForge, task_run_ids: list[UUID], worker_id: str) -> bool:
+def batched_cycle(
+    ff: FlowForge, task_run_ids: list[UUID], worker_id: str, known: deque[UUID]
+) -> bool:
     """Claim+finish of a batch: one batched claim (the tasks' own leases, their runs
-    read and parsed as a worker does), one batched finish; False if any write lost."""
-    claimed = ff.claim_task_runs_and_their_runs(task_run_ids, worker_id)
+    read unless ``known`` and parsed, as a worker does), one batched finish; False if
+    any write lost."""
+    rows, runs = ff.claim_task_runs_and_their_runs(task_run_ids, worker_id, unless_known=known)
+    for run in runs:
+        ff.definitions.of(run)
+        known.append(run.id)
     finishes: list[Finish] = []
-    for row, run in claimed:
+    for row in rows:
         if row is None:
             return False
-        if run is not None:
-            ff.definitions.of(run)
         finishes.append(Finish(row.id, row.fencing_token, "succeed", RESULT))
     return all(ff.finish_task_runs(finishes, actor=worker_id))
 
@@ -387,9 +393,10 @@ def worker_main(
         with FlowForge(url) as ff:
             worker_id = f"bench-{os.getpid()}"
             if variant == VARIANT_BATCHED:
+                known: deque[UUID] = deque(maxlen=KNOWN_RUNS_SENT)
                 results.put(
                     timed_cycles(
-                        lambda batch: batched_cycle(ff, batch, worker_id),
+                        lambda batch: batched_cycle(ff, batch, worker_id, known),
                         batches(warmup),
                         batches(timed),
                         barrier,

@@ -189,10 +189,10 @@ class Commands(Queries):
         ``unless_known``, the task's run, all in the claim's round trip. A task that is
         not ready, a claim lost to another worker and a row without a lease of its own
         (created before schema version 5) all give ``None``: read the task to tell."""
-        (claimed,) = self.claim_task_runs_and_their_runs(
+        (row,), runs = self.claim_task_runs_and_their_runs(
             [task_run_id], worker_id, unless_known=unless_known
         )
-        return claimed
+        return row, next(iter(runs), None)
 
     def claim_task_runs_and_their_runs(
         self,
@@ -200,20 +200,22 @@ class Commands(Queries):
         worker_id: str,
         *,
         unless_known: Collection[UUID] = (),
-    ) -> list[tuple[TaskRunRow | None, WorkflowRunRow | None]]:
+    ) -> tuple[list[TaskRunRow | None], list[WorkflowRunRow]]:
         """:meth:`claim_task_run_and_its_run` for each task (distinct ids, at most
         ``limits.MAX_BATCH``), in ONE transaction: on PostgreSQL one round trip with its
         COMMIT, where one claim at a time costs a round trip and a commit each. Each
         claim is its own conditional write with its own event and fencing token: one
-        that loses (``None``) leaves the others claimed. In the order given."""
+        that loses (``None``) leaves the others claimed. The claimed rows in the order
+        given, and the runs of the tasks (claimed or not), each once, except those in
+        ``unless_known``."""
         ids = batch_of_ids(task_run_ids, "task_run_ids")
         worker_id = text(worker_id, "worker_id")
         with self._writer() as writer:
-            claimed = writer.claims_with_runs(ids, worker_id, unless_known, last=True)
-        for row, _ in claimed:
+            rows, runs = writer.claims_with_runs(ids, worker_id, unless_known, last=True)
+        for row in rows:
             if row is not None:
                 self.claims.remember(row)
-        return claimed
+        return rows, runs
 
     def finish_task_run(
         self,

@@ -84,11 +84,12 @@ class Writer:
         known_runs: Collection[UUID],
         *,
         last: bool = False,
-    ) -> list[tuple[TaskRunRow | None, WorkflowRunRow | None]]:
-        """:meth:`claim` of each task with its row's own lease, and its run unless known
-        (``Writes.claims_with_runs``): each claimed row (``None``: lost) and run."""
-        claimed = self.store.claims_with_runs(task_run_ids, worker_id, known_runs, last=last)
-        return [(self._record_task(row, _CLAIM), run) for row, run in claimed]
+    ) -> tuple[list[TaskRunRow | None], list[WorkflowRunRow]]:
+        """:meth:`claim` of each task with its row's own lease, and their runs unless
+        known (``Writes.claims_with_runs``): each claimed row (``None``: lost), and the
+        runs read."""
+        rows, runs = self.store.claims_with_runs(task_run_ids, worker_id, known_runs, last=last)
+        return [self._record_task(row, _CLAIM) for row in rows], runs
 
     def finish(
         self,

@@ -249,10 +249,10 @@ class Worker:
                 batch.settlements[i] = claimed
             return
         claimed_at = time.monotonic()
-        for _, run in claimed:
-            if run is not None:
-                self._remember(run)
-        for (i, message), (row, _) in zip(to_claim.items(), claimed, strict=True):
+        rows, runs = claimed
+        for run in runs:
+            self._remember(run)
+        for (i, message), row in zip(to_claim.items(), rows, strict=True):
             step = partial(self._run_claimed, batch, i, message, row, claimed_at, consumer)
             batch.settlements[i] = self._guarded(message, step)
             self._flush_if_due(batch, consumer)

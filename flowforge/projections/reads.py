@@ -155,3 +155,15 @@ def run_of_task_unless_known(
     worker's few latest runs: their definitions are not sent again)."""
     known = [str(run_id) for run_id in known_runs]
     return "select_run_of_task_unless_known", {"id": task_run_id, "known_runs": known}
+
+
+def runs_of_tasks_unless_known(
+    task_run_ids: Collection[UUID], known_runs: Collection[UUID]
+) -> tuple[str, dict[str, Any]]:
+    """The statement reading the runs of a batch's tasks, each once, except those in
+    ``known_runs``."""
+    params = {
+        "task_run_ids": [str(task_run_id) for task_run_id in task_run_ids],
+        "known_runs": [str(run_id) for run_id in known_runs],
+    }
+    return "select_runs_of_tasks_unless_known", params

@@ -37,7 +37,7 @@ from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.projections import event_sql, projector, queries
 from flowforge.projections.database import Row, Transaction
-from flowforge.projections.reads import Reads, RunCompletion, first_row, run_of_task_unless_known
+from flowforge.projections.reads import Reads, RunCompletion, first_row, runs_of_tasks_unless_known
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 #: The edges ``move_task`` takes: no lease, no token, no clock condition.
@@ -187,8 +187,8 @@ class Writes(Reads):
         in ``known_runs`` (as ``Reads.task_run_and_its_run``), in ONE round trip: a
         worker's whole read before running a task. The run is read after the claim,
         whether or not it won (a run row never changes what a claim does)."""
-        (claimed,) = self.claims_with_runs([task_run_id], worker_id, known_runs, last=last)
-        return claimed
+        (row,), runs = self.claims_with_runs([task_run_id], worker_id, known_runs, last=last)
+        return row, next(iter(runs), None)
 
     def claims_with_runs(
         self,
@@ -197,31 +197,31 @@ class Writes(Reads):
         known_runs: Collection[UUID],
         *,
         last: bool = False,
-    ) -> list[tuple[TaskRunRow | None, WorkflowRunRow | None]]:
+    ) -> tuple[list[TaskRunRow | None], list[WorkflowRunRow]]:
         """:meth:`claim_with_run` for each task, all in ONE round trip (with the COMMIT
         if ``last``): a worker's batch. Each claim is its own conditional write with its
-        own event; one that loses leaves the others alone. A run is read once per task
-        (a batch's tasks may share it). The rows are claimed in the order of their ids,
-        so two batches that share tasks wait for each other rather than deadlock."""
+        own event; one that loses leaves the others alone. The claimed rows (``None``:
+        lost) in the order given, and the runs of the tasks, each once, unless known.
+        The rows are claimed in the order of their ids, so two batches that share tasks
+        wait for each other rather than deadlock."""
         event = _Event.of_task(_CLAIM, worker_id)
-        statements: list[tuple[str, dict[str, Any]]] = []
         in_lock_order = sorted(task_run_ids)
-        for task_run_id in in_lock_order:
-            params = {"worker_id": worker_id, "lease_seconds": None}
-            params = _task_params(task_run_id, _CLAIM, params)
-            statements.append(self._statement("task_claim", params, event))
-            statements.append(run_of_task_unless_known(task_run_id, known_runs))
-        rows = self._tx.run_each(statements, commit=self._commits(last))
+        statements = [
+            self._statement(
+                "task_claim",
+                _task_params(task_run_id, _CLAIM, {"worker_id": worker_id, "lease_seconds": None}),
+                event,
+            )
+            for task_run_id in in_lock_order
+        ]
+        statements.append(runs_of_tasks_unless_known(task_run_ids, known_runs))
+        *task_rows, run_rows = self._tx.run_each(statements, commit=self._commits(last))
         claimed = {
-            task_run_id: (
-                self._recorded(TaskRunRow, task_rows, event),
-                first_row(WorkflowRunRow, run_rows),
-            )
-            for task_run_id, task_rows, run_rows in zip(
-                in_lock_order, rows[0::2], rows[1::2], strict=True
-            )
+            task_run_id: self._recorded(TaskRunRow, rows, event)
+            for task_run_id, rows in zip(in_lock_order, task_rows, strict=True)
         }
-        return [claimed[task_run_id] for task_run_id in task_run_ids]
+        runs = [WorkflowRunRow.from_mapping(row) for row in run_rows]
+        return [claimed[task_run_id] for task_run_id in task_run_ids], runs
 
     def finish(
         self,

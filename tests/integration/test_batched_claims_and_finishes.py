@@ -45,13 +45,12 @@ def ready_tasks(app: FlowForge, definition: Mapping[str, Any], runs: int) -> lis
 
 def claimed(app: FlowForge, ids: list[UUID], worker: str = "w") -> list[TaskRunRow]:
     """A worker's batched claim of ``ids``, every one won, runs parsed as a worker does."""
-    rows: list[TaskRunRow] = []
-    for row, run in app.claim_task_runs_and_their_runs(ids, worker):
-        assert row is not None
-        if run is not None:
-            app.definitions.of(run)
-        rows.append(row)
-    return rows
+    rows, runs = app.claim_task_runs_and_their_runs(ids, worker)
+    for run in runs:
+        app.definitions.of(run)
+    won = [row for row in rows if row is not None]
+    assert len(won) == len(ids)
+    return won
 
 
 def successes(rows: list[TaskRunRow]) -> list[Finish]:
@@ -61,20 +60,22 @@ def successes(rows: list[TaskRunRow]) -> list[Finish]:
 def test_a_batched_claim_claims_each_task_with_its_own_token_and_event(app: FlowForge) -> None:
     ids = ready_tasks(app, ONE_TASK, BATCH)
     given = list(reversed(ids))  # results come back in the order asked, whatever the lock order
-    got = app.claim_task_runs_and_their_runs(given, "w")
-    assert [row.id for row, _ in got if row is not None] == given
-    for row, run in got:
-        assert row is not None and run is not None
+    rows, runs = app.claim_task_runs_and_their_runs(given, "w")
+    assert [row.id for row in rows if row is not None] == given
+    # Each task's run, once each.
+    assert sorted(run.id for run in runs) == sorted(row.workflow_run_id for row in rows if row)
+    for row in rows:
+        assert row is not None
         assert (row.state, row.lease_owner, row.fencing_token) == ("running", "w", 1)
-        assert run.id == row.workflow_run_id
         assert app.task_run_aggregate(row.id).version == row.version
 
 
 def test_a_batched_claim_that_loses_one_task_claims_the_others(app: FlowForge) -> None:
     ids = ready_tasks(app, ONE_TASK, 3)
     assert app.claim_task_run(ids[1], "first", 30.0) is not None
-    got = app.claim_task_runs_and_their_runs(ids, "second")
-    assert [row is not None for row, _ in got] == [True, False, True]
+    rows, runs = app.claim_task_runs_and_their_runs(ids, "second")
+    assert [row is not None for row in rows] == [True, False, True]
+    assert len(runs) == 3  # the lost task's run too: the worker reads the task to tell why
     assert app.get_task_run(ids[1]).lease_owner == "first"
     assert app.task_run_aggregate(ids[1]).version == app.get_task_run(ids[1]).version
 
@@ -82,9 +83,13 @@ def test_a_batched_claim_that_loses_one_task_claims_the_others(app: FlowForge) -
 def test_a_batched_claim_reads_a_known_run_not_again(app: FlowForge) -> None:
     run_id = app.start_workflow_run(TWO_LEAVES)
     ids = [t.id for t in app.task_runs(run_id)]
-    got = app.claim_task_runs_and_their_runs(ids, "w", unless_known=[run_id])
-    assert [run for _, run in got] == [None, None]
-    assert all(row is not None for row, _ in got)
+    rows, runs = app.claim_task_runs_and_their_runs(ids, "w", unless_known=[run_id])
+    assert runs == []
+    assert all(row is not None for row in rows)
+    # Two tasks of one run that the worker does not know: the run comes back once.
+    other = app.start_workflow_run(TWO_LEAVES)
+    rows, runs = app.claim_task_runs_and_their_runs([t.id for t in app.task_runs(other)], "w")
+    assert [run.id for run in runs] == [other]
 
 
 def test_a_batch_of_leaf_successes_is_one_round_trip(
@@ -204,7 +209,7 @@ def test_racing_batched_claims_of_the_same_tasks_claim_each_once(pg_app: FlowFor
         one = partial(pg_app.claim_task_runs_and_their_runs, ids, "one")
         other = partial(pg_app.claim_task_runs_and_their_runs, list(reversed(ids)), "other")
         got_one, got_other = race(one, other)
-        won = [row.id for row, _ in [*got_one, *got_other] if row is not None]
+        won = [row.id for row in [*got_one[0], *got_other[0]] if row is not None]
         assert sorted(won) == sorted(ids)
         for task_id in ids:
             assert pg_app.get_task_run(task_id).fencing_token == 1

@@ -259,6 +259,12 @@ SELECT * FROM workflow_runs
 WHERE id = (SELECT workflow_run_id FROM task_runs WHERE id = :id)
     AND id NOT IN ({known_runs_list});
 
+-- The same for a worker's batch: the runs of its tasks, each once.
+-- name: select_runs_of_tasks_unless_known
+SELECT * FROM workflow_runs
+WHERE id IN (SELECT workflow_run_id FROM task_runs WHERE id IN ({task_run_ids_list}))
+    AND id NOT IN ({known_runs_list});
+
 -- One advance of a run at a time: the scheduler's per-run transaction locks the run row
 -- before any task row, so it can never deadlock against another advance (or a rebuild,
 -- which locks workflow_runs before task_runs).

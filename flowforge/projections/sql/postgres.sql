@@ -84,6 +84,10 @@ SELECT json_array_elements_text(:task_keys)
 -- macro: known_runs_list
 SELECT json_array_elements_text(:known_runs)::uuid
 
+-- The task runs of a worker's batch, given as a JSON array (:task_run_ids).
+-- macro: task_run_ids_list
+SELECT json_array_elements_text(:task_run_ids)::uuid
+
 -- A row number issued in insertion order (the run wake-ups' key).
 -- macro: serial_primary_key
 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY

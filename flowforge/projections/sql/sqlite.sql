@@ -85,6 +85,9 @@ SELECT value FROM json_each(:task_keys)
 -- macro: known_runs_list
 SELECT value FROM json_each(:known_runs)
 
+-- macro: task_run_ids_list
+SELECT value FROM json_each(:task_run_ids)
+
 -- An INTEGER PRIMARY KEY is the rowid: issued in insertion order.
 -- macro: serial_primary_key
 integer PRIMARY KEY
