@@ -11,14 +11,16 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 from flowforge.aggregates.machines import TASK_RUN_MACHINE
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
 from flowforge.app.writer import Writer
+from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
 
@@ -96,3 +98,22 @@ def stop_all(processes: Mapping[str, subprocess.Popen[bytes]], timeout: float) -
     for process in processes.values():
         process.send_signal(signal.SIGTERM)
     return {name: process.wait(timeout=timeout) for name, process in processes.items()}
+
+
+class Recorder:
+    """Handlers that count their calls, outside the engine."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.contexts: list[TaskContext] = []
+        self.registry = TaskRegistry()
+        self.behaviour: dict[str, Any] = {}
+        self.registry.task("work")(self.work)
+
+    def work(self, ctx: TaskContext) -> Any:
+        self.calls[ctx.task_key] += 1
+        self.contexts.append(ctx)
+        behaviour = self.behaviour.get(ctx.task_key)
+        if callable(behaviour):
+            return behaviour(ctx)
+        return behaviour if behaviour is not None else {"done": ctx.task_key}

@@ -11,7 +11,6 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections import Counter
 from contextlib import closing
 from typing import Any
 from uuid import UUID
@@ -21,10 +20,10 @@ import pytest
 
 from flowforge.app.dispatch import message_for
 from flowforge.app.service import FlowForge
-from flowforge.processes.registry import TaskContext, TaskRegistry
+from flowforge.processes.registry import TaskContext
 from flowforge.processes.transport import Delivery, InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
-from tests.helpers import handle_next
+from tests.helpers import Recorder, handle_next
 
 ONE = {"name": "one", "retry": {"max_attempts": 1}, "tasks": [{"key": "only", "type": "work"}]}
 PAIR = {
@@ -34,35 +33,6 @@ PAIR = {
         {"key": "down", "type": "work", "depends_on": ["up"]},
     ],
 }
-
-
-class Recorder:
-    """Handlers that count their calls, outside the engine."""
-
-    def __init__(self) -> None:
-        self.calls: Counter[str] = Counter()
-        self.contexts: list[TaskContext] = []
-        self.registry = TaskRegistry()
-        self.behaviour: dict[str, Any] = {}
-        self.registry.task("work")(self.work)
-
-    def work(self, ctx: TaskContext) -> Any:
-        self.calls[ctx.task_key] += 1
-        self.contexts.append(ctx)
-        behaviour = self.behaviour.get(ctx.task_key)
-        if callable(behaviour):
-            return behaviour(ctx)
-        return behaviour if behaviour is not None else {"done": ctx.task_key}
-
-
-@pytest.fixture
-def channel() -> InMemoryDispatchChannel:
-    return InMemoryDispatchChannel()
-
-
-@pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()
 
 
 @pytest.fixture

@@ -25,22 +25,12 @@ from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext
 from flowforge.processes.transport import Delivery, InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
-from tests.helpers import wait_until, wait_until_expired
-from tests.integration.test_worker import ONE, Recorder, only_task
+from tests.helpers import Recorder, wait_until, wait_until_expired
+from tests.integration.test_worker import ONE, only_task
 
 BATCH = 4
 #: Long enough to be renewed by hand; short enough that a waiting task needs it.
 SHORT_LEASE_S = 0.6
-
-
-@pytest.fixture
-def channel() -> InMemoryDispatchChannel:
-    return InMemoryDispatchChannel()
-
-
-@pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()
 
 
 @pytest.fixture
