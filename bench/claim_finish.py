@@ -78,7 +78,7 @@ from psycopg import sql
 from bench.cpu import machine_busy_seconds
 from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
-from flowforge.processes.worker import KNOWN_RUNS_SENT
+from flowforge.processes.run_cache import KNOWN_RUNS_SENT
 
 PROC_STAT = "/proc/stat"
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"

@@ -21,16 +21,13 @@ import logging
 import socket
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import islice
 from typing import Any, TypeVar
 
 from flowforge import errors
 from flowforge.aggregates import failures
-from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.aggregates.states import TaskRunState
 from flowforge.app.results import Claim
@@ -42,9 +39,10 @@ from flowforge.processes.lane import Lane
 from flowforge.processes.loop import Backoff, Stop
 from flowforge.processes.outcome import OUTCOME_WRITE_PATIENCE_S, Outcome, OutcomeWriter
 from flowforge.processes.registry import TaskContext, TaskRegistry, default_registry
+from flowforge.processes.run_cache import RUN_CACHE_SIZE, RunCache
 from flowforge.processes.settle import Settlement
 from flowforge.processes.transport import Delivery, DispatchConsumer, valid_prefetch
-from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from flowforge.projections.tables import TaskRunRow
 
 log = logging.getLogger(__name__)
 
@@ -54,22 +52,11 @@ _Step = TypeVar("_Step")
 POLL_INTERVAL_S = 0.5
 #: How often the connection is serviced while a handler runs.
 PUMP_INTERVAL_S = 0.05
-#: How many runs' definitions and inputs a worker keeps in memory.
-RUN_CACHE_SIZE = 256
 #: How long a handler's outcome waits for its batch's others before it is written.
 OUTCOME_BATCH_WAIT_S = 0.05
 #: A task that waited in its batch this share of its lease has it renewed first (the
 #: heartbeat's own period).
 RENEW_WAITED_FRACTION = 1 / 3
-#: The latest runs a worker names when it reads a task (their definitions are not sent
-#: again); a run it knows beyond these is read once more, and remembered afresh.
-KNOWN_RUNS_SENT = 8
-
-
-@dataclass(frozen=True, slots=True)
-class _RunFacts:
-    definition: WorkflowDefinition
-    inputs: Mapping[str, Any]
 
 
 def default_worker_id() -> str:
@@ -77,7 +64,9 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    """Consumes dispatches with prefetch 1 and manual acks, until stopped."""
+    """Consumes dispatches with manual acks, one at a time (prefetch 1) or, with
+    ``batch`` > 1, the ones already waiting together (:meth:`handle_batch`), until
+    stopped."""
 
     def __init__(
         self,
@@ -100,8 +89,8 @@ class Worker:
         self.stop = stop or Stop()
         self.backoff = backoff or Backoff()
         self.outcomes = OutcomeWriter(app, self.worker_id, self.stop, patience=outcome_patience)
-        #: The runs this worker has seen, most recent last (see ``_run``).
-        self._runs: OrderedDict[uuid.UUID, _RunFacts] = OrderedDict()
+        #: The runs this worker has met: room for a whole batch's, claimed and read.
+        self._runs = RunCache(app.definitions, max(RUN_CACHE_SIZE, 3 * self.batch))
         #: One thread each for the handlers and the heartbeats, reused task after task.
         self._handlers = Lane(f"handler-{self.worker_id}")
         self._beats = Lane(f"heartbeat-{self.worker_id}")
@@ -241,7 +230,7 @@ class Worker:
             lambda: self.app.claim_task_runs_and_their_runs(
                 [message.task_run_id for message in to_claim.values()],
                 self.worker_id,
-                unless_known=self._latest_runs(),
+                unless_known=self._runs.latest(),
             ),
         )
         if isinstance(claimed, Settlement):  # the database failed: nothing was claimed
@@ -251,7 +240,7 @@ class Worker:
         claimed_at = time.monotonic()
         rows, runs = claimed
         for run in runs:
-            self._remember(run)
+            self._runs.remember(run)
         for (i, message), row in zip(to_claim.items(), rows, strict=True):
             step = partial(self._run_claimed, batch, i, message, row, claimed_at, consumer)
             batch.settlements[i] = self._guarded(message, step)
@@ -456,7 +445,7 @@ class Worker:
             workflow_run_id=run_id,
             task_key=task.task_key,
             task_type=task.task_type,
-            inputs=self._facts(task).inputs,
+            inputs=self._runs.facts(task.workflow_run_id).inputs,
             upstream={key: results.get(key) for key in task.depends_on},
             attempt=claim.attempt,
             fencing_token=claim.fencing_token,
@@ -469,10 +458,10 @@ class Worker:
         definition and inputs come back in the claim's round trip the first time the
         worker meets the run."""
         row, run = self.app.claim_task_run_and_its_run(
-            task_run_id, self.worker_id, unless_known=self._latest_runs()
+            task_run_id, self.worker_id, unless_known=self._runs.latest()
         )
         if run is not None:
-            self._remember(run)
+            self._runs.remember(run)
         return self._claimed(task_run_id, row)
 
     def _claimed(
@@ -489,7 +478,9 @@ class Worker:
         task = self._task(task_run_id)
         if task.task_state is not TaskRunState.READY:
             return self._skipped(task, "not ready")
-        lease_seconds = self._facts(task).definition.lease_seconds_for(task.task_key)
+        lease_seconds = self._runs.facts(task.workflow_run_id).definition.lease_seconds_for(
+            task.task_key
+        )
         claim = self.app.claim_task_run(task.id, self.worker_id, lease_seconds)
         if claim is None:
             return self._skipped(task, "claimed elsewhere")
@@ -498,28 +489,10 @@ class Worker:
     def _task(self, task_run_id: uuid.UUID) -> TaskRunRow:
         """The task's row, when the claim claimed nothing; its run's definition and
         inputs are read in the same round trip unless the worker knows them."""
-        task, run = self.app.task_run_and_its_run(task_run_id, unless_known=self._latest_runs())
+        task, run = self.app.task_run_and_its_run(task_run_id, unless_known=self._runs.latest())
         if run is not None:
-            self._remember(run)
+            self._runs.remember(run)
         return task
-
-    def _latest_runs(self) -> list[uuid.UUID]:
-        """The runs a claim or read names as known (their definitions are not sent)."""
-        return list(islice(reversed(self._runs), KNOWN_RUNS_SENT))
-
-    def _remember(self, run: WorkflowRunRow) -> None:
-        # A run's definition and inputs never change: read them once per run, and keep
-        # only the most recent runs so a long-lived worker does not grow without bound.
-        # Parsed into the service's cache: the finish that advances the run finds it there.
-        facts = _RunFacts(self.app.definitions.of(run), run.inputs)
-        self._runs[run.id] = facts
-        if len(self._runs) > RUN_CACHE_SIZE:
-            self._runs.popitem(last=False)
-
-    def _facts(self, task: TaskRunRow) -> _RunFacts:
-        # One worker handles one message at a time: what _task remembered is still here.
-        self._runs.move_to_end(task.workflow_run_id)
-        return self._runs[task.workflow_run_id]
 
     def _extra(self, **fields: Any) -> dict[str, Any]:
         return {"worker_id": self.worker_id, **fields}
