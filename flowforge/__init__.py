@@ -38,6 +38,7 @@ from flowforge.errors import (
 
 if TYPE_CHECKING:
     from flowforge.aggregates.definition import RetryPolicy, TaskDefinition, WorkflowDefinition
+    from flowforge.app.commands import Finish
     from flowforge.app.definition_files import load_definition
     from flowforge.app.service import FlowForge
     from flowforge.app.why import Explanation, why
@@ -62,6 +63,7 @@ _LAZY: dict[str, str] = {
     "BrokerConfig": "flowforge.config",
     "why": "flowforge.app.why",
     "Explanation": "flowforge.app.why",
+    "Finish": "flowforge.app.commands",
 }
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "ConfigurationError",
     "DatabaseUnavailableError",
     "Explanation",
+    "Finish",
     "FlowForge",
     "FlowForgeError",
     "InvalidWorkflowDefinitionError",

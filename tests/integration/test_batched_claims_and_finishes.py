@@ -17,8 +17,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from flowforge import errors
-from flowforge.app.commands import Finish
+from flowforge import Finish, errors
 from flowforge.app.service import FlowForge
 from flowforge.limits import MAX_BATCH
 from flowforge.projections.tables import TaskRunRow
