@@ -121,7 +121,9 @@ class OutcomeWriter:
 
         If that fails, each is written on its own with :meth:`write`'s retries, so a
         database outage costs no outcome more than it would alone (an outcome the
-        failed attempt did record reads as stale then, as after any lost COMMIT).
+        failed attempt did record reads as stale then, as after any lost COMMIT). Once
+        one has waited out the patience, the rest are kept at once: an outage costs a
+        batch one patience, not one per outcome.
         """
         try:
             written: list[bool | errors.PersistenceError] = list(
@@ -136,17 +138,28 @@ class OutcomeWriter:
                 "batched outcome write failed; writing each on its own",
                 extra={"worker_id": self._worker_id, "outcomes": len(outcomes), "error": str(exc)},
             )
-            written = []
-            for outcome in outcomes:
-                try:
-                    written.append(self.write(outcome, wait))
-                except errors.PermanentPersistenceError:
-                    raise
-                except errors.PersistenceError as failed:
-                    written.append(failed)
-            return written
+            return self._write_each(outcomes, wait)
         for outcome in outcomes:
             self._kept.pop(outcome.task_run_id, None)
+        return written
+
+    def _write_each(
+        self, outcomes: Sequence[Outcome], wait: Callable[[float], None]
+    ) -> list[bool | errors.PersistenceError]:
+        written: list[bool | errors.PersistenceError] = []
+        gave_up: errors.PersistenceError | None = None
+        for outcome in outcomes:
+            if gave_up is not None:
+                self._keep(outcome)
+                written.append(gave_up)
+                continue
+            try:
+                written.append(self.write(outcome, wait))
+            except errors.PermanentPersistenceError:
+                raise
+            except errors.PersistenceError as failed:
+                gave_up = failed
+                written.append(failed)
         return written
 
     def keep(self, outcome: Outcome) -> None:
