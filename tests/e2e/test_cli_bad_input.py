@@ -204,6 +204,8 @@ def test_an_unbounded_lease_in_a_workflow_is_bad_input(any_cli: InProcess, lease
         (["scheduler", "--interval", "1e300"], "--interval", "at most"),
         (["publisher", "--batch-size", "1e3"], "--batch-size", "expected a whole number"),
         (["worker", "--tasks", "x", "--concurrency", "-1"], "--concurrency", "from 1 to"),
+        (["worker", "--tasks", "x", "--batch", "0"], "--batch", "must be from 1 to 1000"),
+        (["worker", "--tasks", "x", "--batch", "ten"], "--batch", "expected a whole number"),
     ],
 )
 def test_an_out_of_range_flag_names_the_flag(
