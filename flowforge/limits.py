@@ -18,8 +18,18 @@ def row_limit(value: int, name: str = "limit") -> int:
     """``value`` if it is a whole number of rows from 1 to :data:`MAX_ROWS`; else a
     ValueError naming the argument (before any I/O: a negative LIMIT is a driver error
     on PostgreSQL and means "no limit" on SQLite)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ROWS:
-        raise ValueError(f"{name} must be a whole number from 1 to {MAX_ROWS:,}, got {value!r}")
+    return _whole_number(value, name, MAX_ROWS)
+
+
+def batch_size(value: int, name: str) -> int:
+    """``value`` if it is a whole number of tasks from 1 to :data:`MAX_BATCH` (a
+    consumer's prefetch, a worker's batch); else a ValueError naming the argument."""
+    return _whole_number(value, name, MAX_BATCH)
+
+
+def _whole_number(value: int, name: str, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise ValueError(f"{name} must be a whole number from 1 to {maximum:,}, got {value!r}")
     return value
 
 

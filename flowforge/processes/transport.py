@@ -31,7 +31,7 @@ from typing import Literal, Protocol, runtime_checkable
 from flowforge import errors
 from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.app.ports import DispatchPublisher as DispatchPublisher  # noqa: PLC0414 - re-export
-from flowforge.limits import MAX_BATCH
+from flowforge.limits import batch_size
 
 logger = logging.getLogger(__name__)
 
@@ -133,16 +133,6 @@ class SettleOnce:
 
     def _settle(self, outcome: Outcome) -> None:
         raise NotImplementedError
-
-
-def valid_prefetch(prefetch: int) -> int:
-    """``prefetch`` if a consumer may hold that many deliveries at once (1 to
-    ``limits.MAX_BATCH``); else a ValueError naming the problem."""
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int):
-        raise ValueError(f"prefetch must be a whole number, got {prefetch!r}")
-    if not 1 <= prefetch <= MAX_BATCH:
-        raise ValueError(f"prefetch must be from 1 to {MAX_BATCH:,}, got {prefetch:,}")
-    return prefetch
 
 
 # --- in-process implementation ---------------------------------------------------------
@@ -281,7 +271,7 @@ class InMemoryDispatchConsumer:
 
     def __init__(self, channel: InMemoryDispatchChannel, *, prefetch: int = 1) -> None:
         self._channel = channel
-        self.prefetch = valid_prefetch(prefetch)
+        self.prefetch = batch_size(prefetch, "prefetch")
 
     def get(self, timeout: float) -> InMemoryDelivery | None:
         return self._channel._take(self, timeout)

@@ -32,6 +32,7 @@ from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.aggregates.states import TaskRunState
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
+from flowforge.limits import batch_size
 from flowforge.processes import settle
 from flowforge.processes.handler_call import HandlerCall, error_details
 from flowforge.processes.heartbeat import Heartbeat
@@ -41,7 +42,7 @@ from flowforge.processes.outcome import OUTCOME_WRITE_PATIENCE_S, Outcome, Outco
 from flowforge.processes.registry import TaskContext, TaskRegistry, default_registry
 from flowforge.processes.run_cache import RUN_CACHE_SIZE, RunCache
 from flowforge.processes.settle import Settlement
-from flowforge.processes.transport import Delivery, DispatchConsumer, valid_prefetch
+from flowforge.processes.transport import Delivery, DispatchConsumer
 from flowforge.projections.tables import TaskRunRow
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class Worker:
         self.app = app
         self._connect = connect
         #: Deliveries taken at once when they are already there (``handle_batch``).
-        self.batch = valid_prefetch(batch)
+        self.batch = batch_size(batch, "batch")
         self.registry = registry
         self.worker_id = worker_id or default_worker_id()
         self.stop = stop or Stop()

@@ -293,6 +293,8 @@ class Writes(Reads):
         in the order of their ids, as :meth:`claims_with_runs` claims them."""
         if not self.events_in_sql:
             raise TypeError("succeed_leaves needs a store that builds its events in SQL")
+        if not successes:
+            return []
         statements: list[tuple[str, dict[str, Any]]] = []
         finishes: list[_Event] = []
         in_lock_order = sorted(successes, key=lambda success: success.task_run_id)
@@ -300,8 +302,6 @@ class Writes(Reads):
             finish = _Event.of_task(SUCCEED_TASK, actor, {"result": success.result, "error": None})
             finishes.append(finish)
             statements += self._leaf_success_statements(success, finish, actor)
-        if not successes:
-            return []
         per = len(statements) // len(successes)
         # Only the finish's and the mark's rows are read: not the run rows the start and
         # the success return (their definitions are most of the loading).

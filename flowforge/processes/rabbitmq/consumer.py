@@ -13,6 +13,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from flowforge import errors
 from flowforge.config import BrokerConfig
+from flowforge.limits import batch_size
 from flowforge.processes import transport
 from flowforge.processes.rabbitmq import topology, translate
 from flowforge.processes.rabbitmq.connection import close_quietly, connect, process_events
@@ -36,7 +37,7 @@ class RabbitDispatchConsumer:
 
     def __init__(self, config: BrokerConfig, *, prefetch: int = 1) -> None:
         self._config = config
-        self._prefetch = transport.valid_prefetch(prefetch)
+        self._prefetch = batch_size(prefetch, "prefetch")
         self._connection: pika.BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         self._inbox: deque[tuple[BlockingChannel, int, bool, bytes]] = deque()
