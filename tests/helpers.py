@@ -1,6 +1,6 @@
 """Helpers the test modules share, written once: claiming, waiting on the database's
-clock, polling for something asynchronous, handing a worker one message, and driving
-``rabbitmqctl``.
+clock, holding a run's row, polling for something asynchronous, handing a worker one
+message, and driving ``rabbitmqctl``.
 
 Waits poll until the thing happens and stop at once; the deadline only ends a broken
 test. None of them widens a race window.
@@ -12,7 +12,8 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -48,6 +49,16 @@ def succeed_leaving_a_mark(app: FlowForge, task_run_id: UUID, fencing_token: int
     with app.store.write() as writes:
         succeed = TASK_RUN_MACHINE.get("succeed")
         assert Writer(writes).finish(succeed, task_run_id, fencing_token, actor="test-worker")
+
+
+@contextmanager
+def run_row_held(app: FlowForge, run_id: UUID) -> Iterator[None]:
+    """Another transaction holds the run's row meanwhile (PostgreSQL), as a scheduler's
+    advance or a cancel does: a claim made now cannot start the run, which stays
+    pending until a finish or a scheduler starts it."""
+    with app.store.write() as holder:
+        assert holder.lock_run(run_id) is not None
+        yield
 
 
 def wait_until_expired(app: FlowForge, *task_run_ids: UUID) -> None:

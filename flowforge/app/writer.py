@@ -254,7 +254,6 @@ class Writer:
         self.store.append([created])
         for task in definition.tasks:
             self._create_task(run_id, definition, task.key, at=at, actor=actor)
-        self.store.mark_run(run_id)
         return run_id, True
 
     def _create_task(

@@ -93,6 +93,7 @@ RECORDED_STATEMENTS: Mapping[str, Declaration] = MappingProxyType(
         **dict.fromkeys(
             (
                 "run_move",
+                "run_start_after_claim",
                 "run_succeed_when_complete",
                 # PostgreSQL only: a leaf's success in one round trip (Writes.succeed_leaf).
                 "run_start_after_finish",

@@ -170,10 +170,42 @@ class Writes(Reads):
     ) -> TaskRunRow | None:
         """READY to RUNNING: token + 1, a lease from the database's now (``None``: the
         row's own lease, the definition's)."""
+        claim, start = _Event.of_task(_CLAIM, worker_id), _Event.of_run(START_RUN, worker_id)
+        statements = self._claim_statements(task_run_id, worker_id, lease_seconds, claim, start)
+        claim_rows, start_rows = self._tx.run_each(
+            statements, commit=self._commits(last), unread=self._unread_starts(1)
+        )
+        row = self._recorded(TaskRunRow, claim_rows, claim)
+        self._recorded(WorkflowRunRow, start_rows, start)
+        return row
+
+    def _claim_statements(
+        self,
+        task_run_id: UUID,
+        worker_id: str,
+        lease_seconds: float | None,
+        claim: _Event,
+        start: _Event,
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """A claim, then its run's start if no one has started the run yet
+        (``run_start_after_claim``): a run is running once a task of it is."""
         params = {"worker_id": worker_id, "lease_seconds": lease_seconds}
-        event = _Event.of_task(_CLAIM, worker_id)
-        params = _task_params(task_run_id, _CLAIM, params)
-        return self._task("task_claim", params, event, last=last)
+        start_params = {
+            "task_run_id": task_run_id,
+            "source": START_RUN.source.value,
+            "target": START_RUN.target.value,
+            "claimed": _RUNNING,
+        }
+        return [
+            self._statement("task_claim", _task_params(task_run_id, _CLAIM, params), claim),
+            self._statement("run_start_after_claim", start_params, start),
+        ]
+
+    def _unread_starts(self, claims: int) -> list[int]:
+        """The positions of the runs' starts among ``claims`` claims' statements, whose
+        rows nobody reads where the statement stored the event (SQLite builds it from
+        the row)."""
+        return [2 * i + 1 for i in range(claims)] if self.events_in_sql else []
 
     def claim_with_run(
         self,
@@ -204,22 +236,25 @@ class Writes(Reads):
         lost) in the order given, and the runs of the tasks, each once, unless known.
         The rows are claimed in the order of their ids, so two batches that share tasks
         wait for each other rather than deadlock."""
-        event = _Event.of_task(_CLAIM, worker_id)
+        event, start = _Event.of_task(_CLAIM, worker_id), _Event.of_run(START_RUN, worker_id)
         in_lock_order = sorted(task_run_ids)
         statements = [
-            self._statement(
-                "task_claim",
-                _task_params(task_run_id, _CLAIM, {"worker_id": worker_id, "lease_seconds": None}),
-                event,
-            )
+            statement
             for task_run_id in in_lock_order
+            for statement in self._claim_statements(task_run_id, worker_id, None, event, start)
         ]
         statements.append(runs_of_tasks_unless_known(task_run_ids, known_runs))
-        *task_rows, run_rows = self._tx.run_each(statements, commit=self._commits(last))
+        *rows, run_rows = self._tx.run_each(
+            statements,
+            commit=self._commits(last),
+            unread=self._unread_starts(len(in_lock_order)),
+        )
         claimed = {
-            task_run_id: self._recorded(TaskRunRow, rows, event)
-            for task_run_id, rows in zip(in_lock_order, task_rows, strict=True)
+            task_run_id: self._recorded(TaskRunRow, claim_rows, event)
+            for task_run_id, claim_rows in zip(in_lock_order, rows[::2], strict=True)
         }
+        for start_rows in rows[1::2]:
+            self._recorded(WorkflowRunRow, start_rows, start)
         runs = [WorkflowRunRow.from_mapping(row) for row in run_rows]
         return [claimed[task_run_id] for task_run_id in task_run_ids], runs
 

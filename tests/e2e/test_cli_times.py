@@ -38,9 +38,8 @@ def backend(
         yield app, cli
 
 
-def started_run(app: FlowForge) -> tuple[UUID, dict[str, UUID]]:
-    run_id = app.start_workflow_run(WORKFLOW)
-    app.schedule_once()
+def submitted_run(app: FlowForge) -> tuple[UUID, dict[str, UUID]]:
+    run_id = app.start_workflow_run(WORKFLOW)  # pending until its first claim
     return run_id, {t.task_key: t.id for t in app.task_runs(run_id)}
 
 
@@ -48,7 +47,7 @@ def test_a_time_pasted_from_history_answers_as_of_that_transition(
     backend: tuple[FlowForge, InProcess],
 ) -> None:
     app, cli = backend
-    run_id, tasks = started_run(app)
+    run_id, tasks = submitted_run(app)
     claim = app.claim_task_run(tasks["first"], "w1", 30)
     assert claim is not None
     failed = {"type": "ValueError", "message": "no"}
@@ -65,7 +64,7 @@ def test_a_time_pasted_from_history_answers_as_of_that_transition(
 
 def test_why_at_an_empty_time_is_an_error_not_now(backend: tuple[FlowForge, InProcess]) -> None:
     app, cli = backend
-    run_id, _ = started_run(app)
+    run_id, _ = submitted_run(app)
     done = cli("why", f"{run_id}/first", "--at", "")
     assert done.returncode == exits.EXIT_BAD_INPUT
     assert "--at '' is not an ISO 8601 time" in done.stderr
@@ -75,7 +74,8 @@ def test_why_names_who_cancelled_a_task_while_its_run_still_runs(
     backend: tuple[FlowForge, InProcess],
 ) -> None:
     app, cli = backend
-    run_id, tasks = started_run(app)
+    run_id, tasks = submitted_run(app)
+    assert app.claim_task_run(tasks["first"], "w1", 30) is not None  # the run starts
     assert app.transition_task_run(tasks["second"], "cancel_pending", actor="alice")
     answer = cli.json("why", f"{run_id}/second")
     assert answer["reason"] == "cancelled"
@@ -87,7 +87,7 @@ def test_why_says_a_task_was_cancelled_because_its_run_was(
     backend: tuple[FlowForge, InProcess],
 ) -> None:
     app, cli = backend
-    run_id, _ = started_run(app)
+    run_id, _ = submitted_run(app)
     app.cancel_workflow_run(run_id, actor="bob")
     answer = cli.json("why", f"{run_id}/second")
     assert "because its run was cancelled by bob" in answer["headline"]
@@ -95,7 +95,7 @@ def test_why_says_a_task_was_cancelled_because_its_run_was(
 
 def test_times_of_day_carry_a_zone_marker(backend: tuple[FlowForge, InProcess]) -> None:
     app, cli = backend
-    run_id, _ = started_run(app)
+    run_id, _ = submitted_run(app)
     app.cancel_workflow_run(run_id)
     done = cli("why", f"{run_id}/second")
     assert re.search(r"cancelled at \d\d:\d\d:\d\dZ", done.stdout), done.stdout

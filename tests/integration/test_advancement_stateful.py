@@ -8,6 +8,8 @@ out only the marked tasks, a full pass reads the whole run: this checks that how
 they interleave, once the schedulers have nothing left to do (``settle``), every run is
 where the DAG rule puts it:
 
+- a run is still pending only while none of its tasks has moved (its first claim starts
+  it);
 - no pending task of a running run has all its dependencies succeeded (nothing stuck);
 - a run is terminal exactly when the rule derives a terminal state from its tasks, and
   then no task of it is left unfinished;
@@ -116,7 +118,8 @@ class Advancement(RuleBasedStateMachine):
         for run_id in self.runs:
             run = self.app.get_workflow_run(run_id)
             tasks = self.app.task_runs(run_id)
-            assert run.run_state is not WorkflowRunState.PENDING  # a settled run started
+            if run.run_state is WorkflowRunState.PENDING:  # started by its first claim
+                assert all(t.version == 1 for t in tasks), {t.task_key: t.state for t in tasks}
             self._check_run(run.run_state, tasks)
             for task in tasks:
                 self._check_task(task)

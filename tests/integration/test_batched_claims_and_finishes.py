@@ -105,7 +105,7 @@ def test_a_batch_of_leaf_successes_is_one_round_trip(
         assert pg_app.get_task_run(row.id).result == {"n": i}
         run_id = row.workflow_run_id
         assert pg_app.get_workflow_run(run_id).state == "succeeded"
-        assert run_edges(pg_app, run_id)[1:] == [("start", "batcher"), ("succeed", "batcher")]
+        assert run_edges(pg_app, run_id)[1:] == [("start", "w"), ("succeed", "batcher")]
         agrees_with_its_events(pg_app, run_id)
 
 

@@ -3,7 +3,7 @@
 scheduler, as every other transition does.
 
 The finish of a success promotes the task's dependents and succeeds the run after its
-last task, without a scheduler's round, starting the run first if no scheduler has;
+last task, without a scheduler's round, starting the run first if its claim could not;
 it leaves to the scheduler a run whose row another transaction holds, and every
 failure. Fan-in
 stays exact under racing finishes (Barrier): the dependent is promoted once.
@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
+from tests.helpers import run_row_held
 from tests.integration.test_concurrent_transitions import race
 from tests.integration.test_scheduler import DIAMOND
 
@@ -91,38 +92,55 @@ def test_the_last_finish_succeeds_the_run(app: FlowForge) -> None:
     assert app.advance_workflow_run(run_id).finished_as is None  # nothing left to do
 
 
-def test_a_finish_in_a_run_not_yet_started_starts_it_and_advances_it(app: FlowForge) -> None:
-    # A root task is ready (and dispatched) from its run's creation, so it can finish
-    # before any scheduler started the run.
+def test_a_claim_starts_its_run_and_a_finish_then_advances_it(app: FlowForge) -> None:
+    # A root task is ready (and dispatched) from its run's creation, which marks
+    # nothing: its first claim starts the run, no scheduler.
     run_id = app.start_workflow_run(DIAMOND)
-    app.advance_woken_runs(covers=lambda _: False)  # nobody starts it
-    assert finish(app, claimed(app, run_id, "a"))
-    assert states(app, run_id) == {"a": "succeeded", "b": "ready", "c": "ready", "d": "pending"}
+    assert (app.get_workflow_run(run_id).state, marks(app)) == ("pending", 0)
+    task = claimed(app, run_id, "a")
     run = app.get_workflow_run(run_id)
     assert run.state == "running" and run.started_at is not None
-    assert run_edges(app, run_id) == [("create", "user"), ("start", ACTOR)]
-    # The creation's mark stays: a scheduler still looks at the whole run, and finds
-    # nothing left to do.
-    assert marks(app) == 1
-    summary = app.advance_woken_runs()
-    assert (summary.runs_advanced, summary.promoted, marks(app)) == (1, 0, 0)
+    assert finish(app, task)
+    assert states(app, run_id) == {"a": "succeeded", "b": "ready", "c": "ready", "d": "pending"}
+    assert run_edges(app, run_id) == [("create", "user"), ("start", "w")]
+    assert marks(app) == 0
+
+
+def test_a_finish_in_a_run_its_claim_could_not_start_starts_it_and_advances_it(
+    pg_app: FlowForge,
+) -> None:
+    run_id = pg_app.start_workflow_run(DIAMOND)
+    with run_row_held(pg_app, run_id):
+        task = claimed(pg_app, run_id, "a")
+    assert finish(pg_app, task)
+    assert states(pg_app, run_id) == {
+        "a": "succeeded",
+        "b": "ready",
+        "c": "ready",
+        "d": "pending",
+    }
+    run = pg_app.get_workflow_run(run_id)
+    assert run.state == "running" and run.started_at is not None
+    assert run_edges(pg_app, run_id) == [("create", "user"), ("start", ACTOR)]
+    assert marks(pg_app) == 0  # nothing left for a scheduler
 
 
 def test_the_only_task_finishing_before_its_run_started_starts_and_succeeds_the_run(
-    app: FlowForge,
+    pg_app: FlowForge,
 ) -> None:
-    run_id = app.start_workflow_run(ONE)
-    assert finish(app, claimed(app, run_id, "t"))
-    run = app.get_workflow_run(run_id)
+    run_id = pg_app.start_workflow_run(ONE)
+    with run_row_held(pg_app, run_id):
+        task = claimed(pg_app, run_id, "t")
+    assert finish(pg_app, task)
+    run = pg_app.get_workflow_run(run_id)
     assert run.state == "succeeded"
     assert run.started_at is not None and run.finished_at is not None
-    assert run_edges(app, run_id) == [
+    assert run_edges(pg_app, run_id) == [
         ("create", "user"),
         ("start", ACTOR),
         ("succeed", ACTOR),
     ]
-    summary = app.advance_woken_runs()  # the creation's mark: nothing to do
-    assert (summary.runs_advanced, summary.runs_finished, marks(app)) == (1, 0, 0)
+    assert marks(pg_app) == 0
 
 
 def test_a_failure_for_good_is_marked_and_the_scheduler_fails_the_run(app: FlowForge) -> None:

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
-from tests.helpers import wait_until_expired
+from tests.helpers import run_row_held, wait_until_expired
 from tests.integration.test_concurrent_transitions import race
 
 pytestmark = pytest.mark.postgres
@@ -83,14 +83,24 @@ def test_the_last_leaf_succeeds_its_running_run_in_one_round_trip(
     agrees_with_its_events(pg_app, run_id)
 
 
-def test_a_leaf_of_a_run_no_scheduler_started_starts_and_succeeds_it(pg_app: FlowForge) -> None:
+def test_a_leaf_of_a_run_its_claim_could_not_start_starts_and_succeeds_it(
+    pg_app: FlowForge,
+) -> None:
     run_id = pg_app.start_workflow_run({"name": "one", "tasks": [{"key": "t", "type": "w"}]})
-    assert succeed(pg_app, claimed_by_a_worker(pg_app, run_id, "t"))
+    with run_row_held(pg_app, run_id):
+        task = claimed_by_a_worker(pg_app, run_id, "t")
+    assert pg_app.get_workflow_run(run_id).state == "pending"
+    assert succeed(pg_app, task)
     assert run_edges(pg_app, run_id) == [("create", "user"), ("start", ACTOR), ("succeed", ACTOR)]
     agrees_with_its_events(pg_app, run_id)
-    # The creation's mark stays: a scheduler looks at the run once and finds it done.
-    assert marks(pg_app) == 1
-    assert pg_app.advance_woken_runs().runs_finished == 0
+    assert marks(pg_app) == 0  # settled: nobody to wake
+
+
+def test_a_leaf_of_a_run_its_claim_started_succeeds_it(pg_app: FlowForge) -> None:
+    run_id = pg_app.start_workflow_run({"name": "one", "tasks": [{"key": "t", "type": "w"}]})
+    assert succeed(pg_app, claimed_by_a_worker(pg_app, run_id, "t"))
+    assert run_edges(pg_app, run_id) == [("create", "user"), ("start", "w"), ("succeed", ACTOR)]
+    agrees_with_its_events(pg_app, run_id)
     assert marks(pg_app) == 0
 
 

@@ -268,12 +268,24 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             before,
             lambda at: self.model(task).claim(worker, timedelta(seconds=lease), at=at),
         )
+        if won:
+            self.follow_the_claim(task, worker)
         if claim is not None:
             model = self.model(task)
             assert claim.task_run_id == task
             assert claim.fencing_token == model.fencing_token
             assert claim.attempt == model.attempt
             assert claim.lease_expires_at == model.lease_expires_at
+
+    def follow_the_claim(self, task: UUID, worker: str) -> None:
+        """A won claim starts its run if the run is pending, in the claim's transaction
+        (nothing else holds the run row here), by the worker."""
+        run_id = self.model(task).workflow_run_id
+        run, run_events = self.run_models[run_id]
+        if run.state is WorkflowRunState.PENDING:
+            at = self.app.get_workflow_run(run_id).updated_at
+            assert run.transition("start", at=at, actor=worker)
+            run_events.extend(run.collect_events())
 
     def do_finish(
         self,

@@ -106,11 +106,10 @@ def test_a_run_is_advanced_by_wake_ups_alone_with_the_periodic_pass_disabled(
     scheduler = Scheduler(other, interval=HOUR)
     with running(scheduler):
         run_id = app.start_workflow_run(CHAIN)
-        eventually(lambda: app.get_workflow_run(run_id).state == "running", "run started")
-        work(app, run_id, "a")
-        eventually(lambda: task_state(app, run_id, "b") == "ready", "b promoted")
-        work(app, run_id, "b")
-        eventually(lambda: app.get_workflow_run(run_id).state == "succeeded", "run finished")
+        work(app, run_id, "a")  # its claim started the run, its finish promoted b
+        assert task_state(app, run_id, "b") == "ready"
+        work(app, run_id, "b", "fail")  # for good: marked, only a scheduler ends the run
+        eventually(lambda: app.get_workflow_run(run_id).state == "failed", "run finished")
     assert marks(app) == 0
 
 
@@ -135,9 +134,8 @@ def test_a_lost_wake_up_is_recovered_by_the_periodic_pass(
     with running(scheduler):
         eventually(lambda: scheduler._next_pass > 0, "first pass done")
         run_id = app.start_workflow_run(ONE)
-        eventually(lambda: app.get_workflow_run(run_id).state == "running", "run started")
-        work(app, run_id, "t")
-        eventually(lambda: app.get_workflow_run(run_id).state == "succeeded", "run finished")
+        work(app, run_id, "t", "fail")  # marked; its notification is lost
+        eventually(lambda: app.get_workflow_run(run_id).state == "failed", "run finished")
     assert marks(app) == 0
 
 
@@ -150,13 +148,12 @@ def test_a_run_is_marked_by_each_change_for_the_scheduler_and_cleared_by_its_adv
     app: FlowForge,
 ) -> None:
     run_id = app.start_workflow_run(CHAIN)
-    assert marks(app) == 1  # created: it must be started
-    assert app.advance_woken_runs().runs_advanced == 1
-    assert marks(app) == 0
-    assert app.get_workflow_run(run_id).state == "running"
+    assert marks(app) == 0  # created: its root is dispatched, its first claim starts it
+    assert app.get_workflow_run(run_id).state == "pending"
     a = next(t for t in app.task_runs(run_id) if t.task_key == "a")
     claim = app.claim_task_run(a.id, "w", 30)
     assert claim is not None
+    assert app.get_workflow_run(run_id).state == "running"
     assert app.renew_lease(a.id, claim.fencing_token, 30)
     assert marks(app) == 0  # a claim or a heartbeat leaves the run nothing to do
     assert app.advance_woken_runs().runs_advanced == 0
@@ -178,8 +175,7 @@ def test_a_run_is_marked_by_each_change_for_the_scheduler_and_cleared_by_its_adv
 
 def test_a_cancelled_run_is_woken_and_its_leftovers_cancelled(app: FlowForge) -> None:
     run_id = app.start_workflow_run(CHAIN)
-    app.advance_woken_runs()
-    assert app.transition_workflow_run(run_id, "cancel")
+    assert app.transition_workflow_run(run_id, "cancel_before_start")
     assert marks(app) == 1
     assert app.advance_woken_runs().cancelled == 2
     assert {t.state for t in app.task_runs(run_id)} == {"cancelled"}
@@ -189,8 +185,10 @@ def test_a_commit_that_leaves_work_rings_this_process_bells(app: FlowForge) -> N
     bells = app.store.wakeups
     bells.runs.wait(0)
     bells.outbox.wait(0)
-    app.start_workflow_run(ONE)  # a mark and an outbox row
-    assert bells.runs.wait(0) and bells.outbox.wait(0)
+    run_id = app.start_workflow_run(ONE)  # an outbox row, no mark
+    assert bells.outbox.wait(0) and not bells.runs.wait(0)
+    assert app.transition_workflow_run(run_id, "cancel_before_start")  # a mark
+    assert bells.runs.wait(0)
     assert not bells.runs.wait(0)  # a wait consumes the ring
 
 
@@ -201,16 +199,17 @@ def test_a_notification_from_another_connection_rings_the_listening_bells(
     with other.listening(ready_timeout=10) as bells:
         bells.runs.wait(0)
         bells.outbox.wait(0)
-        app.start_workflow_run(ONE)
-        assert bells.runs.wait(10)
+        run_id = app.start_workflow_run(ONE)
         assert bells.outbox.wait(10)
+        assert app.transition_workflow_run(run_id, "cancel_before_start")
+        assert bells.runs.wait(10)
 
 
 @pytest.mark.parametrize("app", ["postgres"], indirect=True)
 def test_a_scheduler_skips_a_run_another_is_advancing_and_takes_it_next_time(
     app: FlowForge, other: FlowForge
 ) -> None:
-    held, free = app.start_workflow_run(ONE), app.start_workflow_run(ONE)
+    held, free = cancelled_runs(app, 2)
     with psycopg.connect(_url(app)) as conn:
         # another scheduler, mid-advance of ``held``: it holds the run row
         conn.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR UPDATE", (held,))
@@ -218,19 +217,28 @@ def test_a_scheduler_skips_a_run_another_is_advancing_and_takes_it_next_time(
         summary = other.advance_woken_runs()
         assert time.monotonic() - started < 5  # skipped, not waited for
         assert summary.runs_advanced == 1
-        assert app.get_workflow_run(free).state == "running"
-        assert app.get_workflow_run(held).state == "pending"
+        assert task_state(app, free, "t") == "cancelled"
+        assert task_state(app, held, "t") == "ready"
         assert marks(app) == 1  # held's mark stays for whoever advances it
     assert other.advance_woken_runs().runs_advanced == 1
-    assert app.get_workflow_run(held).state == "running"
+    assert task_state(app, held, "t") == "cancelled"
     assert marks(app) == 0
+
+
+def cancelled_runs(app: FlowForge, count: int) -> list[UUID]:
+    """Runs a user cancelled before they started: each marked, its ready task left for
+    a scheduler to cancel."""
+    runs = [app.start_workflow_run(ONE) for _ in range(count)]
+    for run_id in runs:
+        assert app.transition_workflow_run(run_id, "cancel_before_start")
+    return runs
 
 
 @pytest.mark.parametrize("app", ["postgres"], indirect=True)
 def test_two_schedulers_at_once_advance_every_marked_run_and_clear_every_mark(
     app: FlowForge, other: FlowForge
 ) -> None:
-    runs = [app.start_workflow_run(ONE) for _ in range(40)]
+    runs = cancelled_runs(app, 40)
     barrier = threading.Barrier(2)
     results: dict[str, object] = {}
 
@@ -250,10 +258,10 @@ def test_two_schedulers_at_once_advance_every_marked_run_and_clear_every_mark(
     for thread in threads:
         thread.join(timeout=60)
     assert not any(isinstance(r, Exception) for r in results.values()), results
-    assert {app.get_workflow_run(r).state for r in runs} == {"running"}
     assert marks(app) == 0
-    for run_id in runs:  # started exactly once: created, started, nothing else
-        assert app.workflow_run_aggregate(run_id).version == 2
+    for run_id in runs:  # each leftover cancelled exactly once: created, cancelled
+        (task,) = app.task_runs(run_id)
+        assert (task.state, app.task_run_aggregate(task.id).version) == ("cancelled", 2)
 
 
 def test_the_publisher_is_woken_by_an_outbox_row_with_its_poll_disabled(
@@ -275,10 +283,10 @@ def test_many_runs_started_in_one_call_are_each_created_dispatched_and_woken(
     run_ids = app.start_workflow_runs(ONE, [{"i": i} for i in range(5)])
     assert len(set(run_ids)) == 5
     assert [app.get_workflow_run(r).inputs for r in run_ids] == [{"i": i} for i in range(5)]
-    assert marks(app) == 5
+    assert marks(app) == 0  # nothing for a scheduler: each run's first claim starts it
     assert app.pending_dispatch_count() == 5
-    assert app.advance_woken_runs().runs_advanced == 5
-    assert {app.get_workflow_run(r).state for r in run_ids} == {"running"}
+    assert app.advance_woken_runs().runs_advanced == 0
+    assert {app.get_workflow_run(r).state for r in run_ids} == {"pending"}
 
 
 def test_bad_inputs_anywhere_in_a_batch_start_no_run(app: FlowForge) -> None:
@@ -292,11 +300,11 @@ def test_a_process_that_commits_and_closes_at_once_still_wakes_the_listeners(
     app: FlowForge,
 ) -> None:
     with app.listening(ready_timeout=10) as bells:
-        bells.runs.wait(0)
+        bells.outbox.wait(0)
         short_lived = FlowForge(_url(app))  # e.g. `flowforge runs start`
         short_lived.start_workflow_run(ONE)
         short_lived.close()
-        assert bells.runs.wait(10)
+        assert bells.outbox.wait(10)
 
 
 def _notifications(

@@ -81,19 +81,9 @@ def explain(s: Situation) -> Explanation:
 
 
 def _pending(s: Situation) -> _Answer:
+    # A pending run (no task claimed yet: a claim starts it) is no reason of its own: a
+    # task pending in it waits for its upstream like any other.
     task, key = s.task, s.task.task_key
-    if s.run.state == "pending":
-        return (
-            "run_not_started",
-            f"{key} is pending: its run has not started yet",
-            [
-                _who_runs(
-                    s,
-                    "a scheduler starts a pending run on its next pass: is `flowforge "
-                    "scheduler` (or `flowforge run`) running against this database?",
-                )
-            ],
-        )
     upstream = [s.siblings[k] for k in task.depends_on if k in s.siblings]
     blocking = [u for u in upstream if u.state != "succeeded"]
     if not blocking:

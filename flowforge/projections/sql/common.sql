@@ -220,6 +220,25 @@ SET state = :target, attempt = attempt + 1, finished_at = NULL, lease_owner = NU
 WHERE id = :id AND state = :source AND attempt < max_attempts
 RETURNING *;
 
+-- A claim's run started, if no one has started it yet: the spec's derivation makes a
+-- run with a running task running, and no scheduler need look at a run only to start
+-- it (its creation marks nothing). Sent right after the claim (Writes.claim,
+-- claims_with_runs); acts only if the task is running now (the claim won, or
+-- another's committed). The run row is tried, never waited for (SKIP LOCKED): the
+-- claim holds its task row, and every advance takes the run row first. A run held
+-- elsewhere is started by its holder (a scheduler's advance, another claim) or by the
+-- task's finish (run_start_after_finish, advance.advance_after_finish). The UPDATE
+-- re-checks the state on the row it locked.
+-- name: run_start_after_claim
+UPDATE workflow_runs
+SET state = :target, started_at = {now}, version = version + 1, updated_at = {touched_at}
+WHERE id = (
+    SELECT id FROM workflow_runs
+    WHERE id = (SELECT workflow_run_id FROM task_runs WHERE id = :task_run_id AND state = :claimed)
+        AND state = :source {for_update_skip_locked}
+) AND state = :source
+RETURNING *;
+
 -- name: run_move
 UPDATE workflow_runs
 SET state = :target,

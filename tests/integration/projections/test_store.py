@@ -81,6 +81,20 @@ def create_task(
     return created.originator_id
 
 
+def claim_while_run_held(store: Store, run_id: UUID, task_id: UUID) -> TaskRunRow:
+    """A claim made while another transaction holds the task's run row (PostgreSQL):
+    the claim cannot start the run, which stays pending."""
+    with store.write() as holder:
+        assert holder.lock_run(run_id) is not None
+        with store.write() as writes:
+            claimed = writes.claim(task_id, "w1", LEASE_S)
+    assert claimed is not None
+    with store.read() as reads:
+        run = reads.workflow_run(run_id)
+    assert run is not None and run.state == "pending"
+    return claimed
+
+
 def wait_for_clock(store: Store, moment: datetime) -> None:
     """Poll the database's clock (the one that decides) until it passes ``moment``."""
     deadline = time.monotonic() + CLOCK_DEADLINE_S
@@ -373,12 +387,13 @@ class StoreContract:
             state, done = writes.finish_trying_run(
                 task_id, edge("succeed"), claimed.fencing_token, result=[1], actor="test"
             )
-        assert stale == (WorkflowRunState.PENDING, None)  # the run was tried; the task lost
-        assert state is WorkflowRunState.PENDING
+        # The run was tried (the claim had started it); the stale finish lost.
+        assert stale == (WorkflowRunState.RUNNING, None)
+        assert state is WorkflowRunState.RUNNING
         assert done is not None and (done.state, done.result) == ("succeeded", [1])
         with store.write() as writes:
             assert (
-                writes.move_run(run_id, run_edge("start"), actor=ACTOR) is not None
+                writes.move_run(run_id, run_edge("succeed"), actor=ACTOR) is not None
             )  # row usable
             with pytest.raises(ValueError, match="finish takes"):
                 writes.finish_trying_run(task_id, edge("claim"), 0, actor="test")
@@ -387,15 +402,16 @@ class StoreContract:
         self, store: Store, run_and_task: tuple[UUID, UUID]
     ) -> None:
         run_id, task_id = run_and_task
-        with store.write() as writes:
-            claimed = writes.claim(task_id, "w1", LEASE_S)
-            assert claimed is not None
         leaf = Leaf(run_id, "a")
-        with store.write() as writes:
-            if not writes.events_in_sql:  # SQLite: no row locks or transaction ids
+        if not store.events_in_sql:  # SQLite: no row locks or transaction ids
+            with store.write() as writes:
+                claimed = writes.claim(task_id, "w1", LEASE_S)
+                assert claimed is not None
                 with pytest.raises(TypeError, match="events in SQL"):
                     writes.succeed_leaf(task_id, claimed.fencing_token, leaf, actor="t")
-                return
+            return
+        claimed = claim_while_run_held(store, run_id, task_id)
+        with store.write() as writes:
             stale = writes.succeed_leaf(task_id, claimed.fencing_token + 1, leaf, actor="t")
         assert stale is None
         with store.write() as writes:
@@ -418,10 +434,25 @@ class StoreContract:
             assert started.started_at is not None
             assert writes.start_run(run_id, actor=ACTOR) == (None, False)  # not pending any more
             other = create_run(writes)
-            task_id = create_task(writes, other, TaskRunState.READY)
-            assert writes.claim(task_id, "w1", LEASE_S) is not None
+            task_id = create_task(writes, other, TaskRunState.PENDING)
+            assert writes.move_task(task_id, edge("dependencies_satisfied"), actor="t")
             started, moved = writes.start_run(other, actor=ACTOR)
         assert started is not None and moved
+
+    def test_a_claim_starts_its_pending_run_once(self, store: Store) -> None:
+        with store.write() as writes:
+            run_id = create_run(writes)
+            first, second = (create_task(writes, run_id, TaskRunState.READY, k) for k in "ab")
+            assert writes.claim(first, "w1", LEASE_S) is not None
+            started = writes.lock_run(run_id)
+            assert started is not None and started.state == "running"
+            assert (started.version, started.started_at is not None) == (2, True)
+            assert writes.claim(second, "w1", LEASE_S) is not None
+            again = writes.lock_run(run_id)
+            assert again is not None and again.version == 2  # started once, not twice
+        with store.write() as writes:
+            topics = [s.topic for s in writes.stored_events() if s.originator_id == run_id]
+        assert [topic.rsplit(".", 1)[1] for topic in topics] == ["Created", "Started"]
 
     def test_succeed_run_when_complete_takes_the_edge_only_once_every_task_succeeded(
         self, store: Store
@@ -431,13 +462,12 @@ class StoreContract:
             first, second = (create_task(writes, run_id, TaskRunState.READY, k) for k in "ab")
             assert writes.succeed_run_when_complete(run_id, actor=ACTOR) == ("unfinished", None)
             for task_id in (first, second):
-                claimed = writes.claim(task_id, "w1", LEASE_S)
+                claimed = writes.claim(task_id, "w1", LEASE_S)  # the first started the run
                 assert claimed is not None
                 writes.finish(task_id, edge("succeed"), claimed.fencing_token, actor="test")
-            # Complete, but the run is still pending: the edge's source does not match.
-            assert writes.succeed_run_when_complete(run_id, actor=ACTOR) == ("succeeded", None)
-            assert writes.move_run(run_id, run_edge("start"), actor=ACTOR) is not None
             completion, row = writes.succeed_run_when_complete(run_id, actor=ACTOR)
+            # Complete, but the run is no longer running: the edge's source does not match.
+            assert writes.succeed_run_when_complete(run_id, actor=ACTOR) == ("succeeded", None)
         assert completion == "succeeded"
         assert row is not None and row.state == "succeeded" and row.finished_at is not None
         with store.write() as writes:

@@ -114,8 +114,9 @@ def test_on_sqlite_a_claim_appends_its_event_built_from_the_returned_row() -> No
 
     assert store.claim(claimed["id"], "w1", 30.0, last=True) is not None
 
-    [(name, _, commit)] = tx.ran
+    [(name, _, commit), (start, _, _)] = tx.ran
     assert (name, commit) == ("task_claim", False)  # SQLite commits at the end anyway
+    assert start == "run_start_after_claim"  # no run row here: no start, no event
     (event,) = appended_events(tx)
     assert isinstance(event, TaskRun.Claimed)
     assert (event.originator_id, event.originator_version) == (claimed["id"], 2)
@@ -133,9 +134,11 @@ def test_on_postgres_a_claim_runs_its_recorded_statement_and_commits_with_it() -
 
     store.claim(claimed["id"], "w1", 30.0, last=True)
 
-    [(name, params, commit)] = tx.ran
+    [(name, params, commit), (start, start_params, _)] = tx.ran
     assert (name, commit) == ("task_claim_recorded", True)
     assert params["event_topic"] == "flowforge.aggregates.task_run:TaskRun.Claimed"
+    assert start == "run_start_after_claim_recorded"
+    assert start_params["event_topic"] == "flowforge.aggregates.workflow_run:WorkflowRun.Started"
     assert (params["event_source"], params["event_actor"]) == ("ready", "w1")
     assert tx.deferred == []  # the statement stored the event
 
