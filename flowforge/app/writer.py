@@ -238,7 +238,7 @@ class Writer:
         actor: str,
     ) -> tuple[UUID, bool]:
         """Create the run and its task runs; ``(id, False)`` if the key already exists."""
-        at, run_id = self.now(), uuid4()
+        at, run_id = self.store.creation_time(), uuid4()
         created = workflow_run.created_event(
             run_id,
             at=at,

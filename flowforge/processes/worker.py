@@ -439,8 +439,9 @@ class Worker:
 
     def _context(self, task: TaskRunRow, claim: Claim) -> TaskContext:
         run_id = task.workflow_run_id
-        # Its own dependencies' rows only: a task of an N-task run costs O(1), not O(N).
-        results = self.app.task_results(run_id, task.depends_on)
+        # Its own dependencies' rows only: a task of an N-task run costs O(1), not O(N);
+        # a root task asks nothing.
+        results = self.app.task_results(run_id, task.depends_on) if task.depends_on else {}
         return TaskContext(
             task_run_id=task.id,
             workflow_run_id=run_id,

@@ -401,15 +401,11 @@ class _PostgresTransaction(_PostgresStatements):
             self._round_trip([statement.encode()])
 
     def commit(self) -> None:
-        if self._committed:
-            return
-        if self._conn is None:
-            if not self._pending:
-                return  # nothing was sent, nothing is open
-            self._round_trip([])  # BEGIN alone: the probe, apart from the COMMIT
-        assert self._conn is not None
-        batch, self._pending = self._pending, []
-        _send_batch(self._conn, batch, prepared=self._prepared, commit=True)
+        """Send what is pending with the COMMIT. A transaction nothing of which was
+        sent yet (a run's creation) goes whole, in ONE round trip, as a claim does."""
+        if self._committed or (self._conn is None and not self._pending):
+            return  # committed already, or nothing was sent and nothing is open
+        self._last_round_trip([], [])
 
     def rollback(self) -> None:
         """After an error: end the transaction, if one is open on a live connection."""

@@ -10,6 +10,7 @@ concurrent workload.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -21,6 +22,18 @@ from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.projections.database import Transaction
+
+#: The time of what a transaction creates, when that is the transaction's own clock
+#: (PostgreSQL's now(), the same for every statement of it): it stands in the creation
+#: events and rows until SQL writes now() in its place (``Writes.append``, and NULL for
+#: a row's ``created_at``), so a run's creation need not ask the clock first. No event
+#: is ever stored with it.
+TRANSACTION_NOW = datetime(1, 1, 1, tzinfo=UTC)
+
+
+def row_time(at: datetime) -> datetime | None:
+    """``at`` as a row's timestamp parameter: NULL for :data:`TRANSACTION_NOW`."""
+    return None if at == TRANSACTION_NOW else at
 
 
 def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
@@ -56,7 +69,7 @@ def _created_params(event: Any, fields: tuple[str, ...], state: str) -> dict[str
     params.update(
         id=event.originator_id,
         version=event.originator_version,
-        created_at=event.timestamp,
+        created_at=row_time(event.timestamp),
         state=state,
     )
     return params

@@ -107,7 +107,12 @@ RECORDED_STATEMENTS: Mapping[str, Declaration] = MappingProxyType(
 #: words): a leaf's success in one round trip relies on row locks and transaction ids
 #: that SQLite has not (``Writes.succeed_leaf``, which refuses a store without them).
 POSTGRES_ONLY_STATEMENTS = frozenset(
-    {"run_start_after_finish", "run_succeed_after_finish", "mark_run_wakeup_after_finish"}
+    {
+        "run_start_after_finish",
+        "run_succeed_after_finish",
+        "mark_run_wakeup_after_finish",
+        "insert_stored_event_at_now",
+    }
 )
 RECORDED_SUFFIX = "_recorded"
 _RECORDING_DIALECTS = frozenset({"postgres"})

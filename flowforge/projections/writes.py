@@ -96,15 +96,25 @@ class Writes(Reads):
         version of one aggregate."""
         for event in events:
             stored = self._mapper.to_stored_event(event)
+            params = {
+                "originator_id": stored.originator_id,
+                "originator_version": stored.originator_version,
+                "topic": stored.topic,
+            }
+            if getattr(event, "timestamp", None) != projector.TRANSACTION_NOW:
+                self._tx.defer("insert_stored_event", {**params, "state": stored.state})
+                continue
+            stamp = self._mapper.transcoder.encode(projector.TRANSACTION_NOW)
+            head, tail = _around_transaction_now(stored.state, stamp)
             self._tx.defer(
-                "insert_stored_event",
-                {
-                    "originator_id": stored.originator_id,
-                    "originator_version": stored.originator_version,
-                    "topic": stored.topic,
-                    "state": stored.state,
-                },
+                "insert_stored_event_at_now", {**params, "state_head": head, "state_tail": tail}
             )
+
+    def creation_time(self) -> datetime:
+        """The time to create runs at: the database's clock. Where SQL builds events
+        (PostgreSQL) that is the transaction's own now(), written by SQL in the rows
+        and events (``projector.TRANSACTION_NOW``): no round trip to ask it first."""
+        return projector.TRANSACTION_NOW if self.events_in_sql else self.now()
 
     def stored_events(self) -> list[StoredEvent]:
         """Every stored event, in the order the log recorded them."""
@@ -565,7 +575,7 @@ class Writes(Reads):
                 "task_key": task_key,
                 "task_type": task_type,
                 "fencing_token": fencing_token,
-                "created_at": at,
+                "created_at": projector.row_time(at),
             },
         )
         self.enqueued = True
@@ -592,6 +602,25 @@ class Writes(Reads):
         published within that time."""
         params = {"older_than": older_than_seconds, "limit": limit}
         return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_stalled_ready", params)]
+
+
+#: ``projector.TRANSACTION_NOW`` as a JSON string: what SQL replaces with now().
+_QUOTED_TRANSACTION_NOW = f'"{projector.TRANSACTION_NOW.isoformat()}"'.encode()
+
+
+def _around_transaction_now(state: bytes, stamp: bytes) -> tuple[bytes, bytes]:
+    """A stored state cut around the time in its one ``stamp`` (``TRANSACTION_NOW`` as
+    the log's transcoder writes a datetime: ``{"_type_":"datetime_iso","_data_":
+    "0001-..."}``). User JSON cannot forge the stamp: it holds no datetimes, and the
+    transcoder escapes an object with those two keys; a user's string of that time
+    can (it is the bare quoted time), which is why the whole stamp is looked for."""
+    head, found, tail = state.partition(stamp)
+    if not found or stamp in tail:
+        raise ValueError("an event stamped TRANSACTION_NOW must carry the stamp exactly once")
+    before, time, after = stamp.partition(_QUOTED_TRANSACTION_NOW)
+    if not time:
+        raise ValueError(f"the transcoder wrote TRANSACTION_NOW as {stamp!r}: no time in it")
+    return head + before, after + tail
 
 
 #: Which of a leaf's success statements (``Writes._leaf_success_statements``) have rows

@@ -59,12 +59,15 @@ SELECT originator_id, originator_version, topic, state
 FROM {events_table} ORDER BY {event_order};
 
 -- --- creation and the rebuild: an event applied to the rows -------------------------------
+-- A NULL :created_at is the transaction's own clock: a run's creation on PostgreSQL,
+-- whose events get the same time in SQL (insert_stored_event_at_now), with no round
+-- trip to ask the clock first (projector.TRANSACTION_NOW).
 
 -- name: insert_workflow_run
 INSERT INTO workflow_runs (id, {workflow_run_static_columns}, state,
                            started_at, finished_at, version, created_at, updated_at)
 VALUES (:id, {workflow_run_static_values}, :state,
-        NULL, NULL, :version, :created_at, :created_at)
+        NULL, NULL, :version, coalesce(:created_at, {now}), coalesce(:created_at, {now}))
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
 
@@ -75,7 +78,7 @@ SELECT id FROM workflow_runs WHERE idempotency_key = :idempotency_key;
 INSERT INTO task_runs (id, {task_run_static_columns},
                        state, fencing_token, attempt, version, created_at, updated_at)
 VALUES (:id, {task_run_static_values},
-        :state, 0, 1, :version, :created_at, :created_at);
+        :state, 0, 1, :version, coalesce(:created_at, {now}), coalesce(:created_at, {now}));
 
 -- name: apply_task_run_event
 UPDATE task_runs
@@ -98,7 +101,8 @@ DELETE FROM workflow_runs;
 -- name: insert_outbox
 INSERT INTO dispatch_outbox (dispatch_id, task_run_id, task_key, task_type, fencing_token,
                              created_at)
-VALUES (:dispatch_id, :task_run_id, :task_key, :task_type, :fencing_token, :created_at);
+VALUES (:dispatch_id, :task_run_id, :task_key, :task_type, :fencing_token,
+        coalesce(:created_at, {now}));
 
 -- --- run wake-ups: which runs the scheduler must advance ------------------------------
 -- A transition that can change what its run should do next (a task finished, reaped,

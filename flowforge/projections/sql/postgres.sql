@@ -165,6 +165,17 @@ SELECT CASE json_typeof(value)
 END
 $$
 
+-- A creation event whose timestamp is the transaction's clock: the state the mapper
+-- encoded around it (projector.TRANSACTION_NOW), with now() written in between as
+-- the library's transcoder writes a datetime (the SQL-built transition events'
+-- encoding, event_sql.py). One round trip fewer per run created: the clock is not
+-- asked first.
+-- name: insert_stored_event_at_now
+INSERT INTO {events_table} (originator_id, originator_version, topic, state)
+VALUES (:originator_id, :originator_version, :topic,
+        CAST(:state_head AS bytea) || convert_to(to_json({now})::text, 'UTF8')
+            || CAST(:state_tail AS bytea));
+
 -- A worker's success of a task no other task depends on, and all that can follow it,
 -- in ONE round trip with the COMMIT (Writes.succeed_leaf): the run row tried
 -- (try_lock_workflow_run_of_task), the finish (task_finish), then the three statements

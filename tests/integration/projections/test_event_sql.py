@@ -25,6 +25,7 @@ from flowforge.aggregates.base import event_from_row
 from flowforge.aggregates.machines import REAPER_TRANSITION
 from flowforge.aggregates.states import TaskRunState
 from flowforge.app.service import FlowForge
+from flowforge.projections.projector import TRANSACTION_NOW
 from flowforge.projections.store import Store
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import Writes
@@ -226,3 +227,35 @@ def test_the_sql_escape_function_escapes_as_the_transcoder_does(
     assert escaped == json.loads(transcoder.encode(value))
     # ... which the library's decoder reads back as the user's value.
     assert transcoder.decode(json.dumps(escaped).encode()) == value
+
+
+#: Inputs that spell the stand-in for the transaction's clock, bare and quoted: JSON
+#: escapes the quotes, so the state's one real timestamp is all SQL replaces.
+PLACEHOLDER_LOOK_ALIKES = {
+    "bare": TRANSACTION_NOW.isoformat(),
+    "quoted": f'"{TRANSACTION_NOW.isoformat()}"',
+    "nested": [{"_type_": "datetime_iso", "_data_": TRANSACTION_NOW.isoformat()}],
+}
+
+
+def test_a_run_is_created_in_one_round_trip_its_events_at_the_transaction_clock(
+    pg_app: FlowForge, round_trips: list[bytes]
+) -> None:
+    definition = {
+        "name": "two",
+        "tasks": [{"key": "a", "type": "t"}, {"key": "b", "type": "t", "depends_on": ["a"]}],
+    }
+    round_trips.clear()
+    run_id = pg_app.start_workflow_run(definition, PLACEHOLDER_LOOK_ALIKES)
+    assert len(round_trips) == 1 and round_trips[0].endswith(b"COMMIT")
+    run = pg_app.get_workflow_run(run_id)
+    assert run.created_at > TRANSACTION_NOW
+    aggregate = pg_app.workflow_run_aggregate(run_id)
+    assert (aggregate.created_on, aggregate.inputs) == (run.created_at, PLACEHOLDER_LOOK_ALIKES)
+    for task in pg_app.task_runs(run_id):
+        assert task.created_at == run.created_at  # one transaction, one clock
+        assert pg_app.task_run_aggregate(task.id).created_on == run.created_at
+    (dispatch,) = pg_app.dispatches_of(
+        next(t.id for t in pg_app.task_runs(run_id) if not t.depends_on)
+    )
+    assert dispatch.created_at == run.created_at
