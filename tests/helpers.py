@@ -51,6 +51,17 @@ def succeed_leaving_a_mark(app: FlowForge, task_run_id: UUID, fencing_token: int
         assert Writer(writes).finish(succeed, task_run_id, fencing_token, actor="test-worker")
 
 
+def marks(app: FlowForge) -> int:
+    """How many run wake-up marks wait for a scheduler."""
+    with app.store.read() as reads:
+        return reads.wakeup_count()
+
+
+def run_edges(app: FlowForge, run_id: UUID) -> list[tuple[str, str]]:
+    """The run's own transitions (not its tasks') and who took them."""
+    return [(e.transition, e.actor) for e in app.run_history(run_id) if e.aggregate_id == run_id]
+
+
 @contextmanager
 def run_row_held(app: FlowForge, run_id: UUID) -> Iterator[None]:
     """Another transaction holds the run's row meanwhile (PostgreSQL), as a scheduler's

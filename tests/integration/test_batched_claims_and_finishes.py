@@ -21,8 +21,9 @@ from flowforge import Finish, errors
 from flowforge.app.service import FlowForge
 from flowforge.limits import MAX_BATCH
 from flowforge.projections.tables import TaskRunRow
+from tests.helpers import run_edges
 from tests.integration.test_concurrent_transitions import race
-from tests.integration.test_leaf_finish import TWO_LEAVES, agrees_with_its_events, run_edges
+from tests.integration.test_leaf_finish import TWO_LEAVES, agrees_with_its_events
 
 ONE_TASK: dict[str, Any] = {"name": "one", "tasks": [{"key": "t", "type": "w"}]}
 CHAIN: dict[str, Any] = {

@@ -11,12 +11,12 @@ and a claim racing a user's cancel neither deadlocks nor starts a cancelled run.
 from __future__ import annotations
 
 from functools import partial
-from uuid import UUID
 
 import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
+from tests.helpers import marks, run_edges
 from tests.integration.test_concurrent_transitions import race
 
 TWO = {
@@ -24,15 +24,6 @@ TWO = {
     "tasks": [{"key": "a", "type": "work"}, {"key": "b", "type": "work"}],
 }
 RACE_ROUNDS = 10
-
-
-def run_edges(app: FlowForge, run_id: UUID) -> list[tuple[str, str]]:
-    return [(e.transition, e.actor) for e in app.run_history(run_id) if e.aggregate_id == run_id]
-
-
-def marks(app: FlowForge) -> int:
-    with app.store.read() as reads:
-        return reads.wakeup_count()
 
 
 def test_a_batch_of_claims_starts_each_run_once_and_a_later_claim_starts_nothing(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import select
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -189,13 +189,13 @@ def test_a_connection_lost_at_commit_surfaces_and_the_command_is_not_retried(
     assert pg_app.transition_task_run(task_id, "cancel_ready") is True
 
 
-def _wait_for_a_backend_waiting_on_a_lock(dbname: str) -> int:
+def _wait_for_a_backend_waiting_on_a_lock(dbname: str, query: str) -> int:
     def waiting() -> int | None:
         with admin() as conn:
             row = conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = %s"
                 " AND wait_event_type = 'Lock' AND query LIKE %s",
-                (dbname, "%task_claim%"),
+                (dbname, query),
             ).fetchone()
         return None if row is None else int(row[0])
 
@@ -203,6 +203,38 @@ def _wait_for_a_backend_waiting_on_a_lock(dbname: str) -> int:
     pid = waiting()
     assert pid is not None
     return pid
+
+
+def _killed_in_flight(
+    postgres_url: str,
+    hold: str,
+    params: tuple[Any, ...],
+    command: Callable[[], object],
+    query: str,
+) -> BaseException | object:
+    """What ``command`` returns or raises when its backend is killed while it waits for
+    a lock another transaction took with ``hold`` (its query matching ``query``)."""
+    outcome: list[BaseException | object] = []
+
+    def in_flight() -> None:
+        try:
+            outcome.append(command())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with admin(postgres_url) as holder:
+        holder.execute("BEGIN")
+        holder.execute(hold, params)
+        thread = threading.Thread(target=in_flight)
+        thread.start()
+        pid = _wait_for_a_backend_waiting_on_a_lock(_dbname(postgres_url), query)
+        with admin() as killer:
+            killer.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+        thread.join(DEADLINE_S)
+        holder.execute("ROLLBACK")
+    assert not thread.is_alive()
+    (result,) = outcome
+    return result
 
 
 def test_a_connection_lost_during_a_one_round_trip_claim_surfaces_and_is_not_sent_again(
@@ -213,28 +245,32 @@ def test_a_connection_lost_during_a_one_round_trip_claim_surfaces_and_is_not_sen
     # in flight when its backend is killed; a claim sent again on a fresh connection
     # would wait for the lock's release and then win, instead of raising.
     task_id = _ready_task(pg_app)
-    dbname = _dbname(postgres_url)
-    outcome: list[BaseException | object] = []
-
-    def claim_in_flight() -> None:
-        try:
-            outcome.append(pg_app.claim_task_run(task_id, "worker-1", 5))
-        except BaseException as exc:
-            outcome.append(exc)
-
-    with admin(postgres_url) as holder:
-        holder.execute("BEGIN")
-        holder.execute("SELECT 1 FROM task_runs WHERE id = %s FOR UPDATE", (task_id,))
-        claimer = threading.Thread(target=claim_in_flight)
-        claimer.start()
-        pid = _wait_for_a_backend_waiting_on_a_lock(dbname)
-        with admin() as killer:
-            killer.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
-        claimer.join(DEADLINE_S)
-        holder.execute("ROLLBACK")
-
-    assert not claimer.is_alive()
-    (raised,) = outcome
+    raised = _killed_in_flight(
+        postgres_url,
+        "SELECT 1 FROM task_runs WHERE id = %s FOR UPDATE",
+        (task_id,),
+        lambda: pg_app.claim_task_run(task_id, "worker-1", 5),
+        "%task_claim%",
+    )
     assert isinstance(raised, errors.DatabaseUnavailableError), raised
     assert pg_app.get_task_run(task_id).state == "ready"  # killed before it applied
     assert pg_app.claim_task_run(task_id, "worker-1", 5) is not None
+
+
+def test_a_connection_lost_during_a_one_round_trip_creation_surfaces_and_creates_nothing(
+    pg_app: FlowForge, postgres_url: str
+) -> None:
+    # A run's creation is ONE round trip carrying its COMMIT (its clock is the
+    # transaction's own): lost in flight, it must surface. A rebuild's lock keeps it in
+    # flight; sent again on a fresh connection it would have created the run once the
+    # lock was released, instead of raising.
+    raised = _killed_in_flight(
+        postgres_url,
+        "LOCK TABLE workflow_runs, task_runs IN EXCLUSIVE MODE",
+        (),
+        lambda: pg_app.start_workflow_run(ONE_TASK),
+        "%insert_workflow_run%",
+    )
+    assert isinstance(raised, errors.DatabaseUnavailableError), raised
+    assert pg_app.recent_runs() == []  # killed before it applied, and not sent again
+    assert pg_app.start_workflow_run(ONE_TASK) is not None

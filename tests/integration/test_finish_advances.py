@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
-from tests.helpers import run_row_held
+from tests.helpers import marks, run_edges, run_row_held
 from tests.integration.test_concurrent_transitions import race
 from tests.integration.test_scheduler import DIAMOND
 
@@ -56,16 +56,6 @@ def claimed(app: FlowForge, run_id: UUID, key: str) -> tuple[UUID, int]:
 def finish(app: FlowForge, task: tuple[UUID, int], outcome: str = "succeed") -> bool:
     error = {"type": "Boom", "message": "boom"} if outcome == "fail" else None
     return app.finish_task_run(*task, outcome, error=error, actor=ACTOR)
-
-
-def run_edges(app: FlowForge, run_id: UUID) -> list[tuple[str, str]]:
-    """The run's own transitions (not its tasks') and who took them."""
-    return [(e.transition, e.actor) for e in app.run_history(run_id) if e.aggregate_id == run_id]
-
-
-def marks(app: FlowForge) -> int:
-    with app.store.read() as reads:
-        return reads.wakeup_count()
 
 
 def test_a_finish_promotes_its_dependents_and_dispatches_them_in_its_transaction(

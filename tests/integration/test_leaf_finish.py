@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
-from tests.helpers import run_row_held, wait_until_expired
+from tests.helpers import marks, run_edges, run_row_held, wait_until_expired
 from tests.integration.test_concurrent_transitions import race
 
 pytestmark = pytest.mark.postgres
@@ -45,15 +45,6 @@ def claimed_by_a_worker(app: FlowForge, run_id: UUID, key: str) -> tuple[UUID, i
 
 def succeed(app: FlowForge, task: tuple[UUID, int]) -> bool:
     return app.finish_task_run(*task, "succeed", {"ok": True}, actor=ACTOR)
-
-
-def marks(app: FlowForge) -> int:
-    with app.store.read() as reads:
-        return reads.wakeup_count()
-
-
-def run_edges(app: FlowForge, run_id: UUID) -> list[tuple[str, str]]:
-    return [(e.transition, e.actor) for e in app.run_history(run_id) if e.aggregate_id == run_id]
 
 
 def agrees_with_its_events(app: FlowForge, run_id: UUID) -> None:

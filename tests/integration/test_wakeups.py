@@ -28,6 +28,7 @@ from flowforge.processes.scheduler import Scheduler
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.projections import queries
 from flowforge.projections.wakeups import PostgresNotifier, Wakeups
+from tests.helpers import marks
 
 HOUR = 3600.0
 CHAIN = {
@@ -93,11 +94,6 @@ def work(app: FlowForge, run_id: UUID, key: str, outcome: str = "succeed") -> No
     assert claim is not None
     error = {"type": "Boom", "message": "boom"} if outcome == "fail" else None
     assert app.finish_task_run(task.id, claim.fencing_token, outcome, error=error)
-
-
-def marks(app: FlowForge) -> int:
-    with app.store.read() as reads:
-        return reads.wakeup_count()
 
 
 def test_a_run_is_advanced_by_wake_ups_alone_with_the_periodic_pass_disabled(
