@@ -134,7 +134,8 @@ def advance_woken(
     """Advance a marked run, or ``None`` at once if another scheduler is advancing it
     (or it no longer exists): schedulers divide the woken runs instead of queueing.
 
-    A pending run is started (its creation marked it); if none of its tasks has changed
+    A pending run (a failure in a run its claim could not start, a mark of an older
+    version's creation) is started; if none of its tasks has changed
     since its creation, that is all. A running run whose every mark names a task has
     only those tasks' consequences worked out (:func:`advance_changes`). Everything else
     takes the full advance: a mark of the run itself on a running run (a user's edge, or
@@ -172,7 +173,7 @@ def advance_after_finish(
     the finish could lock the run's row at once (``run_state``, taken by the finish
     before its task row: ``Writes.finish_trying_run``; ``None`` when another
     transaction held it, or when the finish was no success and did not try), starting
-    it first if no scheduler has yet; else mark the run for a scheduler, as every other
+    it first if its claim could not; else mark the run for a scheduler, as every other
     transition does. ``None`` when it marked.
 
     Only a success: a failure's retry is scheduled by a scheduler, in a transaction of
@@ -190,11 +191,9 @@ def advance_after_finish(
     result = AdvanceResult(run_id)
     advances = task.task_state is _T.SUCCEEDED and run_state in _ADVANCED_BY_A_FINISH
     if advances and run_state is WorkflowRunState.PENDING:
-        # Its root tasks were dispatched at its creation and one finished before any
-        # scheduler started the run. Start it here (its row is locked: this cannot
-        # lose), or every such run costs a scheduler two transactions instead of one
-        # and, once workers run ahead of the scheduler, they stay ahead. Its
-        # creation's mark stays: a scheduler still looks at the whole run.
+        # Its task's claim could not start the run (another transaction held its row
+        # then). Start it here (its row is locked: this cannot lose) rather than leave
+        # a scheduler two transactions (the start, then the full advance).
         result.started = writer.take_run_edge(_START, run_id, actor=actor) is not None
     if advances and advance_changes(
         writer,

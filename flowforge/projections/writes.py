@@ -318,7 +318,7 @@ class Writes(Reads):
     ) -> TaskRunRow | None:
         """A success of a task no other task depends on, and everything that can follow
         it, in ONE round trip with the COMMIT (PostgreSQL with its events in SQL only):
-        the run row tried, the finish, then the run started if no scheduler has, the run
+        the run row tried, the finish, then the run started if its claim could not, the run
         succeeded if every task has, and the run's mark for a scheduler unless settled;
         the three after the finish act only if it won and the run row is held here
         (``run_start_after_finish`` in postgres.sql says how). The new task row

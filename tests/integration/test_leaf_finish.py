@@ -1,7 +1,7 @@
 """A leaf's success in one round trip (``Writes.succeed_leaf``, PostgreSQL only).
 
 A worker's success of a task no other task depends on sends the finish and everything
-that can follow it (the run started if no scheduler has, the run succeeded after its
+that can follow it (the run started if its claim could not, the run succeeded after its
 last task, the run's mark for a scheduler unless settled) with the ``COMMIT``, each guarded
 in SQL by what Python would have checked between round trips: that the finish won and
 that this transaction holds the run's row. These tests pin each guard, against the

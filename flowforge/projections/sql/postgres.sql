@@ -182,7 +182,7 @@ VALUES (:originator_id, :originator_version, :topic,
 -- below. Each acts only if the finish won ({finished_here}) and this transaction has
 -- held the run row since its try ({run_row_held}, below; nothing waits for a lock, so
 -- the lock order stays the run row first). A run
--- no scheduler has started yet is started (advance.advance_after_finish says why).
+-- its first claim could not start is started (advance.advance_after_finish says why).
 -- :id is the run's id, :task_run_id the finished task's.
 -- macro: finished_here
 EXISTS (SELECT 1 FROM task_runs WHERE id = :task_run_id AND {written_by_this_transaction})
