@@ -252,13 +252,20 @@ def deployment(options: argparse.Namespace) -> Iterator[Deployment]:
             print(f"processes exited with {bad}; logs in {processes.logs}", file=sys.stderr)
 
 
+#: How often the bench asks whether the work is done. The end is the database's last
+#: finished_at, not the moment a probe sees it, so a slow probe costs no accuracy; a fast
+#: one cost the system it measures: a count over task_runs every 20 ms was 15-20 % of a
+#: core of PostgreSQL time by the end of 8,000 runs (docs/performance.md, eighth pass).
+PROBE_INTERVAL_S = 0.25
+
+
 def wait_until(probe: Probe, processes: Processes, sql: str, expected: int) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while probe.one(sql)[0] < expected:
         processes.check_alive()
         if time.monotonic() > deadline:
             raise TimeoutError(f"{sql!r} did not reach {expected} within {DEADLINE_S} s")
-        time.sleep(0.02)
+        time.sleep(PROBE_INTERVAL_S)
 
 
 SUCCEEDED_TASKS = "SELECT count(*) FROM task_runs WHERE state = 'succeeded'"
