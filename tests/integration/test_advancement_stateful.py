@@ -18,6 +18,7 @@ where the DAG rule puts it:
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from uuid import UUID
 
@@ -161,7 +162,7 @@ def test_advancement_keeps_every_run_where_the_dag_rule_puts_it(app: FlowForge) 
     run_state_machine_as_test(
         Advancement,
         settings=settings(
-            max_examples=25,
+            max_examples=int(os.environ.get("FLOWFORGE_STATEFUL_EXAMPLES", "25")),
             stateful_step_count=12,
             deadline=None,
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
