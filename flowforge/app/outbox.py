@@ -36,8 +36,7 @@ class Outbox(Commands):
             if not rows:
                 return 0
             publisher.publish([dispatch.message_for(row, self.deployment_id) for row in rows])
-            for row in rows:
-                writes.mark_published(row.dispatch_id)
+            writes.mark_published([row.dispatch_id for row in rows])
         return len(rows)
 
     def redispatch_stalled(self, older_than_seconds: float) -> list[UUID]:

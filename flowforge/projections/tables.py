@@ -42,6 +42,7 @@ COLUMN_KINDS: Mapping[str, Kind] = {
     "task_keys": Kind.JSON,
     "known_runs": Kind.JSON,
     "task_run_ids": Kind.JSON,
+    "dispatch_ids": Kind.JSON,
     "lease_expires_at": Kind.TIMESTAMP,
     "started_at": Kind.TIMESTAMP,
     "finished_at": Kind.TIMESTAMP,

@@ -594,8 +594,11 @@ class Writes(Reads):
             rows = self._tx.run("select_pending_outbox_of_types", params)
         return [OutboxRow.from_mapping(r) for r in rows]
 
-    def mark_published(self, dispatch_id: UUID) -> None:
-        self._tx.defer("mark_outbox_published", {"dispatch_id": dispatch_id})
+    def mark_published(self, dispatch_ids: Collection[UUID]) -> None:
+        """Mark a sweep's delivered dispatches published, all in one statement."""
+        if dispatch_ids:
+            ids = [str(dispatch_id) for dispatch_id in dispatch_ids]
+            self._tx.defer("mark_outbox_published", {"dispatch_ids": ids})
 
     def stalled_ready(self, older_than_seconds: float, limit: int) -> list[TaskRunRow]:
         """Tasks READY for over ``older_than_seconds`` with no dispatch pending or

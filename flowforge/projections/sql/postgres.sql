@@ -88,6 +88,10 @@ SELECT json_array_elements_text(:known_runs)::uuid
 -- macro: task_run_ids_list
 SELECT json_array_elements_text(:task_run_ids)::uuid
 
+-- The dispatches a publisher's sweep delivered, given as a JSON array (:dispatch_ids).
+-- macro: dispatch_ids_list
+SELECT json_array_elements_text(:dispatch_ids)::uuid
+
 -- A row number issued in insertion order (the run wake-ups' key).
 -- macro: serial_primary_key
 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY

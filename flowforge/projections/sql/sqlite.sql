@@ -88,6 +88,9 @@ SELECT value FROM json_each(:known_runs)
 -- macro: task_run_ids_list
 SELECT value FROM json_each(:task_run_ids)
 
+-- macro: dispatch_ids_list
+SELECT value FROM json_each(:dispatch_ids)
+
 -- An INTEGER PRIMARY KEY is the rowid: issued in insertion order.
 -- macro: serial_primary_key
 integer PRIMARY KEY

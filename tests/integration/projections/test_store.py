@@ -607,18 +607,26 @@ class StoreContract:
         _, task_id = run_and_task
         with store.write() as writes:
             dispatch_id = writes.enqueue_dispatch(task_id, "a", "t", 0, at=writes.now())
+            other = writes.enqueue_dispatch(task_id, "a", "t", 0, at=writes.now())
+            left = writes.enqueue_dispatch(task_id, "a", "t", 0, at=writes.now())
         with store.read() as reads:
-            assert reads.pending_dispatch_count() == 1
-            (row,) = reads.dispatches_of(task_id)
+            assert reads.pending_dispatch_count() == 3
+            row = next(r for r in reads.dispatches_of(task_id) if r.dispatch_id == dispatch_id)
         assert (row.dispatch_id, row.task_run_id, row.published_at) == (dispatch_id, task_id, None)
         with store.write() as writes:
-            assert [r.dispatch_id for r in writes.pending_dispatches(10)] == [dispatch_id]
-            writes.mark_published(dispatch_id)
-            assert writes.pending_dispatches(10) == []
+            assert {r.dispatch_id for r in writes.pending_dispatches(10)} == {
+                dispatch_id,
+                other,
+                left,
+            }
+            writes.mark_published([dispatch_id, other])
+            writes.mark_published([])  # nothing to mark: nothing sent
+            assert [r.dispatch_id for r in writes.pending_dispatches(10)] == [left]
         with store.read() as reads:
-            assert reads.pending_dispatch_count() == 0
-            (published,) = reads.dispatches_of(task_id)
-        assert published.published_at is not None
+            assert reads.pending_dispatch_count() == 1
+            published = {r.dispatch_id: r.published_at for r in reads.dispatches_of(task_id)}
+        assert published[dispatch_id] is not None and published[other] is not None
+        assert published[left] is None
 
     def test_stalled_ready_finds_a_ready_task_with_no_dispatch(
         self, store: Store, run_and_task: tuple[UUID, UUID]
