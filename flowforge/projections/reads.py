@@ -153,8 +153,8 @@ def run_of_task_unless_known(
 ) -> tuple[str, dict[str, Any]]:
     """The statement reading a task's run unless its id is in ``known_runs`` (a
     worker's few latest runs: their definitions are not sent again)."""
-    known = [str(run_id) for run_id in known_runs]
-    return "select_run_of_task_unless_known", {"id": task_run_id, "known_runs": known}
+    params = {"id": task_run_id, "known_runs": id_list(known_runs)}
+    return "select_run_of_task_unless_known", params
 
 
 def runs_of_tasks_unless_known(
@@ -163,7 +163,12 @@ def runs_of_tasks_unless_known(
     """The statement reading the runs of a batch's tasks, each once, except those in
     ``known_runs``."""
     params = {
-        "task_run_ids": [str(task_run_id) for task_run_id in task_run_ids],
-        "known_runs": [str(run_id) for run_id in known_runs],
+        "task_run_ids": id_list(task_run_ids),
+        "known_runs": id_list(known_runs),
     }
     return "select_runs_of_tasks_unless_known", params
+
+
+def id_list(ids: Collection[UUID]) -> list[str]:
+    """Ids as the ``*_list`` macros of the SQL files take them: a JSON array of strings."""
+    return [str(each) for each in ids]

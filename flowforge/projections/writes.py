@@ -37,7 +37,13 @@ from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.projections import event_sql, projector, queries
 from flowforge.projections.database import Row, Transaction
-from flowforge.projections.reads import Reads, RunCompletion, first_row, runs_of_tasks_unless_known
+from flowforge.projections.reads import (
+    Reads,
+    RunCompletion,
+    first_row,
+    id_list,
+    runs_of_tasks_unless_known,
+)
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 #: The edges ``move_task`` takes: no lease, no token, no clock condition.
@@ -104,7 +110,7 @@ class Writes(Reads):
             if getattr(event, "timestamp", None) != projector.TRANSACTION_NOW:
                 self._tx.defer("insert_stored_event", {**params, "state": stored.state})
                 continue
-            stamp = self._mapper.transcoder.encode(projector.TRANSACTION_NOW)
+            stamp = _transaction_now_stamp(self._mapper.transcoder)
             head, tail = _around_transaction_now(stored.state, stamp)
             self._tx.defer(
                 "insert_stored_event_at_now", {**params, "state_head": head, "state_tail": tail}
@@ -597,8 +603,7 @@ class Writes(Reads):
     def mark_published(self, dispatch_ids: Collection[UUID]) -> None:
         """Mark a sweep's delivered dispatches published, all in one statement."""
         if dispatch_ids:
-            ids = [str(dispatch_id) for dispatch_id in dispatch_ids]
-            self._tx.defer("mark_outbox_published", {"dispatch_ids": ids})
+            self._tx.defer("mark_outbox_published", {"dispatch_ids": id_list(dispatch_ids)})
 
     def stalled_ready(self, older_than_seconds: float, limit: int) -> list[TaskRunRow]:
         """Tasks READY for over ``older_than_seconds`` with no dispatch pending or
@@ -609,6 +614,13 @@ class Writes(Reads):
 
 #: ``projector.TRANSACTION_NOW`` as a JSON string: what SQL replaces with now().
 _QUOTED_TRANSACTION_NOW = f'"{projector.TRANSACTION_NOW.isoformat()}"'.encode()
+
+
+@cache
+def _transaction_now_stamp(transcoder: Transcoder) -> bytes:
+    """How ``transcoder`` writes ``projector.TRANSACTION_NOW``: encoded once per event
+    log, not once per creation event."""
+    return transcoder.encode(projector.TRANSACTION_NOW)
 
 
 def _around_transaction_now(state: bytes, stamp: bytes) -> tuple[bytes, bytes]:
