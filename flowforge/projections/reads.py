@@ -97,10 +97,6 @@ class Reads:
         """Running task runs whose lease expired by the database's clock, oldest first."""
         return _ids(self._tx.run("select_expired_leases", {"limit": limit}))
 
-    def runs_to_advance(self) -> list[UUID]:
-        """Runs the scheduler has work on: active, or with unfinished tasks."""
-        return _ids(self._tx.run("select_runs_to_advance"))
-
     def woken_runs(self, limit: int) -> list[UUID]:
         """Runs marked as needing an advance, oldest mark first."""
         return _ids(self._tx.run("select_woken_runs", {"limit": limit}))

@@ -385,12 +385,6 @@ SELECT id FROM task_runs
 WHERE state = 'running' AND lease_expires_at < {now}
 ORDER BY lease_expires_at LIMIT :limit;
 
--- name: select_runs_to_advance
-SELECT id FROM workflow_runs WHERE state IN ('pending', 'running')
-UNION
-SELECT DISTINCT workflow_run_id FROM task_runs
-WHERE state IN ('pending', 'ready', 'running', 'retrying');
-
 -- A ready task whose dispatch was lost (dead-lettered past the delivery limit, or held
 -- in memory by an embedded process that exited) would wait forever: the safety net
 -- finds ready tasks that have waited longer than :older_than seconds with no dispatch

@@ -132,7 +132,6 @@ class StoreContract:
             assert reads.recent_runs(10) == [run]
             assert reads.every_run() == [run]
             assert reads.ready_task_runs(10) == [task]
-            assert reads.runs_to_advance() == [run_id]
             assert isinstance(reads.now(), datetime) and reads.now().tzinfo is not None
             assert reads.schema_version() == schema.SCHEMA_VERSION
         assert isinstance(run, WorkflowRunRow) and isinstance(task, TaskRunRow)
