@@ -11,6 +11,7 @@
 --     {uuid} {json} {timestamp} {bigint} {real}   column types
 --     {events_table} {event_order}         the eventsourcing library's table
 --     {for_update} {for_update_skip_locked} row locks (PostgreSQL only)
+--     {indexed_by_retry_due} the retries' index, named where SQLite would not pick it
 --   from the code (flowforge/projections/queries.py):
 --     {task_run_states} {workflow_run_states}  the enums, so the CHECKs cannot drift
 --     {task_run_assignments} {workflow_run_assignments}  "col = :col, ..." for every
@@ -149,7 +150,7 @@ SELECT count(*) AS marks FROM run_wakeups;
 -- The safety net's timers: runs with a retry that became due, and when the next retry
 -- or lease expiry falls (the scheduler sleeps until then, not a whole interval).
 -- name: select_runs_with_retries_due
-SELECT DISTINCT workflow_run_id FROM task_runs
+SELECT DISTINCT workflow_run_id FROM task_runs {indexed_by_retry_due}
 WHERE state = 'retrying' AND retry_due_at <= {now}
 LIMIT :limit;
 

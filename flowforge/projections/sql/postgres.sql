@@ -60,6 +60,10 @@ FOR UPDATE
 -- macro: for_update_skip_locked
 FOR UPDATE SKIP LOCKED
 
+-- The planner finds the retries due through their index unaided.
+-- macro: indexed_by_retry_due
+
+
 -- Whether the row in scope was written by this transaction (its version's xmin is this
 -- transaction's id; txid_current_if_assigned rather than pg_current_xact_id, which needs
 -- PostgreSQL 13). A FOR UPDATE lock does not change xmin: only a write does.

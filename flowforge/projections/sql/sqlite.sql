@@ -66,6 +66,12 @@ rowid
 -- macro: for_update_skip_locked
 
 
+-- Without it, SQLite answers the safety net's DISTINCT with a walk of the whole
+-- (workflow_run_id, task_key) index, every task ever run, on every scheduler pass
+-- (tests/integration/projections/test_plans.py).
+-- macro: indexed_by_retry_due
+INDEXED BY task_runs_retry_due_idx
+
 -- A single writer holds the whole database: nothing to note.
 -- macro: note_run_held
 

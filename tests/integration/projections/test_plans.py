@@ -1,5 +1,5 @@
-"""Every statement FlowForge prepares on PostgreSQL finds its rows through an index, on a
-database with a long history: the cost of a claim, a finish, a sweep does not grow with
+"""Every statement FlowForge runs finds its rows through an index, on a database with a
+long history: the cost of a claim, a finish, a sweep, a scheduler pass does not grow with
 the rows finished before it.
 
 Real PostgreSQL. The tables hold a few live runs beside thousands of finished ones
@@ -10,19 +10,27 @@ session keeps after five executions when it costs no more than the custom ones, 
 its custom plan for typical values, which the first executions use (and every one,
 where it is cheaper). A whole-table scan of a big table is allowed only to the
 statements named in ``WHOLE_TABLE``, each for a reason.
+
+SQLite plans without statistics (FlowForge never analyzes it), so its plans are read on
+an empty database with ``EXPLAIN QUERY PLAN``: a ``SCAN`` of a big table is allowed only
+through an index that holds live rows only, or read in order with no filter up to a
+LIMIT.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 from uuid import uuid4
 
 import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
+from flowforge.projections import queries
 from flowforge.projections.database import _templates
 
 #: The tables that grow with every run.
@@ -150,3 +158,43 @@ def test_no_prepared_statement_scans_a_big_table_whole(long_history: psycopg.Con
     # The allowance is kept honest: a statement named there that no longer scans a table
     # whole (or no longer exists) is taken off the list.
     assert {name for name in WHOLE_TABLE if scans.get(name)} == set(WHOLE_TABLE)
+
+
+#: SQLite's event table is the library's own.
+SQLITE_BIG_TABLES = ("task_runs", "workflow_runs", "dispatch_outbox", "stored_events")
+SQLITE_WHOLE_TABLE = {
+    "fill_missing_task_leases": WHOLE_TABLE["fill_missing_task_leases"],
+    "select_every_run": WHOLE_TABLE["select_every_run"],
+    "select_stored_events": "the rebuild replays every event",
+    "select_ready_task_runs": "a listing a user asks for, on no loop (SQLite cannot see "
+    "that state = 'ready' implies the unfinished-tasks index's predicate)",
+}
+#: An index a SCAN may walk whole: it holds live rows only.
+LIVE_ROWS_INDEXES = ("dispatch_outbox_pending_idx",)
+#: Statements that walk an index in order with no filter, stopping at their LIMIT.
+ORDERED_READS = ("select_recent_runs",)
+_SQLITE_SCAN = re.compile(r"^SCAN (\w+)(?: USING (?:COVERING )?INDEX (\w+))?")
+
+
+def test_no_sqlite_statement_scans_a_big_table_whole(tmp_path: Path) -> None:
+    location = tmp_path / "plans.db"
+    FlowForge(f"sqlite:///{location}").close()
+    scans: dict[str, set[str]] = {}
+    with sqlite3.connect(location) as conn:
+        for name, text in sorted(queries.load("sqlite").items()):
+            sql = re.sub(r"%\((\w+)\)s", r":\1", text).replace("%%", "%")
+            if sql.lstrip().upper().startswith(("CREATE", "ALTER", "DROP", "BEGIN")):
+                continue
+            params = dict.fromkeys(re.findall(r"(?<![:\w]):(\w+)", sql))
+            plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+            scans[name] = {
+                match[1]
+                for line in plan
+                if (match := _SQLITE_SCAN.match(line))
+                and match[1] in SQLITE_BIG_TABLES
+                and not (match[2] and (match[2] in LIVE_ROWS_INDEXES or name in ORDERED_READS))
+            }
+    assert len(scans) > 50
+    unexpected = {name: t for name, t in scans.items() if t and name not in SQLITE_WHOLE_TABLE}
+    assert unexpected == {}, f"statements that scan a big table whole: {unexpected}"
+    assert {name for name in SQLITE_WHOLE_TABLE if scans.get(name)} == set(SQLITE_WHOLE_TABLE)
