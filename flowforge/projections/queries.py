@@ -31,9 +31,10 @@ _MIGRATION_FILE = re.compile(r"^(\d{3})_\w+\.sql$")
 _PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 
 
-class _Seconds:
-    """``{seconds[p]}``: the dialect's duration text with ``:param`` naming ``p``;
-    ``{seconds_or_row[p]}``: the same, falling back to the row's column ``p``."""
+class _Parameterized:
+    """A macro that names its parameter: ``{seconds[p]}``, ``{uuid_list[p]}``,
+    ``{text_list[p]}`` are the dialect's text with ``:param`` naming ``p``;
+    ``{seconds_or_row[p]}`` is the duration falling back to the row's column ``p``."""
 
     def __init__(self, text: str, *, or_row: bool = False) -> None:
         self._text = text
@@ -43,6 +44,10 @@ class _Seconds:
         # {seconds_or_row[p]}: the row's column p stands in for a NULL :p.
         value = f"coalesce(:{parameter}, {parameter})" if self._or_row else f":{parameter}"
         return self._text.replace(":param", value)
+
+
+#: The dialect macros written with ``:param``, used as ``{name[parameter]}``.
+_PARAMETERIZED_MACROS = frozenset({"seconds", "uuid_list", "text_list"})
 
 
 def _quoted(values: list[str]) -> str:
@@ -199,9 +204,10 @@ def load(dialect: str) -> Mapping[str, str]:
             # A macro may use the ones defined before it ({touched_at} is {now} on SQLite).
             text = body.format_map(macros)
             macros[name] = text
+            if name in _PARAMETERIZED_MACROS:
+                macros[name] = _Parameterized(text)
             if name == "seconds":
-                macros[name] = _Seconds(text)
-                macros["seconds_or_row"] = _Seconds(text, or_row=True)
+                macros["seconds_or_row"] = _Parameterized(text, or_row=True)
             continue
         if name in raw:
             raise ValueError(f"SQL statement {name!r} is defined twice ({dialect})")

@@ -166,5 +166,5 @@ def runs_of_tasks_unless_known(
 
 
 def id_list(ids: Collection[UUID]) -> list[str]:
-    """Ids as the ``*_list`` macros of the SQL files take them: a JSON array of strings."""
+    """Ids as the ``uuid_list`` macro of the SQL files takes them: a JSON array of strings."""
     return [str(each) for each in ids]

@@ -7,6 +7,7 @@
 --     {now}               the database's clock
 --     {touched_at}        the updated_at a conditional write sets
 --     {seconds[p]}        the parameter :p, a number of seconds, as a duration
+--     {uuid_list[p]} {text_list[p]}  the parameter :p, a JSON array, as rows
 --     {seconds_or_row[p]} the same, or the row's column p where :p is NULL
 --     {uuid} {json} {timestamp} {bigint} {real}   column types
 --     {events_table} {event_order}         the eventsourcing library's table
@@ -281,13 +282,13 @@ SELECT * FROM workflow_runs WHERE id = :id;
 -- name: select_run_of_task_unless_known
 SELECT * FROM workflow_runs
 WHERE id = (SELECT workflow_run_id FROM task_runs WHERE id = :id)
-    AND id NOT IN ({known_runs_list});
+    AND id NOT IN ({uuid_list[known_runs]});
 
 -- The same for a worker's batch: the runs of its tasks, each once.
 -- name: select_runs_of_tasks_unless_known
 SELECT * FROM workflow_runs
-WHERE id IN (SELECT workflow_run_id FROM task_runs WHERE id IN ({task_run_ids_list}))
-    AND id NOT IN ({known_runs_list});
+WHERE id IN (SELECT workflow_run_id FROM task_runs WHERE id IN ({uuid_list[task_run_ids]}))
+    AND id NOT IN ({uuid_list[known_runs]});
 
 -- One advance of a run at a time: the scheduler's per-run transaction locks the run row
 -- before any task row, so it can never deadlock against another advance (or a rebuild,
@@ -304,13 +305,13 @@ SELECT * FROM workflow_runs WHERE id = :id {for_update_skip_locked};
 -- dependencies', read by the (workflow_run_id, task_key) key, never the run's N rows.
 -- name: select_task_results
 SELECT task_key, result FROM task_runs
-WHERE workflow_run_id = :workflow_run_id AND task_key IN ({task_keys_list});
+WHERE workflow_run_id = :workflow_run_id AND task_key IN ({text_list[task_keys]});
 
 -- The rows an advance of some changes needs: the changed tasks, their dependents and
 -- their dependents' dependencies, by the (workflow_run_id, task_key) key.
 -- name: select_task_runs_by_keys
 SELECT * FROM task_runs
-WHERE workflow_run_id = :workflow_run_id AND task_key IN ({task_keys_list});
+WHERE workflow_run_id = :workflow_run_id AND task_key IN ({text_list[task_keys]});
 
 -- Whether a run has a task still to finish ('unfinished': one probe of the unfinished
 -- tasks' partial index, however many tasks the run has), else whether any was
@@ -408,7 +409,7 @@ ORDER BY created_at LIMIT :limit {for_update_skip_locked};
 -- embedded runner, ProcessGroup in flowforge/bootstrap.py): the others wait for theirs.
 -- name: select_pending_outbox_of_types
 SELECT * FROM dispatch_outbox WHERE published_at IS NULL
-AND task_type IN ({task_types_list})
+AND task_type IN ({text_list[task_types]})
 ORDER BY created_at LIMIT :limit {for_update_skip_locked};
 
 -- name: select_deployment
@@ -416,7 +417,7 @@ SELECT deployment_id FROM flowforge_deployment;
 
 -- A sweep's whole batch in one statement (one per row was most of a sweep's server time).
 -- name: mark_outbox_published
-UPDATE dispatch_outbox SET published_at = {now} WHERE dispatch_id IN ({dispatch_ids_list});
+UPDATE dispatch_outbox SET published_at = {now} WHERE dispatch_id IN ({uuid_list[dispatch_ids]});
 
 -- name: select_outbox_of_task_run
 SELECT * FROM dispatch_outbox WHERE task_run_id = :task_run_id ORDER BY created_at;

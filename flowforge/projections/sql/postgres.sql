@@ -75,32 +75,20 @@ xmin::text::bigint = mod(txid_current_if_assigned(), 4294967296)
 -- macro: random_deployment_id
 substr(md5(random()::text || clock_timestamp()::text), 1, 12)
 
--- The lists below are given as JSON arrays (JSON parameters are sent as json,
--- FlowForge's JSON column type here) and unnested from an array, not straight from
--- json_array_elements_text: the planner takes a set-returning function for 100 rows
--- but an unnested array for 10. With 100, a claim's read of its task's run scanned
--- task_runs and workflow_runs whole in a database of a few thousand runs (every claim:
--- ~30 % of PostgreSQL's CPU in the end-to-end bench), and the publisher's mark of a
--- sweep scanned the outbox (tests/integration/projections/test_plans.py).
--- The task types a runner has handlers for (:task_types).
--- macro: task_types_list
-SELECT unnest(CAST(ARRAY(SELECT json_array_elements_text(:task_types)) AS text[]))
+-- A list given as one JSON array (:param; JSON parameters are sent as json, FlowForge's
+-- JSON column type here), as rows: a batch's task runs, the runs a worker knows, a
+-- sweep's dispatches; a run's task keys, a runner's task types. Unnested from an array,
+-- not straight from json_array_elements_text: the planner takes a set-returning
+-- function for 100 rows but an unnested array for 10. With 100, a claim's read of its
+-- task's run scanned task_runs and workflow_runs whole in a database of a few thousand
+-- runs (every claim: ~30 % of PostgreSQL's CPU in the end-to-end bench), and the
+-- publisher's mark of a sweep scanned the outbox
+-- (tests/integration/projections/test_plans.py).
+-- macro: uuid_list
+SELECT unnest(CAST(ARRAY(SELECT json_array_elements_text(:param)) AS uuid[]))
 
--- The task keys a worker wants the results of (:task_keys).
--- macro: task_keys_list
-SELECT unnest(CAST(ARRAY(SELECT json_array_elements_text(:task_keys)) AS text[]))
-
--- The run ids a worker knows (:known_runs).
--- macro: known_runs_list
-SELECT unnest(CAST(ARRAY(SELECT json_array_elements_text(:known_runs)) AS uuid[]))
-
--- The task runs of a worker's batch (:task_run_ids).
--- macro: task_run_ids_list
-SELECT unnest(CAST(ARRAY(SELECT json_array_elements_text(:task_run_ids)) AS uuid[]))
-
--- The dispatches a publisher's sweep delivered (:dispatch_ids).
--- macro: dispatch_ids_list
-SELECT unnest(CAST(ARRAY(SELECT json_array_elements_text(:dispatch_ids)) AS uuid[]))
+-- macro: text_list
+SELECT unnest(CAST(ARRAY(SELECT json_array_elements_text(:param)) AS text[]))
 
 -- A row number issued in insertion order (the run wake-ups' key).
 -- macro: serial_primary_key

@@ -80,22 +80,12 @@ INDEXED BY task_runs_retry_due_idx
 -- macro: random_deployment_id
 lower(hex(randomblob(6)))
 
--- The task types a runner has handlers for, given as a JSON array (:task_types).
--- macro: task_types_list
-SELECT value FROM json_each(:task_types)
+-- A list given as one JSON array (:param), as rows; uuids are text here.
+-- macro: uuid_list
+SELECT value FROM json_each(:param)
 
--- The task keys a worker wants the results of, given as a JSON array (:task_keys).
--- macro: task_keys_list
-SELECT value FROM json_each(:task_keys)
-
--- macro: known_runs_list
-SELECT value FROM json_each(:known_runs)
-
--- macro: task_run_ids_list
-SELECT value FROM json_each(:task_run_ids)
-
--- macro: dispatch_ids_list
-SELECT value FROM json_each(:dispatch_ids)
+-- macro: text_list
+SELECT value FROM json_each(:param)
 
 -- An INTEGER PRIMARY KEY is the rowid: issued in insertion order.
 -- macro: serial_primary_key

@@ -119,8 +119,16 @@ def test_the_schema_file_and_the_first_migration_render_for_both_dialects() -> N
 
 
 def test_the_seconds_macro_names_its_parameter() -> None:
-    seconds = queries._Seconds("CAST(:param * 1000000 AS integer)")
+    seconds = queries._Parameterized("CAST(:param * 1000000 AS integer)")
     assert seconds["delay_seconds"] == "CAST(:delay_seconds * 1000000 AS integer)"
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_list_macros_name_their_parameter_in_every_statement(dialect: str) -> None:
+    claim_read = queries.load(dialect)["select_runs_of_tasks_unless_known"]
+    parameter = "%(task_run_ids)s" if dialect == "postgres" else ":task_run_ids"
+    assert parameter in claim_read
+    assert ":param" not in "".join(queries.load(dialect).values())
 
 
 def test_multi_statement_blocks_split_on_semicolons() -> None:
