@@ -35,7 +35,8 @@ bench: bytecode
 	$(BIN)/python -m bench.claim_finish
 
 ## End to end with real processes: throughput, ready->claimed latency, a 20-task chain.
-bench-e2e: bytecode
+## (It compiles flowforge itself before it starts them.)
+bench-e2e: $(STAMP)
 	$(BIN)/python -m bench.end_to_end
 
 ## Mutation testing of the guarantee modules ([tool.mutmut] in pyproject.toml). On demand,

@@ -181,11 +181,10 @@ def test_no_sqlite_statement_scans_a_big_table_whole(tmp_path: Path) -> None:
     FlowForge(f"sqlite:///{location}").close()
     scans: dict[str, set[str]] = {}
     with sqlite3.connect(location) as conn:
-        for name, text in sorted(queries.load("sqlite").items()):
-            sql = re.sub(r"%\((\w+)\)s", r":\1", text).replace("%%", "%")
+        for name, sql in sorted(queries.load("sqlite").items()):
             if sql.lstrip().upper().startswith(("CREATE", "ALTER", "DROP", "BEGIN")):
                 continue
-            params = dict.fromkeys(re.findall(r"(?<![:\w]):(\w+)", sql))
+            params = dict.fromkeys(queries._PARAMETER.findall(sql))
             plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
             scans[name] = {
                 match[1]
