@@ -1,5 +1,11 @@
 """The heartbeat: a thread that renews a claim's lease every ``lease_seconds / 3``.
 
+Its first renewal is due a third of the lease after the claim is entered, so a handler
+that returns well before then needs no renewal at all. With ``start_after`` the worker
+hands the renewals to the heartbeat's lane only once the handler has run that long
+(:meth:`Heartbeat.keep_up`, called while it waits for the handler): most tasks of a busy
+worker are short, and each hand-off to the lane and back cost a thread wake-up.
+
 Renewal carries the claim's fencing token, so it only extends a lease this worker still
 holds. When a renewal returns False the lease was lost (reaped, the token moved on): the
 heartbeat stops, and the worker's eventual finish is rejected as stale. A renewal never
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from types import TracebackType
 from typing import Protocol
 from uuid import UUID
@@ -52,7 +59,12 @@ def renewal_retryable(exc: BaseException) -> bool:
 
 
 class Heartbeat:
-    """Renews one claim's lease until exited or the lease is lost."""
+    """Renews one claim's lease until exited or the lease is lost: every third of the
+    lease, counted from entering.
+
+    ``start_after`` (seconds, less than a third of the lease) leaves the lane alone
+    until :meth:`keep_up` is called that long after entering; 0 starts it on entering.
+    """
 
     def __init__(
         self,
@@ -61,7 +73,15 @@ class Heartbeat:
         lease_seconds: float,
         worker_id: str,
         lane: Lane | None = None,
+        *,
+        start_after: float = 0.0,
     ) -> None:
+        if not 0 <= start_after < lease_seconds / 3:
+            raise ValueError(
+                f"start_after must be at least 0 and less than a third of the lease "
+                f"({lease_seconds} s), so that the first renewal is never late; got "
+                f"{start_after}"
+            )
         self._app = app
         self._claim = claim
         self._lease_seconds = lease_seconds
@@ -73,11 +93,26 @@ class Heartbeat:
         self.renewals = 0
         #: The worker's lane, reused claim after claim (a new one if none is given).
         self._lane = lane or Lane("heartbeat")
+        self._start_after = start_after
+        self._entered = 0.0
         self._stopped: threading.Event | None = None
 
+    @property
+    def started(self) -> bool:
+        """Whether the renewals were handed to the lane."""
+        return self._stopped is not None
+
     def __enter__(self) -> Heartbeat:
-        self._stopped = self._lane.run(self._run)
+        self._entered = time.monotonic()
+        if self._start_after == 0:
+            self._stopped = self._lane.run(self._run)
         return self
+
+    def keep_up(self) -> None:
+        """Hand the renewals to the lane once ``start_after`` has passed since entering
+        (the first renewal is still due a third of the lease after entering)."""
+        if self._stopped is None and time.monotonic() - self._entered >= self._start_after:
+            self._stopped = self._lane.run(self._run)
 
     def __exit__(
         self,
@@ -92,7 +127,9 @@ class Heartbeat:
 
     def _run(self) -> None:
         interval = self._lease_seconds / 3
-        while not self._done.wait(interval):
+        wait = max(0.0, self._entered + interval - time.monotonic())
+        while not self._done.wait(wait):
+            wait = interval
             try:
                 renewed = self._app.renew_lease(
                     self._claim.task_run_id,

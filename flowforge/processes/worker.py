@@ -60,6 +60,13 @@ OUTCOME_BATCH_WAIT_S = 0.05
 RENEW_WAITED_FRACTION = 1 / 3
 
 
+def heartbeat_start_after(lease_seconds: float) -> float:
+    """How long a handler runs before its heartbeat is handed to the lane: one pump
+    interval (the worker looks once per interval), unless the lease is so short that
+    its first renewal could be due before the worker's second look (then at once)."""
+    return PUMP_INTERVAL_S if lease_seconds / 3 >= 2 * PUMP_INTERVAL_S else 0.0
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
 
@@ -428,11 +435,21 @@ class Worker:
         except errors.UnknownTaskTypeError as exc:
             return None, error_details(exc)
         context = self._context(task, claim)
-        heartbeat = Heartbeat(self.app, claim, lease_seconds, self.worker_id, self._beats)
+        heartbeat = Heartbeat(
+            self.app,
+            claim,
+            lease_seconds,
+            self.worker_id,
+            self._beats,
+            start_after=heartbeat_start_after(lease_seconds),
+        )
         call = HandlerCall(handler, context, self._handlers)
         with heartbeat:
             call.start()
             while not call.join(PUMP_INTERVAL_S):
+                # Before anything that may block (a batch's due writes): the renewals
+                # never wait for the consumer thread once they are handed over.
+                heartbeat.keep_up()
                 self._pump(consumer, 0)
                 meanwhile()
         return call.outcome()

@@ -81,6 +81,20 @@ def test_handlers_run_off_the_consumer_thread_on_one_thread_reused_task_after_ta
     assert threads[0] != threading.get_ident()  # the test's thread consumes here
 
 
+def test_a_handler_that_returns_within_a_pump_interval_never_wakes_the_heartbeat_lane(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+) -> None:
+    # Its first renewal would be due lease/3 later; handing it over and taking it back
+    # cost two thread wake-ups per task (docs/performance.md, twelfth pass).
+    recorder.behaviour["only"] = lambda ctx: None
+    for _ in range(3):
+        app.start_workflow_run(ONE)
+        assert deliver_one(app, channel, worker) == "succeed"
+    names = [thread.name for thread in threading.enumerate()]
+    assert f"handler-{worker.worker_id}" in names  # the handler lane did run them
+    assert f"heartbeat-{worker.worker_id}" not in names
+
+
 def forget_task_leases(request: pytest.FixtureRequest) -> None:
     """Task rows as a FlowForge before schema version 5 left them: no lease of their own."""
     statement = "UPDATE task_runs SET lease_seconds = NULL"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +15,8 @@ import pytest
 from flowforge import errors
 from flowforge.app.results import Claim
 from flowforge.processes.heartbeat import Heartbeat, renewal_retryable
+from flowforge.processes.lane import Lane
+from flowforge.processes.worker import PUMP_INTERVAL_S, heartbeat_start_after
 
 #: Beats every LEASE_S / 3 seconds: fast, and the test waits on events, not on time.
 LEASE_S = 0.03
@@ -112,3 +116,60 @@ def test_only_database_errors_not_known_to_be_permanent_are_retried(
     exc: BaseException, retryable: bool
 ) -> None:
     assert renewal_retryable(exc) is retryable
+
+
+class CountingLane(Lane):
+    """A real lane that counts the calls handed to it."""
+
+    def __init__(self) -> None:
+        super().__init__("heartbeat-test")
+        self.calls = 0
+
+    def run(self, call: Callable[[], None]) -> threading.Event:
+        self.calls += 1
+        return super().run(call)
+
+
+def test_a_heartbeat_left_before_its_start_never_touches_its_lane() -> None:
+    lane, renewer = CountingLane(), Renewer()
+    heartbeat = Heartbeat(renewer, claim(), 30.0, "w-test", lane, start_after=5.0)
+    with heartbeat:
+        heartbeat.keep_up()  # too early: nothing handed over
+    assert not heartbeat.started
+    assert lane.calls == 0
+    assert renewer.calls == 0
+
+
+def test_a_heartbeat_kept_up_after_its_start_renews_a_third_of_the_lease_after_entering() -> None:
+    lease_s, start_after = 1.2, 0.2  # due at 0.4 s; counted from the start it would be 0.6
+    lane, renewer = CountingLane(), Renewer(True)
+    heartbeat = Heartbeat(renewer, claim(), lease_s, "w-test", lane, start_after=start_after)
+    with heartbeat:
+        entered = time.monotonic()
+        while not heartbeat.started and time.monotonic() - entered < DEADLINE_S:
+            heartbeat.keep_up()
+            time.sleep(0.005)
+        started = time.monotonic() - entered
+        assert renewer.done.wait(DEADLINE_S), "the heartbeat never renewed"
+        renewed = time.monotonic() - entered
+        heartbeat.keep_up()  # once started, never handed over again
+    assert lane.calls == 1
+    assert start_after <= started < lease_s / 3
+    assert lease_s / 3 <= renewed < lease_s / 3 + start_after / 2, (started, renewed)
+
+
+@pytest.mark.parametrize("start_after", [-0.1, 0.2, 1.0])
+def test_a_start_that_would_make_the_first_renewal_late_is_refused(start_after: float) -> None:
+    with pytest.raises(ValueError, match="less than a third of the lease"):
+        Heartbeat(Renewer(), claim(), 0.6, "w-test", start_after=start_after)
+
+
+@pytest.mark.parametrize(
+    ("lease_s", "start_after"),
+    [(30.0, PUMP_INTERVAL_S), (6 * PUMP_INTERVAL_S, PUMP_INTERVAL_S), (0.2, 0.0), (0.03, 0.0)],
+)
+def test_the_worker_starts_a_heartbeat_late_only_when_its_first_renewal_allows(
+    lease_s: float, start_after: float
+) -> None:
+    assert heartbeat_start_after(lease_s) == start_after
+    Heartbeat(Renewer(), claim(), lease_s, "w-test", start_after=heartbeat_start_after(lease_s))
