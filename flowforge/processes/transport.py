@@ -12,7 +12,8 @@ written once:
 - a delivery is settled exactly once, by ``ack`` (done), ``requeue`` (back on the queue,
   delivered again with ``redelivered=True``) or ``dead_letter`` (moved to the dead-letter
   queue, never delivered again); settling it twice raises ``RuntimeError``, a bug in the
-  caller;
+  caller; a consumer's ``ack_all`` acks several of its deliveries at once (RabbitMQ: one
+  ``basic.ack`` with ``multiple`` when they are all it holds up to the last of them);
 - a delivery left unsettled when its consumer closes (or its connection dies) goes back
   on the queue as redelivered: at-least-once, never lost.
 """
@@ -86,9 +87,28 @@ class DispatchConsumer(Protocol):
         """
         ...
 
+    def ack_all(self, deliveries: Sequence[Delivery]) -> None:
+        """Ack every one of ``deliveries`` (this consumer's), as acking each in turn
+        would, in as few broker calls as it can. Each is settled once (``RuntimeError``
+        if one already was); a broker error is raised after every delivery was tried."""
+        ...
+
     def close(self) -> None:
         """Stop consuming; every unsettled delivery goes back on the queue."""
         ...
+
+
+def ack_each(deliveries: Sequence[Delivery]) -> None:
+    """``ack_all`` one delivery at a time: every one is tried, the first broker error
+    raised at the end (the broker redelivers what was not acked)."""
+    lost: errors.BrokerError | None = None
+    for delivery in deliveries:
+        try:
+            delivery.ack()
+        except errors.BrokerError as exc:
+            lost = lost or exc
+    if lost is not None:
+        raise lost
 
 
 class ConsumerFactory(Protocol):
@@ -119,6 +139,13 @@ class SettleOnce:
     def ack(self) -> None:
         self._once("ack")
 
+    def take_settlement(self) -> None:
+        """Mark this delivery settled by its consumer (``ack_all``), which sends the
+        settlement itself; ``RuntimeError`` if it already was."""
+        if self._settled:
+            raise RuntimeError("This delivery was already settled; settle each delivery once.")
+        self._settled = True
+
     def requeue(self) -> None:
         self._once("requeue")
 
@@ -126,9 +153,7 @@ class SettleOnce:
         self._once("dead_letter")
 
     def _once(self, outcome: Outcome) -> None:
-        if self._settled:
-            raise RuntimeError("This delivery was already settled; settle each delivery once.")
-        self._settled = True
+        self.take_settlement()
         self._settle(outcome)
 
     def _settle(self, outcome: Outcome) -> None:
@@ -279,6 +304,9 @@ class InMemoryDispatchConsumer:
     def pump(self, seconds: float) -> None:
         """Nothing to service in-process; waits ``seconds``, as the broker's pump does."""
         time.sleep(max(seconds, 0.0))
+
+    def ack_all(self, deliveries: Sequence[Delivery]) -> None:
+        ack_each(deliveries)
 
     def close(self) -> None:
         self._channel._orphan(self)

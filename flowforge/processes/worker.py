@@ -213,9 +213,9 @@ class Worker:
         except BaseException:
             for _, outcome in batch.pending:
                 self.outcomes.keep(outcome)
-            self._settle_batch(batch, quietly=True)  # the error on its way up matters more
+            self._settle_batch(batch, consumer, quietly=True)  # the error going up matters more
             raise
-        self._settle_batch(batch)
+        self._settle_batch(batch, consumer)
         return [settlement.result for settlement in batch.settlements if settlement is not None]
 
     def _run_batch(self, batch: _Batch, consumer: DispatchConsumer) -> None:
@@ -297,16 +297,26 @@ class Worker:
                 batch.settlements[i] = settle.done(self._written(outcome, result))
         batch.pending.clear()
 
-    def _settle_batch(self, batch: _Batch, *, quietly: bool = False) -> None:
-        """Perform every settlement; requeue what has none. A broker error is raised
-        once every delivery was tried (the broker requeues what could not be settled),
-        unless ``quietly``."""
+    def _settle_batch(
+        self, batch: _Batch, consumer: DispatchConsumer, *, quietly: bool = False
+    ) -> None:
+        """Perform every settlement, the acks together (``ack_all``) after the others;
+        requeue what has none. A broker error is raised once every delivery was tried
+        (the broker requeues what could not be settled), unless ``quietly``."""
         lost: errors.BrokerError | None = None
+        acks: list[Delivery] = []
         for delivery, settlement in zip(batch.deliveries, batch.settlements, strict=True):
+            if settlement is not None and settlement.outcome == "ack":
+                acks.append(delivery)
+                continue
             try:
                 self._settle(delivery, settlement, back_off=False)
             except errors.BrokerError as exc:
                 lost = lost or exc
+        try:
+            consumer.ack_all(acks)
+        except errors.BrokerError as exc:
+            lost = lost or exc
         if lost is not None and not quietly:
             raise lost
         if any(s is not None and s.back_off for s in batch.settlements):

@@ -360,6 +360,122 @@ def test_settling_a_delivery_twice_raises(
         delivery.requeue()
 
 
+@pytest.fixture
+def batching(config: BrokerConfig) -> Iterator[Callable[[int], rabbitmq.RabbitDispatchConsumer]]:
+    """Makes consumers of a prefetch of their own that count the ``basic.ack`` calls
+    they send; closes them all afterwards."""
+    made: list[rabbitmq.RabbitDispatchConsumer] = []
+
+    def make(prefetch: int) -> rabbitmq.RabbitDispatchConsumer:
+        made.append(counting_acks(rabbitmq.RabbitDispatchConsumer(config, prefetch=prefetch)))
+        return made[-1]
+
+    yield make
+    for consumer in made:
+        consumer.close()
+
+
+def counting_acks(consumer: rabbitmq.RabbitDispatchConsumer) -> rabbitmq.RabbitDispatchConsumer:
+    """The consumer, its channel's ``basic_ack`` wrapped to record each call (every call
+    still reaches RabbitMQ)."""
+    # Connects and starts consuming; a get would take a delivery the test never sees.
+    _, channel = consumer._open()
+    send = channel.basic_ack
+    consumer.acks_sent = []  # type: ignore[attr-defined]
+
+    def counted(delivery_tag: int = 0, multiple: bool = False) -> None:
+        consumer.acks_sent.append((delivery_tag, multiple))  # type: ignore[attr-defined]
+        send(delivery_tag, multiple)
+
+    channel.basic_ack = counted  # type: ignore[method-assign]
+    return consumer
+
+
+def take(consumer: rabbitmq.RabbitDispatchConsumer, n: int) -> list[transport.Delivery]:
+    deliveries: list[transport.Delivery] = []
+    for _ in range(n):
+        delivery = consumer.get(DEADLINE_S)
+        assert delivery is not None
+        deliveries.append(delivery)
+    return deliveries
+
+
+def test_ack_all_of_every_held_delivery_is_one_multiple_ack_that_leaves_later_ones_held(
+    batching: Callable[[int], rabbitmq.RabbitDispatchConsumer],
+    publisher: rabbitmq.RabbitDispatchPublisher,
+) -> None:
+    consumer = batching(5)
+    messages = [dispatch(f"task-{i}") for i in range(5)]
+    publisher.publish(messages)
+    batch = take(consumer, 3)
+
+    # The two later deliveries have arrived (prefetch 5) but are not in the batch.
+    def arrived() -> bool:
+        consumer.pump(0.05)
+        return len(consumer._inbox) == 2
+
+    wait_until(arrived, DEADLINE_S, "the two later deliveries never arrived")
+    consumer.ack_all(batch)
+    assert consumer.acks_sent == [(3, True)]  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match="already settled"):
+        batch[0].requeue()
+    consumer.close()  # the two later ones were never acked: the broker redelivers them
+    again = take(batching(2), 2)
+    assert [d.body for d in again] == [m.encode() for m in messages[3:]]
+    assert all(d.redelivered for d in again)
+    for delivery in again:
+        delivery.ack()
+
+
+def test_ack_all_acks_each_when_an_earlier_delivery_is_still_held(
+    batching: Callable[[int], rabbitmq.RabbitDispatchConsumer],
+    publisher: rabbitmq.RabbitDispatchPublisher,
+    consumers: Callable[[], rabbitmq.RabbitDispatchConsumer],
+) -> None:
+    consumer = batching(3)
+    messages = [dispatch(f"task-{i}") for i in range(3)]
+    publisher.publish(messages)
+    first, *rest = take(consumer, 3)
+    consumer.ack_all(rest)  # a multiple ack of tag 3 would ack the first one too
+    assert consumer.acks_sent == [(2, False), (3, False)]  # type: ignore[attr-defined]
+    consumer.close()
+    (again,) = take(consumers(), 1)
+    assert again.body == first.body == messages[0].encode()
+    assert again.redelivered
+    again.ack()
+
+
+def test_ack_all_of_a_settled_delivery_raises_and_sends_nothing_for_it(
+    batching: Callable[[int], rabbitmq.RabbitDispatchConsumer],
+    publisher: rabbitmq.RabbitDispatchPublisher,
+) -> None:
+    consumer = batching(2)
+    publisher.publish([dispatch("a"), dispatch("b")])
+    first, second = take(consumer, 2)
+    first.requeue()
+    with pytest.raises(RuntimeError, match="already settled"):
+        consumer.ack_all([first, second])
+    assert consumer.acks_sent == []  # type: ignore[attr-defined]
+
+
+def test_ack_all_of_deliveries_from_a_dropped_connection_raises_broker_unavailable(
+    batching: Callable[[int], rabbitmq.RabbitDispatchConsumer],
+    publisher: rabbitmq.RabbitDispatchPublisher,
+) -> None:
+    consumer = batching(2)
+    messages = [dispatch("a"), dispatch("b")]
+    publisher.publish(messages)
+    batch = take(consumer, 2)
+    consumer.close()
+    with pytest.raises(errors.BrokerUnavailableError, match="deliver the message again"):
+        consumer.ack_all(batch)
+    assert consumer.acks_sent == []  # type: ignore[attr-defined]
+    again = take(batching(2), 2)
+    assert sorted(d.body for d in again) == sorted(m.encode() for m in messages)
+    for delivery in again:
+        delivery.ack()
+
+
 def dead_letter(admin: Admin) -> tuple[Any, bytes]:
     return wait_until(
         lambda: admin.take(admin.config.dead_letter_queue),

@@ -11,6 +11,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from contextlib import closing
 from typing import Any
 from uuid import UUID
@@ -387,6 +388,9 @@ class PumpCounter:
         if self.pumps >= self._enough:
             self.serviced.set()
         self._consumer.pump(seconds)
+
+    def ack_all(self, deliveries: Sequence[Delivery]) -> None:
+        self._consumer.ack_all(deliveries)
 
     def close(self) -> None:
         self._consumer.close()

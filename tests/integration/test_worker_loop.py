@@ -74,6 +74,9 @@ class ScriptedConsumer:
     def pump(self, seconds: float) -> None:
         """Nothing is ever delivered, so no handler runs."""
 
+    def ack_all(self, deliveries: Sequence[Delivery]) -> None:
+        """Nothing is ever delivered, so nothing is acked."""
+
     def close(self) -> None:
         """Nothing to release."""
 

@@ -51,5 +51,14 @@ class RabbitDelivery(transport.SettleOnce):
         self._channel = channel
         self._tag = delivery_tag
 
+    @property
+    def channel(self) -> BlockingChannel:
+        """The channel it came on: only there can it be settled."""
+        return self._channel
+
+    @property
+    def delivery_tag(self) -> int:
+        return self._tag
+
     def _settle(self, outcome: transport.Outcome) -> None:
         self._settler.settle(self._channel, self._tag, outcome)
