@@ -17,10 +17,13 @@ RabbitMQ topology of its own (deleted at the end).
   of a succeeded task, read from the database. Reports enqueue/s, process/s, end to end/s,
   and per task: commits (``pg_stat_database.xact_commit``, this script's own statements
   subtracted; it counts every autocommitted read too), write transactions (transaction
-  ids assigned: only a transaction that writes takes one) and events; and how many runs
-  the scheduler finished (normally a worker's finish does). ``--scheduler-delay S``
-  starts the scheduler S seconds after the others, so that workers finish tasks of runs
-  no scheduler has started yet (docs/performance.md, sixth pass).
+  ids assigned: only a transaction that writes takes one) and events; how many runs
+  the scheduler finished (normally a worker's finish does); and the CPU per task of
+  each role: producer, scheduler, publisher, workers, PostgreSQL's processes and
+  RabbitMQ's (``/proc``, when the servers run on this machine) and the whole machine.
+  ``--scheduler-delay S`` starts the scheduler S seconds after the others, so that
+  workers finish tasks of runs no scheduler has started yet (docs/performance.md,
+  sixth pass).
 * **latency**: the processes run first; one producer submits one-task runs at a fixed
   rate (open loop) for a while. Ready -> claimed per task from the audit log (both times
   are the database's clock): p50, p99, max. Run it at about half of peak throughput.
@@ -55,7 +58,7 @@ from typing import Any
 import pika
 import psycopg
 
-from bench.cpu import machine_busy_seconds, process_seconds
+from bench.cpu import SERVERS, machine_busy_seconds, process_seconds, server_seconds
 from flowforge import FlowForge, load_definition
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -284,6 +287,7 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
         commits_before = d.probe.commits()
         writes_before = d.probe.next_transaction_id()
         busy_before, producer_before = machine_busy_seconds(), time.process_time()
+        servers_before = {role: server_seconds(name) for role, name in SERVERS.items()}
         started = time.time()
         if options.shape == "runs":
             definition = load_definition(ONE_TASK)
@@ -301,6 +305,10 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
         wait_until(d.probe, d.processes, FINISHED_RUNS, n if options.shape == "runs" else 1)
         cpu = {"producer": producer, **d.processes.cpu_seconds()}
         cpu["machine"] = machine_busy_seconds() - busy_before
+        for role, name in SERVERS.items():
+            before, after = servers_before[role], server_seconds(name)
+            if before is not None and after is not None:
+                cpu[role] = after - before
         (last,) = d.probe.one(
             "SELECT extract(epoch FROM max(finished_at)) FROM task_runs WHERE state = 'succeeded'"
         )
@@ -327,9 +335,10 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
         "events_per_task": events / n,
         # Which mode the run took: a worker's finish normally finishes its one-task run.
         "runs_finished_by_the_scheduler": by_scheduler,
-        # Each role's own CPU per task; "machine" is every core's busy time over the
-        # whole measurement (enqueue + process): the rest of it is the servers and the
-        # kernel. Process start-up (imports) is included.
+        # Each role's own CPU per task; "postgres" and "rabbitmq" are the servers' own
+        # (when they run on this machine); "machine" is every core's busy time over the
+        # whole measurement (enqueue + process): the rest of it is the kernel and
+        # anything else running. Process start-up (imports) is included.
         "cpu_ms_per_task": {role: 1000 * seconds / n for role, seconds in cpu.items()},
         "max_attempt": attempts,
         "exit_codes": codes,
