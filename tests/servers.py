@@ -8,6 +8,7 @@ so CI can never pass by skipping.
 from __future__ import annotations
 
 import os
+import random
 import socket
 
 import psycopg
@@ -33,11 +34,24 @@ def _reachable(host: str, port: int) -> bool:
         return False
 
 
+#: Where a test's own servers listen: below the kernel's ephemeral range (32768-60999
+#: by default), so that no outgoing connection can take the port between the moment it
+#: is picked and the moment the server binds it (a cluster node of the HA tests once
+#: failed to boot in the full suite that way, or so its log suggested).
+OWN_PORTS = range(20000, 32000)
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on now, for a test's own server."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port nobody listens on now, for a test's own server: one nobody binds in
+    passing either (see ``OWN_PORTS``)."""
+    for port in random.sample(OWN_PORTS, 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {OWN_PORTS} after 200 tries")
 
 
 def require(name: str, host: str, port: int) -> None:

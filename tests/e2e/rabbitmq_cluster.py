@@ -143,9 +143,13 @@ class RabbitCluster:
         return result.stdout
 
     def log_tail(self, node: Node, lines: int = 20) -> str:
+        """The log's last lines, after the lines around its first error (a node that
+        fails to boot logs why, then many lines of stopping)."""
         logs = sorted((node.home / "log").glob("*.log"))
         text = "\n".join(log.read_text(errors="replace") for log in logs).splitlines()
-        return f"--- {node.name} log ---\n" + "\n".join(text[-lines:])
+        first_error = next((i for i, line in enumerate(text) if "[error]" in line), None)
+        around = [] if first_error is None else text[max(first_error - 5, 0) : first_error + 15]
+        return f"--- {node.name} log ---\n" + "\n".join([*around, "...", *text[-lines:]])
 
     def _node(self, number: int) -> Node:
         home = self.base / f"node{number}"

@@ -86,7 +86,7 @@ def test_a_handler_that_returns_within_a_pump_interval_never_wakes_the_heartbeat
     app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
 ) -> None:
     # Its first renewal would be due lease/3 later; handing it over and taking it back
-    # cost two thread wake-ups per task (docs/performance.md, twelfth pass).
+    # cost two thread wake-ups per task (docs/performance.md, tenth pass).
     recorder.behaviour["only"] = lambda ctx: None
     for _ in range(3):
         app.start_workflow_run(ONE)
