@@ -29,7 +29,7 @@ test: bytecode
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict flowforge tests
+	$(BIN)/mypy --strict flowforge tests bench
 
 bench: bytecode
 	$(BIN)/python -m bench.claim_finish

@@ -624,9 +624,9 @@ def measure_pgbench(
         for log in glob.glob(f"{log_prefix}.*")
         for line in Path(log).read_text().splitlines()
     ]
-    seconds = cycles / float(tps.group(1))
+    measured = cycles / float(tps.group(1))  # pgbench's own window, not --time's
     machine = MACHINE_CPU.busy_seconds(started, ended)
-    return Measurement(label, clients, cycles, seconds, latencies, cpu, machine, ended - started)
+    return Measurement(label, clients, cycles, measured, latencies, cpu, machine, ended - started)
 
 
 def _children_cpu_seconds() -> float:

@@ -179,6 +179,7 @@ def worker(name: str) -> None:
         if claimed is not None:
             params = {"task": task, "token": claimed[0], "result": "{}", "actor": name}
             conn.execute(FINISH, {**params, "source": "running"})
+        assert method.delivery_tag is not None  # always set on a Basic.Deliver
         ch.basic_ack(method.delivery_tag)
 
     ch.basic_consume(QUEUE, on_message)
