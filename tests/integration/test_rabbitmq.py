@@ -445,6 +445,26 @@ def test_ack_all_acks_each_when_an_earlier_delivery_is_still_held(
     again.ack()
 
 
+def test_a_batch_with_one_dead_lettered_settles_it_alone_and_acks_the_rest_in_one_call(
+    batching: Callable[[int], rabbitmq.RabbitDispatchConsumer],
+    publisher: rabbitmq.RabbitDispatchPublisher,
+    admin: Admin,
+) -> None:
+    # The worker's order for a batch: the others first, then the acks together.
+    consumer = batching(3)
+    messages = [dispatch(f"task-{i}") for i in range(3)]
+    publisher.publish(messages)
+    first, poison, last = take(consumer, 3)
+    poison.dead_letter()
+    consumer.ack_all([first, last])
+    assert consumer.acks_sent == [(3, True)]  # type: ignore[attr-defined]
+    _, body = dead_letter(admin)
+    assert body == messages[1].encode()
+    consumer.close()  # nothing left unsettled: nothing comes back
+    assert batching(3).get(QUIET_S) is None
+    assert admin.ready_count(admin.config.queue) == 0
+
+
 def test_ack_all_of_a_settled_delivery_raises_and_sends_nothing_for_it(
     batching: Callable[[int], rabbitmq.RabbitDispatchConsumer],
     publisher: rabbitmq.RabbitDispatchPublisher,
