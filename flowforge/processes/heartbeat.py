@@ -104,8 +104,7 @@ class Heartbeat:
 
     def __enter__(self) -> Heartbeat:
         self._entered = time.monotonic()
-        if self._start_after == 0:
-            self._stopped = self._lane.run(self._run)
+        self.keep_up()  # with no start_after, the hand-over is now
         return self
 
     def keep_up(self) -> None:
