@@ -169,13 +169,18 @@ class PostgresNotifier:
         with self._condition:
             if self._closed:
                 return
-            self._pending.add(statement)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="flowforge-notifier", daemon=True
                 )
                 self._thread.start()
-            self._condition.notify()
+            # Only the first request of a NOTIFY wakes the thread: one made while it
+            # waits out the interval goes with that NOTIFY anyway, and waking it for
+            # each (a thread switch per commit) cost the committing process ~100 µs
+            # of CPU per commit.
+            if not self._pending:
+                self._condition.notify()
+            self._pending.add(statement)
 
     def close(self) -> None:
         with self._condition:
