@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.definition import WorkflowDefinition
+from flowforge.aggregates.ids import new_id
 from flowforge.aggregates.machines import (
     REAPER_TRANSITION,
     TASK_RUN_MACHINE,
@@ -238,7 +239,7 @@ class Writer:
         actor: str,
     ) -> tuple[UUID, bool]:
         """Create the run and its task runs; ``(id, False)`` if the key already exists."""
-        at, run_id = self.store.creation_time(), uuid4()
+        at, run_id = self.store.creation_time(), new_id()
         created = workflow_run.created_event(
             run_id,
             at=at,
@@ -262,7 +263,7 @@ class Writer:
         task = definition.task(key)
         state = initial_task_run_state(len(task.depends_on))
         event = task_run.created_event(
-            uuid4(),
+            new_id(),
             at=at,
             workflow_run_id=run_id,
             task_key=task.key,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any, TypeVar
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
@@ -25,6 +25,7 @@ from eventsourcing.utils import get_topic
 
 from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.base import Declaration, TransitionedEvent, event_from_row
+from flowforge.aggregates.ids import new_id
 from flowforge.aggregates.machines import (
     FINISH_TRANSITIONS,
     REAPER_TRANSITION,
@@ -572,7 +573,7 @@ class Writes(Reads):
         at: datetime,
     ) -> UUID:
         """The outbox row that makes a ready task's dispatch durable; its dispatch id."""
-        dispatch_id = uuid4()
+        dispatch_id = new_id()
         self._tx.defer(
             "insert_outbox",
             {
