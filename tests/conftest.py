@@ -82,15 +82,19 @@ def app(request: pytest.FixtureRequest) -> FlowForge:
 
 @pytest.fixture
 def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every query text sent to PostgreSQL from here on (a PREPARE is not counted: it
-    is sent once per connection and statement)."""
+    """Every round trip to PostgreSQL from here on, as the texts of its statements
+    joined by ``;`` (a pipeline's, BEGIN and COMMIT included; a ROLLBACK's)."""
     sent: list[bytes] = []
-    send = database._simple_query
+    pipeline, simple_query = database._pipeline, database._simple_query
 
-    def counted(conn: psycopg.Connection[Any], query: bytes) -> Any:
-        if not query.startswith(b"PREPARE"):
-            sent.append(query)
-        return send(conn, query)
+    def counted_pipeline(conn: psycopg.Connection[Any], session: Any, batch: Any) -> Any:
+        sent.append(b";\n".join(query.body for query in batch))
+        return pipeline(conn, session, batch)
 
-    monkeypatch.setattr(database, "_simple_query", counted)
+    def counted_query(conn: psycopg.Connection[Any], query: bytes) -> Any:
+        sent.append(query)
+        return simple_query(conn, query)
+
+    monkeypatch.setattr(database, "_pipeline", counted_pipeline)
+    monkeypatch.setattr(database, "_simple_query", counted_query)
     return sent

@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, suppre
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
+from itertools import accumulate
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 from weakref import WeakKeyDictionary
@@ -31,9 +32,11 @@ from eventsourcing import persistence as es_persistence
 from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
 from psycopg import generators, pq
-from psycopg.adapt import Transformer
+from psycopg.abc import Buffer, PQGen
+from psycopg.adapt import PyFormat, Transformer
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Json
+from psycopg.waiting import Wait
 
 from flowforge import errors
 from flowforge.projections import queries
@@ -117,21 +120,22 @@ class Database(Protocol):
 #: A statement waiting to be sent: a named one with its parameters, or raw SQL (DDL).
 _Statement = _Named | bytes
 _PARAMETER = re.compile(r"%\((\w+)\)s")
-#: The statements PostgreSQL's PREPARE takes (by their first word).
+#: The statements PostgreSQL prepares (by their first word); the others (LOCK, DDL) go
+#: unnamed, parsed each time.
 _PREPARABLE = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "VALUES"})
+_BEGIN = b"BEGIN"
+_COMMIT = b"COMMIT"
 
 
 @dataclass(frozen=True, slots=True)
 class _Template:
-    """One named statement, ready for a batch: ``EXECUTE`` of the statement prepared in
-    the session by ``prepare`` (``$n`` standing for ``order[n-1]``), or the statement
-    itself with its parameters inline."""
+    """One named statement as the extended protocol takes it: its text with ``$n``
+    standing for the parameter ``order[n-1]``, prepared once per session under ``name``
+    (``None``: a statement that is never prepared, sent unnamed each time)."""
 
-    execute: bytes
-    #: None for a statement PREPARE refuses (LOCK, DDL): it always goes inline.
-    prepare: bytes | None
+    name: bytes | None
+    body: bytes
     order: tuple[str, ...]
-    inline: bytes
 
     @classmethod
     def of(cls, name: str, statement: str) -> _Template:
@@ -142,15 +146,20 @@ class _Template:
                 order.append(match[1])
             return f"${order.index(match[1]) + 1}"
 
-        prepared = f"flowforge_{name}"
         body = _PARAMETER.sub(positional, statement).replace("%%", "%")
         preparable = statement.split(None, 1)[0].upper() in _PREPARABLE
         return cls(
-            execute=f"EXECUTE {prepared}".encode(),
-            prepare=f"PREPARE {prepared} AS {body}".encode() if preparable else None,
+            name=f"flowforge_{name}".encode() if preparable else None,
+            body=body.encode(),
             order=tuple(order),
-            inline=statement.encode(),
         )
+
+    @property
+    def prepare(self) -> bytes | None:
+        """The statement as SQL's PREPARE takes it (the plans' test explains it so)."""
+        if self.name is None:
+            return None
+        return b"PREPARE " + self.name + b" AS " + self.body
 
 
 @cache
@@ -160,13 +169,13 @@ def _templates() -> Mapping[str, _Template]:
 
 class _Session:
     """What FlowForge keeps per server session: the statements it prepared there, and
-    the transformer that quotes parameters as literals for that connection."""
+    the transformer that dumps parameters and loads rows for that connection."""
 
-    __slots__ = ("literals", "prepared")
+    __slots__ = ("adapters", "prepared")
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self.prepared: set[str] = set()
-        self.literals = Transformer(conn)
+        self.prepared: set[bytes] = set()
+        self.adapters = Transformer(conn)
 
 
 #: Per connection: a new connection (a reconnect) starts with nothing prepared.
@@ -180,29 +189,53 @@ def _session(conn: psycopg.Connection[Any]) -> _Session:
     return session
 
 
-def _sql(conn: psycopg.Connection[Any], statement: _Statement, *, prepared: bool) -> bytes:
-    """One statement of a batch as SQL text, its parameters quoted as literals."""
+@dataclass(frozen=True, slots=True)
+class _Query:
+    """One query of a pipeline, its parameters already dumped (nothing can fail on
+    FlowForge's side once the first is sent); ``prepare``: parse it under ``name``
+    first, in the same pipeline."""
+
+    name: bytes | None
+    body: bytes
+    values: Sequence[Buffer | None] | None = None
+    formats: Sequence[pq.Format] | None = None
+    prepare: bool = False
+
+    def send(self, pgconn: pq.abc.PGconn) -> int:
+        """Queue it; how many results it makes (a PREPARE's, then its own)."""
+        if self.name is None:
+            pgconn.send_query_params(self.body, self.values, param_formats=self.formats)
+            return 1
+        if self.prepare:
+            pgconn.send_prepare(self.name, self.body)
+        pgconn.send_query_prepared(self.name, self.values, param_formats=self.formats)
+        return 2 if self.prepare else 1
+
+
+def _query(
+    session: _Session, statement: _Statement, *, prepared: bool, preparing: set[bytes]
+) -> _Query:
+    """One statement of a batch as a query of the pipeline; ``preparing``: the names
+    the batch prepares before it (a statement twice in a batch is prepared once)."""
     if isinstance(statement, bytes):
-        return statement
+        return _Query(None, statement)
     name, params = statement
     template = _templates()[name]
-    session = _session(conn)
-    # Only the parameters the statement uses: a caller's mapping may carry more (an
-    # edge's every end, an event's every field), and quoting is most of a batch's CPU.
     given = params or {}
-    literals = {
-        key: session.literals.as_literal(_encode_postgres(key, given[key]))
-        for key in template.order
-    }
-    if not prepared or template.prepare is None:
-        return template.inline % {key.encode(): value for key, value in literals.items()}
-    if name not in session.prepared:
-        # Once per session, in a round trip of its own: PREPARE outlives a rollback.
-        _simple_query(conn, template.prepare)
-        session.prepared.add(name)
-    if not template.order:
-        return template.execute
-    return template.execute + b"(" + b", ".join(literals[k] for k in template.order) + b")"
+    # Only the parameters the statement uses: a caller's mapping may carry more (an
+    # edge's every end, an event's every field). Bytes (an event's state) go as binary,
+    # as they are; the rest as text the server parses as the type it inferred.
+    values = [_encode_postgres(key, given[key]) for key in template.order]
+    formats = [PyFormat.BINARY if isinstance(v, bytes) else PyFormat.TEXT for v in values]
+    adapters = session.adapters
+    dumped = adapters.dump_sequence(values, formats) if values else None
+    pq_formats = adapters.formats if values else None
+    if not prepared or template.name is None:
+        return _Query(None, template.body, dumped, pq_formats)
+    prepare = template.name not in session.prepared and template.name not in preparing
+    if prepare:
+        preparing.add(template.name)
+    return _Query(template.name, template.body, dumped, pq_formats, prepare)
 
 
 def _send_batch(
@@ -214,28 +247,87 @@ def _send_batch(
     commit: bool = False,
     read: Sequence[bool] = (),
 ) -> list[list[Row]]:
-    """ONE round trip: ``batch`` (after BEGIN, before COMMIT, if asked) as one
-    simple-protocol query; the rows of each of its last ``len(read)`` statements, loaded
-    where ``read`` says so (else empty).
+    """ONE round trip: ``batch`` (after BEGIN, before COMMIT, if asked) as one pipeline
+    of extended-protocol queries closed by one Sync; the rows of each of its last
+    ``len(read)`` statements, loaded where ``read`` says so (else empty).
 
-    The server runs the statements in order and stops at the first error: the
-    transaction is then aborted and nothing after the error runs, COMMIT included.
+    The server runs the queries in order and skips everything after the first error up
+    to the Sync: the transaction is then aborted and nothing after the error runs,
+    COMMIT included.
     """
-    parts = [b"BEGIN"] if begin else []
-    parts += [_sql(conn, statement, prepared=prepared) for statement in batch]
+    session = _session(conn)
+    queries_ = [_Query(None, _BEGIN)] if begin else []
+    preparing: set[bytes] = set()
+    queries_ += [
+        _query(session, statement, prepared=prepared, preparing=preparing) for statement in batch
+    ]
     if commit:
-        parts.append(b"COMMIT")
-    results = _simple_query(conn, b";\n".join(parts))
-    last = len(results) - (1 if commit else 0)
-    tail = results[last - len(read) : last]
+        queries_.append(_Query(None, _COMMIT))
+    results = _pipeline(conn, session, queries_)
+    mine = results[1 if begin else 0 : len(results) - (1 if commit else 0)]
+    tail = mine[len(mine) - len(read) :]
     return [_loaded(conn, r) if wanted else [] for r, wanted in zip(tail, read, strict=True)]
+
+
+def _pipeline(
+    conn: psycopg.Connection[Any], session: _Session, batch: Sequence[_Query]
+) -> list[pq.abc.PGresult]:
+    """Send ``batch`` in pipeline mode with one Sync, wait for every result; one result
+    per query (a PREPARE's own is checked, not returned). Straight to libpq: a psycopg
+    cursor costs ~100 µs of client CPU for each new query text, and a pipeline of
+    cursors more. An error result raises, after every result up to the Sync is read and
+    every statement the server prepared is noted (a PREPARE skipped after an error is
+    not: it is sent again next time)."""
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    pgconn = conn.pgconn
+    pgconn.enter_pipeline_mode()
+    try:
+        counts = [query.send(pgconn) for query in batch]
+        pgconn.pipeline_sync()
+        results: list[pq.abc.PGresult] = conn.wait(_pipeline_results(pgconn))
+    finally:
+        try:
+            pgconn.exit_pipeline_mode()
+        except psycopg.Error:
+            # Results left unread (the wait was interrupted): nothing else may run on
+            # this session, so it is closed and the pool replaces it.
+            conn.close()
+    if len(results) != sum(counts):
+        raise psycopg.InternalError(f"{len(results)} results for {sum(counts)} queries")
+    ends = list(accumulate(counts))
+    for query, end in zip(batch, ends, strict=True):
+        if query.prepare and query.name is not None:  # noqa: SIM102 - its PREPARE first
+            if results[end - 2].status == pq.ExecStatus.COMMAND_OK:
+                session.prepared.add(query.name)
+    for result in results:
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+    return [results[end - 1] for end in ends]
+
+
+def _pipeline_results(pgconn: pq.abc.PGconn) -> PQGen[list[pq.abc.PGresult]]:
+    """Flush the pipeline, then read every query's result up to the Sync's: in one
+    loop, not a generator per query (each cost ~3 µs of client CPU)."""
+    yield from generators.send(pgconn)
+    results: list[pq.abc.PGresult] = []
+    while True:
+        if pgconn.is_busy():
+            while not (yield Wait.R):
+                pass
+            pgconn.consume_input()
+            continue
+        result = pgconn.get_result()
+        if result is None:  # the end of one query's results
+            continue
+        if result.status == pq.ExecStatus.PIPELINE_SYNC:
+            return results
+        results.append(result)
 
 
 def _simple_query(conn: psycopg.Connection[Any], query: bytes) -> list[pq.abc.PGresult]:
     """Send ``query`` (one or more statements, no parameters), wait for every result;
-    the results, one per statement. Straight to libpq: a cursor costs ~100 µs of client CPU for
-    each new query text (psycopg caches and counts every text it sees, to prepare it),
-    and a batch's text is new every time."""
+    the results, one per statement (a ROLLBACK)."""
     if conn.closed:
         raise psycopg.OperationalError("the connection is closed")
     conn.pgconn.send_query(query)
@@ -253,7 +345,7 @@ def _loaded(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> list[Row]
         # needed): no column names or loaders to set up for no rows.
         return []
     names = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
-    loader = _session(conn).literals
+    loader = _session(conn).adapters
     loader.set_pgresult(result)
     return loader.load_rows(0, result.ntuples, lambda row: dict(zip(names, row, strict=True)))
 
@@ -279,10 +371,12 @@ class _PostgresStatements:
     runs in autocommit: at READ COMMITTED every statement of a transaction took its own
     snapshot anyway).
 
-    Parameters are quoted into the SQL text (a simple-protocol query can carry several
-    statements; the extended protocol only one). With prepared statements on, each
-    statement is prepared once per session and sent as ``EXECUTE``, so the server plans
-    it once; off (behind PgBouncer), it is sent inline.
+    The statements of a round trip go as one pipeline of extended-protocol queries with
+    one Sync, their parameters out of band (bytes as binary, the rest as text): nothing
+    is quoted into SQL text, and the server parses no literals. With prepared statements
+    on, each statement is prepared once per session (its Parse goes in the pipeline
+    that first uses it), so the server plans it once; off (behind PgBouncer), each goes
+    as an unnamed statement.
     """
 
     def __init__(

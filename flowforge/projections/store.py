@@ -63,9 +63,10 @@ class Store:
 
         Its first statement takes the projected tables' lock: exclusive for the rebuild,
         shared (the lock any write takes) for the rest. Taken first, before any
-        statement that reads: a PostgreSQL statement sent in a simple-protocol batch
-        takes its snapshot before its locks, so a write's first UPDATE that waited out a
-        rebuild would look for the rows the rebuild deleted and find nothing.
+        statement that reads: it takes both tables in the rebuild's order, so a write
+        and a rebuild never deadlock, and every statement after it takes its snapshot
+        once it is granted, so none looks for row versions a rebuild it waited out has
+        deleted (docs/architecture.md, "The tables' lock comes first").
         """
         tx: Transaction
         with self.database.transaction() as tx:

@@ -199,7 +199,7 @@ def _wait_for_a_backend_waiting_on_a_lock(dbname: str, query: str) -> int:
             ).fetchone()
         return None if row is None else int(row[0])
 
-    wait_until(lambda: waiting() is not None, DEADLINE_S, "a claim waiting on the row lock")
+    wait_until(lambda: waiting() is not None, DEADLINE_S, f"a statement like {query} waiting")
     pid = waiting()
     assert pid is not None
     return pid
@@ -250,7 +250,7 @@ def test_a_connection_lost_during_a_one_round_trip_claim_surfaces_and_is_not_sen
         "SELECT 1 FROM task_runs WHERE id = %s FOR UPDATE",
         (task_id,),
         lambda: pg_app.claim_task_run(task_id, "worker-1", 5),
-        "%task_claim%",
+        "%UPDATE task_runs%",  # the claim's statement, waiting on the row
     )
     assert isinstance(raised, errors.DatabaseUnavailableError), raised
     assert pg_app.get_task_run(task_id).state == "ready"  # killed before it applied
@@ -269,7 +269,7 @@ def test_a_connection_lost_during_a_one_round_trip_creation_surfaces_and_creates
         "LOCK TABLE workflow_runs, task_runs IN EXCLUSIVE MODE",
         (),
         lambda: pg_app.start_workflow_run(ONE_TASK),
-        "%insert_workflow_run%",
+        "%IN ROW EXCLUSIVE MODE%",  # the creation's first statement, waiting on the table
     )
     assert isinstance(raised, errors.DatabaseUnavailableError), raised
     assert pg_app.recent_runs() == []  # killed before it applied, and not sent again

@@ -121,7 +121,8 @@ def _plans(conn: psycopg.Connection, name: str) -> list[str]:
     values = ", ".join(
         _typical(param, type_) for param, type_ in zip(template.order, types[0], strict=True)
     )
-    execute = template.execute.decode() + (f"({values})" if template.order else "")
+    assert template.name is not None
+    execute = f"EXECUTE {template.name.decode()}" + (f"({values})" if template.order else "")
     plans = []
     for mode in ("force_generic_plan", "force_custom_plan"):
         conn.execute(f"SET plan_cache_mode = {mode}")
