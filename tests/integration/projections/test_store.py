@@ -694,7 +694,7 @@ class TestPostgresStore(StoreContract):
 
 class TestPostgresStoreInline(StoreContract):
     """The same contract with prepared statements off (behind a transaction-pooling PgBouncer):
-    each statement is sent inline, parameters quoted as literals, not as EXECUTE."""
+    each statement goes as an unnamed one, parsed each time."""
 
     @pytest.fixture
     def store(self, postgres_url: str) -> Iterator[Store]:
