@@ -803,8 +803,7 @@ def _translated(exc: Exception, location: str) -> errors.FlowForgeError | None:
             f"the database at {location} does not know a statement this connection "
             f"prepared ({_first_line(exc)}): the database URL goes through a pooler in "
             f"transaction mode (PgBouncer) that cannot keep prepared statements; set "
-            f"FLOWFORGE_PREPARED_STATEMENTS=off (PgBouncer's max_prepared_statements does "
-            f"not cover FlowForge's SQL PREPARE)"
+            f"FLOWFORGE_PREPARED_STATEMENTS=off (docs/deployment.md, 'PgBouncer')"
         )
     if _is_conflict(exc):
         return errors.TransactionConflictError(
