@@ -21,7 +21,6 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, suppre
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from itertools import accumulate
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 from weakref import WeakKeyDictionary
@@ -201,15 +200,14 @@ class _Query:
     formats: Sequence[pq.Format] | None = None
     prepare: bool = False
 
-    def send(self, pgconn: pq.abc.PGconn) -> int:
-        """Queue it; how many results it makes (a PREPARE's, then its own)."""
+    def send(self, pgconn: pq.abc.PGconn) -> None:
+        """Queue it (after its PREPARE, which makes a result of its own)."""
         if self.name is None:
             pgconn.send_query_params(self.body, self.values, param_formats=self.formats)
-            return 1
+            return
         if self.prepare:
             pgconn.send_prepare(self.name, self.body)
         pgconn.send_query_prepared(self.name, self.values, param_formats=self.formats)
-        return 2 if self.prepare else 1
 
 
 def _query(
@@ -264,8 +262,8 @@ def _send_batch(
     if commit:
         queries_.append(_Query(None, _COMMIT))
     results = _pipeline(conn, session, queries_)
-    mine = results[1 if begin else 0 : len(results) - (1 if commit else 0)]
-    tail = mine[len(mine) - len(read) :]
+    last = len(results) - (1 if commit else 0)
+    tail = results[last - len(read) : last]
     return [_loaded(conn, r) if wanted else [] for r, wanted in zip(tail, read, strict=True)]
 
 
@@ -283,7 +281,8 @@ def _pipeline(
     pgconn = conn.pgconn
     pgconn.enter_pipeline_mode()
     try:
-        counts = [query.send(pgconn) for query in batch]
+        for query in batch:
+            query.send(pgconn)
         pgconn.pipeline_sync()
         results: list[pq.abc.PGresult] = conn.wait(_pipeline_results(pgconn))
     finally:
@@ -293,17 +292,21 @@ def _pipeline(
             # Results left unread (the wait was interrupted): nothing else may run on
             # this session, so it is closed and the pool replaces it.
             conn.close()
-    if len(results) != sum(counts):
-        raise psycopg.InternalError(f"{len(results)} results for {sum(counts)} queries")
-    ends = list(accumulate(counts))
-    for query, end in zip(batch, ends, strict=True):
-        if query.prepare and query.name is not None:  # noqa: SIM102 - its PREPARE first
-            if results[end - 2].status == pq.ExecStatus.COMMAND_OK:
+    expected = len(batch) + sum(query.prepare for query in batch)
+    if len(results) != expected:
+        raise psycopg.InternalError(f"{len(results)} results for {expected} expected")
+    replies = iter(results)
+    own = []
+    for query in batch:
+        if query.prepare:
+            parsed = next(replies)
+            if parsed.status == pq.ExecStatus.COMMAND_OK and query.name is not None:
                 session.prepared.add(query.name)
+        own.append(next(replies))
     for result in results:
         if result.status == pq.ExecStatus.FATAL_ERROR:
             raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
-    return [results[end - 1] for end in ends]
+    return own
 
 
 def _pipeline_results(pgconn: pq.abc.PGconn) -> PQGen[list[pq.abc.PGresult]]:
