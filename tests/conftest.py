@@ -16,10 +16,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import pq
 
 from flowforge.app.service import FlowForge
 from flowforge.projections import database
 from tests import servers
+from tests.helpers import RoundTrip
 
 TABLES = ("dispatch_outbox", "task_runs", "workflow_runs", "flowforge_events", "run_wakeups")
 
@@ -81,18 +83,21 @@ def app(request: pytest.FixtureRequest) -> FlowForge:
 
 
 @pytest.fixture
-def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every round trip to PostgreSQL from here on, as the texts of its statements
-    joined by ``;`` (a pipeline's, BEGIN and COMMIT included; a ROLLBACK's)."""
-    sent: list[bytes] = []
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[RoundTrip]:
+    """Every round trip to PostgreSQL from here on (a pipeline's, a ROLLBACK's), and
+    whether it committed (``tests.helpers.RoundTrip``)."""
+    sent: list[RoundTrip] = []
     pipeline, simple_query = database._pipeline, database._simple_query
 
     def counted_pipeline(conn: psycopg.Connection[Any], session: Any, batch: Any) -> Any:
-        sent.append(b";\n".join(query.body for query in batch))
-        return pipeline(conn, session, batch)
+        trip = RoundTrip(b";\n".join(query.body for query in batch))
+        sent.append(trip)
+        results = pipeline(conn, session, batch)
+        trip.committed = conn.info.transaction_status == pq.TransactionStatus.IDLE
+        return results
 
     def counted_query(conn: psycopg.Connection[Any], query: bytes) -> Any:
-        sent.append(query)
+        sent.append(RoundTrip(query))
         return simple_query(conn, query)
 
     monkeypatch.setattr(database, "_pipeline", counted_pipeline)

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -26,6 +27,18 @@ from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
 
 T = TypeVar("T")
+
+
+@dataclass
+class RoundTrip:
+    """One round trip to PostgreSQL (the ``round_trips`` fixture): its statements'
+    texts joined by ``;`` (BEGIN and COMMIT included where sent), and whether it ended
+    with no transaction open and no error: a write's round trip that committed (a
+    transaction sent whole commits at its pipeline's Sync, with no COMMIT of its own)."""
+
+    text: bytes
+    committed: bool = False
+
 
 #: A lease nobody expects to expire during a test.
 LEASE_S = 30.0

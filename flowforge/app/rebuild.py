@@ -2,18 +2,57 @@
 
 from __future__ import annotations
 
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from flowforge import errors
 from flowforge.app.event_store import EventStore
 from flowforge.app.results import RebuildReport
 from flowforge.projections.store import Store
 
+log = logging.getLogger(__name__)
 
-def rebuild_projections(store: Store, events: EventStore) -> RebuildReport:
+#: How long the rebuild keeps trying to take the tables' locks. Each try gives up its
+#: place after a short wait (``Store.write(rebuild=True)``) rather than deadlock with a
+#: write that holds one table and waits for the other; under load a few tries are usual.
+LOCK_DEADLINE_SECONDS = 30.0
+#: The longest pause between two tries (each pause is random, up to a doubling bound).
+_MAX_PAUSE_SECONDS = 0.5
+
+
+def rebuild_projections(
+    store: Store,
+    events: EventStore,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> RebuildReport:
     """Delete the projected rows and rebuild them from the log, in one transaction.
 
     Uses the same apply function as the write path; writers wait on the tables' lock
     meanwhile, so the rebuilt rows are exactly the log's. The outbox is not a
-    projection (it is delivery state) and is kept.
+    projection (it is delivery state) and is kept. A try that lost its place to a
+    writer wrote nothing and is made again, until ``LOCK_DEADLINE_SECONDS``.
     """
+    deadline, bound = clock() + LOCK_DEADLINE_SECONDS, 0.01
+    while True:
+        try:
+            return _rebuild_once(store, events)
+        except errors.TransactionConflictError as exc:
+            if clock() >= deadline:
+                raise errors.TransactionConflictError(
+                    f"the rebuild could not take the projected tables' locks within "
+                    f"{LOCK_DEADLINE_SECONDS:.0f} s: writers kept them ({exc}); nothing "
+                    f"was changed; stop the scheduler and workers, or try again"
+                ) from exc
+            log.debug("rebuild gave way to a writer; trying again", extra={"cause": str(exc)})
+        sleep(random.uniform(0, bound))
+        bound = min(bound * 2, _MAX_PAUSE_SECONDS)
+
+
+def _rebuild_once(store: Store, events: EventStore) -> RebuildReport:
     with store.write(rebuild=True) as writes:
         stored = writes.stored_events()
         writes.delete_projections()

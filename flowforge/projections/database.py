@@ -449,14 +449,16 @@ class _PostgresTransaction(_PostgresStatements):
 
     A statement whose rows nobody reads (:meth:`defer`: an event, an outbox row, a
     wake-up mark) waits and goes with the next statement, or with the COMMIT; BEGIN goes
-    with the first. A claim is two round trips (BEGIN + the conditional write; the event
-    + COMMIT) where it was four, and each round trip costs CPU on both sides
-    (docs/performance.md). Deferring changes no outcome: the statements run in the same
-    order in the same transaction, and an error in any of them (the events' primary key,
-    the second guard) aborts the transaction before its COMMIT runs.
+    with the first. A transaction sent whole in one round trip (a claim, a finish, a
+    run's creation) needs neither: its pipeline is one implicit transaction. Each round
+    trip, and each query in it, costs CPU on both sides (docs/performance.md).
+    Deferring changes no outcome: the statements run in the same order in the same
+    transaction, and an error in any of them (the events' primary key, the second
+    guard) aborts the transaction before it commits.
 
-    A round trip carrying the COMMIT is never the first: a COMMIT lost on the wire may
-    or may not have applied, and that must surface, not be sent again.
+    A round trip that commits (its COMMIT, or its Sync ending a whole transaction) is
+    never the probe that may be sent twice: a commit lost on the wire may or may not
+    have applied, and that must surface, not be sent again.
     """
 
     def __init__(self, datastore: PostgresDatastore, stack: ExitStack, *, prepared: bool) -> None:
@@ -469,23 +471,20 @@ class _PostgresTransaction(_PostgresStatements):
     def _last_round_trip(
         self, statements: Sequence[_Statement], read: Sequence[bool]
     ) -> list[list[Row]]:
-        """The whole rest of the transaction in one round trip, COMMIT included (a whole
-        transaction when nothing was sent yet: BEGIN, its statements, COMMIT). It is
-        never sent twice: a connection lost during it may have committed, so the error
-        surfaces. A connection the server already closed is not used (``_live_connection``:
-        no round trip to find out)."""
+        """The whole rest of the transaction in one round trip, COMMIT included. A whole
+        transaction (nothing was sent yet: a claim, a finish, a run's creation) goes
+        without BEGIN and COMMIT: a pipeline's statements up to its Sync are one
+        implicit transaction, which the Sync commits (or, after an error, rolls back).
+        It is never sent twice: a connection lost during it may have committed, so the
+        error surfaces. A connection the server already closed is not used
+        (``_live_connection``: no round trip to find out)."""
         batch, self._pending = [*self._pending, *statements], []
-        begin = self._conn is None
+        whole = self._conn is None
         if self._conn is None:
             self._conn = _live_connection(self._datastore, self._stack)
         try:
             rows = _send_batch(
-                self._conn,
-                batch,
-                prepared=self._prepared,
-                begin=begin,
-                commit=True,
-                read=read,
+                self._conn, batch, prepared=self._prepared, commit=not whole, read=read
             )
         except psycopg.Error:
             _roll_back(self._conn)
@@ -872,7 +871,13 @@ def _advice(message: str, location: str) -> str:
 
 def _is_conflict(exc: BaseException) -> bool:
     # The library wraps psycopg's errors in its own: look down the chain too.
-    conflicts = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+    # A lock timeout too: the server gave up waiting for another transaction's lock
+    # (the rebuild's own, on purpose; or a role's lock_timeout) and wrote nothing.
+    conflicts = (
+        psycopg.errors.DeadlockDetected,
+        psycopg.errors.SerializationFailure,
+        psycopg.errors.LockNotAvailable,
+    )
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, conflicts):

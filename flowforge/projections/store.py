@@ -21,6 +21,10 @@ from flowforge.projections.reads import Reads
 from flowforge.projections.wakeups import PostgresListener, PostgresNotifier, Wakeups
 from flowforge.projections.writes import Writes
 
+#: The rebuild's first statements: the tables' exclusive locks, task_runs' with a bound
+#: on the wait (the SQL says why).
+_REBUILD_LOCKS = ("lock_projected_runs", "limit_rebuild_lock_wait", "lock_projected_tasks")
+
 
 class Store:
     """Typed reads and writes over one database backend and the event log's mapper."""
@@ -61,16 +65,19 @@ class Store:
         """One write transaction: it commits everything written in it, or nothing.
         ``rebuild``: the rebuild's, which every other write waits for.
 
-        Its first statement takes the projected tables' lock: exclusive for the rebuild,
-        shared (the lock any write takes) for the rest. Taken first, before any
-        statement that reads: it takes both tables in the rebuild's order, so a write
-        and a rebuild never deadlock, and every statement after it takes its snapshot
-        once it is granted, so none looks for row versions a rebuild it waited out has
-        deleted (docs/architecture.md, "The tables' lock comes first").
+        The rebuild's first statements take the projected tables' exclusive locks,
+        giving up after a short wait for the second rather than deadlock with a write
+        that holds it and waits for the first (``TransactionConflictError``: the
+        rebuild tries again).
+        Other writes take no lock of their own: each statement's takes what it needs,
+        and takes its snapshot after, so none looks for row versions a rebuild it waited
+        out has deleted (docs/architecture.md, "Writes and the rebuild").
         """
         tx: Transaction
         with self.database.transaction() as tx:
-            tx.defer("lock_projected_tables" if rebuild else "share_projected_tables")
+            if rebuild:
+                for statement in _REBUILD_LOCKS:
+                    tx.defer(statement)
             writes = Writes(tx, self._mapper, events_in_sql=self._events_in_sql)
             yield writes
         # Committed: wake this process's loops, and other processes' by a NOTIFY.

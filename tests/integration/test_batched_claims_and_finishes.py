@@ -21,7 +21,7 @@ from flowforge import Finish, errors
 from flowforge.app.service import FlowForge
 from flowforge.limits import MAX_BATCH
 from flowforge.projections.tables import TaskRunRow
-from tests.helpers import run_edges
+from tests.helpers import RoundTrip, run_edges
 from tests.integration.test_concurrent_transitions import race
 from tests.integration.test_leaf_finish import TWO_LEAVES, agrees_with_its_events
 
@@ -93,15 +93,15 @@ def test_a_batched_claim_reads_a_known_run_not_again(app: FlowForge) -> None:
 
 
 def test_a_batch_of_leaf_successes_is_one_round_trip(
-    pg_app: FlowForge, round_trips: list[bytes]
+    pg_app: FlowForge, round_trips: list[RoundTrip]
 ) -> None:
     ids = ready_tasks(pg_app, ONE_TASK, BATCH)
     round_trips.clear()
     rows = claimed(pg_app, ids)
-    assert len(round_trips) == 1 and round_trips[0].endswith(b"COMMIT")
+    assert len(round_trips) == 1 and round_trips[0].committed
     round_trips.clear()
     assert pg_app.finish_task_runs(successes(rows), actor="batcher") == [True] * BATCH
-    assert len(round_trips) == 1 and round_trips[0].endswith(b"COMMIT")
+    assert len(round_trips) == 1 and round_trips[0].committed
     for i, row in enumerate(rows):
         assert pg_app.get_task_run(row.id).result == {"n": i}
         run_id = row.workflow_run_id

@@ -240,7 +240,7 @@ def _killed_in_flight(
 def test_a_connection_lost_during_a_one_round_trip_claim_surfaces_and_is_not_sent_again(
     pg_app: FlowForge, postgres_url: str
 ) -> None:
-    # A claim is ONE round trip carrying its COMMIT: lost in flight, it may or may not
+    # A claim is ONE round trip that commits: lost in flight, it may or may not
     # have committed, so it must surface. Here the row is locked so the claim is still
     # in flight when its backend is killed; a claim sent again on a fresh connection
     # would wait for the lock's release and then win, instead of raising.
@@ -260,16 +260,16 @@ def test_a_connection_lost_during_a_one_round_trip_claim_surfaces_and_is_not_sen
 def test_a_connection_lost_during_a_one_round_trip_creation_surfaces_and_creates_nothing(
     pg_app: FlowForge, postgres_url: str
 ) -> None:
-    # A run's creation is ONE round trip carrying its COMMIT (its clock is the
-    # transaction's own): lost in flight, it must surface. A rebuild's lock keeps it in
-    # flight; sent again on a fresh connection it would have created the run once the
-    # lock was released, instead of raising.
+    # A run's creation is ONE round trip, committed by its pipeline's Sync (its clock
+    # is the transaction's own): lost in flight, it must surface. A rebuild's lock keeps
+    # it in flight; sent again on a fresh connection it would have created the run once
+    # the lock was released, instead of raising.
     raised = _killed_in_flight(
         postgres_url,
         "LOCK TABLE workflow_runs, task_runs IN EXCLUSIVE MODE",
         (),
         lambda: pg_app.start_workflow_run(ONE_TASK),
-        "%IN ROW EXCLUSIVE MODE%",  # the creation's first statement, waiting on the table
+        "%INSERT INTO workflow_runs%",  # the creation's first statement, on the table
     )
     assert isinstance(raised, errors.DatabaseUnavailableError), raised
     assert pg_app.recent_runs() == []  # killed before it applied, and not sent again

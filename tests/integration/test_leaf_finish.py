@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
-from tests.helpers import marks, run_edges, run_row_held, wait_until_expired
+from tests.helpers import RoundTrip, marks, run_edges, run_row_held, wait_until_expired
 from tests.integration.test_concurrent_transitions import race
 
 pytestmark = pytest.mark.postgres
@@ -56,14 +56,14 @@ def agrees_with_its_events(app: FlowForge, run_id: UUID) -> None:
 
 
 def test_the_last_leaf_succeeds_its_running_run_in_one_round_trip(
-    pg_app: FlowForge, round_trips: list[bytes]
+    pg_app: FlowForge, round_trips: list[RoundTrip]
 ) -> None:
     run_id = pg_app.start_workflow_run(TWO_LEAVES)
     assert pg_app.advance_workflow_run(run_id).started
     a, b = claimed_by_a_worker(pg_app, run_id, "a"), claimed_by_a_worker(pg_app, run_id, "b")
     round_trips.clear()
     assert succeed(pg_app, a)
-    assert len(round_trips) == 1 and round_trips[0].endswith(b"COMMIT")
+    assert len(round_trips) == 1 and round_trips[0].committed
     # A task still to finish: the run stays running and nobody is woken for it.
     assert (pg_app.get_workflow_run(run_id).state, marks(pg_app)) == ("running", 0)
     round_trips.clear()

@@ -17,6 +17,7 @@ database does not give back as they went in.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 import sqlite3
 import threading
@@ -33,6 +34,7 @@ from psycopg.rows import dict_row
 
 from flowforge import errors
 from flowforge.aggregates import task_run
+from flowforge.app import rebuild as rebuild_module
 from flowforge.app.service import FlowForge
 from tests.helpers import succeed_leaving_a_mark
 
@@ -568,6 +570,77 @@ def test_a_rebuild_while_the_scheduler_finishes_a_run_waits_for_it_instead_of_de
     assert outcomes["advance"].promoted == ["b"]
     before = postgres_rows(postgres_url)
     pg_app.rebuild_projections()
+    assert differences(before, postgres_rows(postgres_url)) == []
+
+
+def held_task_runs(conn: psycopg.Connection[Any], task_run_id: UUID) -> None:
+    """Open a transaction on ``conn`` that holds task_runs' row-exclusive lock, as a
+    claim's UPDATE does before its run's start reaches workflow_runs."""
+    conn.execute("UPDATE task_runs SET lease_owner = lease_owner WHERE id = %s", (task_run_id,))
+
+
+@pg
+@pytest.mark.timeout(60)
+def test_a_rebuild_gives_way_to_a_writer_holding_task_runs_and_waiting_for_workflow_runs(
+    pg_app: FlowForge, postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A claim takes task_runs (its UPDATE) before workflow_runs (its run's start); the
+    rebuild takes workflow_runs, then task_runs. Caught between the two, the rebuild
+    gives up its place after its bounded wait (a lock timeout: not the deadlock
+    detector's abort a second later, which could have hit the writer) and tries
+    again once the writer is done: both succeed."""
+    run = pg_app.start_workflow_run(ONE_TASK)
+    (task,) = pg_app.task_runs(run)
+    caplog.set_level(logging.DEBUG, logger="flowforge.app.rebuild")
+    outcomes: dict[str, Any] = {}
+
+    def rebuild() -> None:
+        try:
+            outcomes["rebuild"] = pg_app.rebuild_projections()
+        except Exception as exc:
+            outcomes["rebuild"] = exc
+
+    thread = threading.Thread(target=rebuild)
+    with psycopg.connect(postgres_url) as writer:
+        held_task_runs(writer, task.id)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while lock_waiters(postgres_url) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # polls for the rebuild's wait; widens no window
+        # The rebuild holds workflow_runs and waits for task_runs: this waits for it.
+        writer.execute("UPDATE workflow_runs SET state = state WHERE id = %s", (run,))
+    thread.join(timeout=30)
+
+    assert not isinstance(outcomes["rebuild"], Exception), outcomes
+    causes = [
+        getattr(r, "cause", "")
+        for r in caplog.records
+        if r.getMessage().startswith("rebuild gave way")
+    ]
+    assert causes and all("lock timeout" in cause for cause in causes), causes
+
+
+@pg
+@pytest.mark.timeout(60)
+def test_a_rebuild_that_cannot_take_its_locks_in_time_says_so_and_changes_nothing(
+    pg_app: FlowForge, postgres_url: str
+) -> None:
+    run = pg_app.start_workflow_run(ONE_TASK)
+    (task,) = pg_app.task_runs(run)
+    before = postgres_rows(postgres_url)
+    now = [0.0]
+
+    def pause(seconds: float) -> None:
+        now[0] += rebuild_module.LOCK_DEADLINE_SECONDS  # the next try is the last
+
+    with psycopg.connect(postgres_url) as writer:
+        held_task_runs(writer, task.id)
+        with pytest.raises(errors.TransactionConflictError, match="could not take the projected"):
+            rebuild_module.rebuild_projections(
+                pg_app.store, pg_app.events, sleep=pause, clock=lambda: now[0]
+            )
+        writer.rollback()
+    assert now[0] == rebuild_module.LOCK_DEADLINE_SECONDS  # two tries, one pause between them
     assert differences(before, postgres_rows(postgres_url)) == []
 
 

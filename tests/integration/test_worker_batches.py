@@ -25,7 +25,7 @@ from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext
 from flowforge.processes.transport import Delivery, InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
-from tests.helpers import Recorder, wait_until, wait_until_expired
+from tests.helpers import Recorder, RoundTrip, wait_until, wait_until_expired
 from tests.integration.test_worker import ONE, only_task
 
 BATCH = 4
@@ -82,7 +82,7 @@ def test_a_batch_on_postgres_claims_in_one_round_trip_and_writes_in_one(
     pg_app: FlowForge,
     channel: InMemoryDispatchChannel,
     recorder: Recorder,
-    round_trips: list[bytes],
+    round_trips: list[RoundTrip],
 ) -> None:
     worker = Worker(pg_app, channel.consumer, registry=recorder.registry, batch=BATCH)
     consumer = channel.consumer(prefetch=BATCH)
@@ -91,7 +91,7 @@ def test_a_batch_on_postgres_claims_in_one_round_trip_and_writes_in_one(
     round_trips.clear()
     assert worker.handle_batch(deliveries, consumer) == ["succeed"] * BATCH
     assert len(round_trips) == 2, round_trips  # the claims, then the outcomes
-    assert all(trip.endswith(b"COMMIT") for trip in round_trips)
+    assert all(trip.committed for trip in round_trips)
 
 
 def message_of(app: FlowForge, run_id: UUID, deployment: str | None = None) -> DispatchMessage:

@@ -127,13 +127,21 @@ LISTEN {outbox_channel};
 -- name: lock_schema
 SELECT pg_advisory_xact_lock(7354219860);
 
--- The rebuild: writers wait while the rows are deleted and rebuilt from the log.
--- name: lock_projected_tables
-LOCK TABLE workflow_runs, task_runs IN EXCLUSIVE MODE;
+-- The rebuild: writers wait while the rows are deleted and rebuilt from the log. It
+-- takes workflow_runs first, waiting as long as it takes (it holds nothing yet).
+-- name: lock_projected_runs
+LOCK TABLE workflow_runs IN EXCLUSIVE MODE;
 
--- Every other write, first: waits out a rebuild (Store.write says why it comes first).
--- name: share_projected_tables
-LOCK TABLE workflow_runs, task_runs IN ROW EXCLUSIVE MODE;
+-- Then task_runs, waiting at most 100 ms: a write may hold task_runs and wait for
+-- workflow_runs (a claim starting its run), and one of the two must give way. Below
+-- PostgreSQL's deadlock_timeout (1 s by default), so it is the rebuild, which tries
+-- again (app/rebuild.py), not the write. Nothing after it waits for a lock: every
+-- writer is kept out.
+-- name: limit_rebuild_lock_wait
+SELECT set_config('lock_timeout', '100ms', true) AS lock_timeout;
+
+-- name: lock_projected_tasks
+LOCK TABLE task_runs IN EXCLUSIVE MODE;
 
 -- Whether the schema was ever created, asked without creating anything (the catalog).
 -- name: schema_table_exists

@@ -117,10 +117,13 @@ SELECT 1;
 SELECT 1;
 
 -- The write lock already keeps writers out during a rebuild.
--- name: lock_projected_tables
+-- name: lock_projected_runs
 SELECT 1;
 
--- name: share_projected_tables
+-- name: limit_rebuild_lock_wait
+SELECT 1;
+
+-- name: lock_projected_tasks
 SELECT 1;
 
 -- Whether the schema was ever created, asked without creating anything (the catalog).

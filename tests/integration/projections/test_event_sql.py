@@ -29,6 +29,7 @@ from flowforge.projections.projector import TRANSACTION_NOW
 from flowforge.projections.store import Store
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import Writes
+from tests.helpers import RoundTrip
 from tests.integration.projections.test_store import (
     LEASE_S,
     TINY_S,
@@ -239,7 +240,7 @@ PLACEHOLDER_LOOK_ALIKES = {
 
 
 def test_a_run_is_created_in_one_round_trip_its_events_at_the_transaction_clock(
-    pg_app: FlowForge, round_trips: list[bytes]
+    pg_app: FlowForge, round_trips: list[RoundTrip]
 ) -> None:
     definition = {
         "name": "two",
@@ -247,7 +248,7 @@ def test_a_run_is_created_in_one_round_trip_its_events_at_the_transaction_clock(
     }
     round_trips.clear()
     run_id = pg_app.start_workflow_run(definition, PLACEHOLDER_LOOK_ALIKES)
-    assert len(round_trips) == 1 and round_trips[0].endswith(b"COMMIT")
+    assert len(round_trips) == 1 and round_trips[0].committed
     run = pg_app.get_workflow_run(run_id)
     assert run.created_at > TRANSACTION_NOW
     aggregate = pg_app.workflow_run_aggregate(run_id)
