@@ -68,10 +68,10 @@ class Store:
         The rebuild's first statements take the projected tables' exclusive locks,
         giving up after a short wait for the second rather than deadlock with a write
         that holds it and waits for the first (``TransactionConflictError``: the
-        rebuild tries again).
-        Other writes take no lock of their own: each statement's takes what it needs,
-        and takes its snapshot after, so none looks for row versions a rebuild it waited
-        out has deleted (docs/architecture.md, "Writes and the rebuild").
+        rebuild tries again). Other writes take no lock of their own: each statement
+        takes the locks it needs, then its snapshot, so none looks for row versions a
+        rebuild it waited out has deleted (docs/architecture.md, "Writes and the
+        rebuild").
         """
         tx: Transaction
         with self.database.transaction() as tx:
