@@ -38,12 +38,22 @@ class _LookAlikeAsPairs(Transcoding):
         return dict(data)
 
 
+#: What ``_escape`` walks into; anything else is a leaf, kept as it is.
+_CONTAINERS = (dict, list, tuple)
+
+
 def _escape(value: Any) -> Any:
+    """``value`` with every dict of exactly the reserved keys wrapped, at any depth. It
+    walks every event's whole state (a run's definition included), so a leaf is kept
+    without a call: about half the calls, most of them on scalars, went."""
     if isinstance(value, dict):
-        escaped = {key: _escape(item) for key, item in value.items()}
+        escaped = {
+            key: _escape(item) if isinstance(item, _CONTAINERS) else item
+            for key, item in value.items()
+        }
         return _LookAlike(escaped) if escaped.keys() == _RESERVED else escaped
     if isinstance(value, list | tuple):
-        return [_escape(item) for item in value]
+        return [_escape(item) if isinstance(item, _CONTAINERS) else item for item in value]
     return value
 
 
