@@ -48,8 +48,8 @@ def rebuild_projections(
                     f"was changed; stop the scheduler and workers, or try again"
                 ) from exc
             log.debug("rebuild gave way to a writer; trying again", extra={"cause": str(exc)})
-        sleep(random.uniform(0, bound))
-        bound = min(bound * 2, _MAX_PAUSE_SECONDS)
+            sleep(random.uniform(0, bound))
+            bound = min(bound * 2, _MAX_PAUSE_SECONDS)
 
 
 def _rebuild_once(store: Store, events: EventStore) -> RebuildReport:

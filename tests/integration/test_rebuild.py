@@ -36,7 +36,7 @@ from flowforge import errors
 from flowforge.aggregates import task_run
 from flowforge.app import rebuild as rebuild_module
 from flowforge.app.service import FlowForge
-from tests.helpers import succeed_leaving_a_mark
+from tests.helpers import succeed_leaving_a_mark, wait_until
 
 TABLES = ("workflow_runs", "task_runs", "dispatch_outbox")
 #: A lease that has expired by the next command, and one that never does in a test.
@@ -604,9 +604,7 @@ def test_a_rebuild_gives_way_to_a_writer_holding_task_runs_and_waiting_for_workf
     with psycopg.connect(postgres_url) as writer:
         held_task_runs(writer, task.id)
         thread.start()
-        deadline = time.monotonic() + 10
-        while lock_waiters(postgres_url) == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)  # polls for the rebuild's wait; widens no window
+        wait_until(lambda: lock_waiters(postgres_url), 10, "the rebuild waiting for task_runs")
         # The rebuild holds workflow_runs and waits for task_runs: this waits for it.
         writer.execute("UPDATE workflow_runs SET state = state WHERE id = %s", (run,))
     thread.join(timeout=30)
