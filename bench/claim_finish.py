@@ -24,6 +24,12 @@ Measured, for each process count:
   conditional UPDATE and, in a CTE, the INSERT of its event, the same 425 bytes), sent
   with psycopg's prepared statements by N processes: what a server-side function per
   transition would leave the client to do, with no FlowForge code at all.
+* FlowForge's statements, replayed (``bench/replay.py``): the round trips of one real
+  cycle recorded as FlowForge sends them (the claim and its run's start; the leaf's
+  success with its run's try, start, success and mark: 7 statements, 2 round trips),
+  replayed for other task runs by pgbench (C, each round trip one pipeline) and by a
+  bare Python client on libpq: what FlowForge's SQL costs with no FlowForge code
+  around it, so the gap to "FlowForge as shipped" is FlowForge's Python.
 * FlowForge in batches of 10: the same work through ``claim_task_runs_and_their_runs``
   and ``finish_task_runs`` (one transaction, one round trip, for ten claims; the same for
   ten finishes). Its latency columns are a batch's, not one task's.
@@ -75,6 +81,7 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
+from bench import replay
 from bench.cpu import machine_busy_seconds
 from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
@@ -491,6 +498,114 @@ def measure_bare(url: str, processes: int, tasks: int) -> Measurement:
     return measured
 
 
+# --- FlowForge's own statements, replayed (bench/replay.py) ------------------------------
+
+REPLAY_PGBENCH = "pgbench: FlowForge's statements"
+REPLAY_PYTHON = "Python, bare: FlowForge's statements"
+
+
+@dataclass(frozen=True, slots=True)
+class Captured:
+    """One real cycle's round trips, and the keys of the task run it was of."""
+
+    round_trips: list[list[replay.Query]]
+    keys: replay.TaskKeys
+
+
+def capture(url: str) -> Captured:
+    """A steady-state cycle as FlowForge sends it: of a task whose run this process
+    already knows, so its success is a leaf's (the first task of a run FlowForge has
+    not seen takes the general path, which reads the run: 1 cycle in 50 here)."""
+    warmup = TASKS_PER_RUN + 1  # a whole run, and the first task of the next
+    with FlowForge(url) as ff:
+        ids = create_ready_tasks(ff, warmup + 1)
+        for task_run_id in ids[:warmup]:
+            cycle(ff, task_run_id, "bench")
+        round_trips = replay.capture_cycle(ff, ids[warmup], "bench", RESULT)
+    with psycopg.connect(url) as conn:
+        (keys,) = replay.task_keys(conn, ids[warmup:])
+    return Captured(round_trips, keys)
+
+
+def replayed_tasks(url: str, count: int) -> list[replay.TaskKeys]:
+    with FlowForge(url) as ff:
+        ids = create_ready_tasks(ff, count)
+    with psycopg.connect(url) as conn:
+        return replay.task_keys(conn, ids)
+
+
+def check_replayed(url: str, keys: list[replay.TaskKeys]) -> None:
+    ids = [UUID(k.task_run_id.decode()) for k in keys]
+    with psycopg.connect(url) as conn:
+        row = conn.execute(replay.COUNT_SUCCEEDED, (ids,)).fetchone()
+    if row is None or row[0] != len(ids):
+        raise RuntimeError(f"{row} of {len(ids)} replayed task runs succeeded")
+
+
+def replay_worker_main(
+    url: str,
+    captured: Captured,
+    warmup: list[replay.TaskKeys],
+    timed: list[replay.TaskKeys],
+    barrier: Any,
+    results: Any,
+) -> None:
+    """One bare client process replaying the captured cycle for its own task runs."""
+    try:
+        with replay.bare_client(url, captured.round_trips, captured.keys) as client:
+            results.put(timed_cycles(client.cycle, warmup, timed, barrier))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
+        barrier.abort()
+        results.put(WorkerResult(error=f"{type(exc).__name__}: {exc}"))
+
+
+def measure_replay_python(url: str, captured: Captured, processes: int, tasks: int) -> Measurement:
+    per_process = WARMUP_CYCLES + tasks
+    keys = replayed_tasks(url, processes * per_process)
+    pg_command(url, CHECKPOINT)
+    slices = [keys[i * per_process : (i + 1) * per_process] for i in range(processes)]
+    measured = run_workers(replay_worker_main, (url, captured), slices, REPLAY_PYTHON)
+    check_replayed(url, keys)
+    return measured
+
+
+def measure_replay_pgbench(
+    url: str, pgbench: str, captured: Captured, clients: int, tasks: int, workdir: Path
+) -> Measurement:
+    """pgbench replaying the cycle ``tasks`` times per client, each on its own rows."""
+    keys = replayed_tasks(url, clients * tasks)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(replay.CREATE_KEYS)
+        with conn.cursor().copy(replay.COPY_KEYS) as copy:
+            for i, key in enumerate(keys):
+                client, n = divmod(i, tasks)
+                copy.write_row(
+                    (
+                        client * 1_000_000 + n + 1,
+                        key.task_run_id.decode(),
+                        key.workflow_run_id.decode(),
+                        key.task_key.decode(),
+                    )
+                )
+        conn.execute(CHECKPOINT)
+    script, variables = replay.pgbench_script(captured.round_trips, captured.keys)
+    try:
+        measured = run_pgbench(
+            url,
+            pgbench,
+            REPLAY_PGBENCH,
+            workdir / f"replay-c{clients}",
+            script,
+            {"n": "0", **variables},
+            clients,
+            f"--transactions={tasks}",
+        )
+    finally:
+        pg_command(url, replay.DROP_KEYS)
+    check_replayed(url, keys)
+    return measured
+
+
 def run_workers(
     target: Any, leading: tuple[Any, ...], slices: list[list[Any]], label: str
 ) -> Measurement:
@@ -582,9 +697,38 @@ def measure_pgbench(
         conn.execute(VACUUM_BENCH_TABLES)
         conn.execute(CHECKPOINT)
     name = f"{list(PGBENCH_SCRIPTS).index(label)}-c{clients}"
-    script = workdir / f"{name}.sql"
-    script.write_text(PGBENCH_SCRIPTS[label])
-    log_prefix = workdir / f"{name}.log"
+    measured = run_pgbench(
+        url,
+        pgbench,
+        label,
+        workdir / name,
+        PGBENCH_SCRIPTS[label],
+        PGBENCH_VARIABLES,
+        clients,
+        f"--time={seconds}",
+    )
+    written = pg_value(url, COUNT_BENCH_SUCCEEDED)
+    if written != measured.cycles:
+        raise RuntimeError(
+            f"pgbench reported {measured.cycles} cycles but {written} rows finished"
+        )
+    return measured
+
+
+def run_pgbench(
+    url: str,
+    pgbench: str,
+    label: str,
+    stem: Path,
+    script: str,
+    variables: dict[str, str],
+    clients: int,
+    limit: str,
+) -> Measurement:
+    """``script`` run by pgbench (``limit``: its ``--time`` or ``--transactions``),
+    prepared statements, one thread per client; its cycles as a measurement."""
+    stem.with_suffix(".sql").write_text(script)
+    log_prefix = stem.with_suffix(".log")
     parts = urlsplit(url)
     env = dict(os.environ)
     if parts.password:
@@ -595,9 +739,9 @@ def measure_pgbench(
         "--protocol=prepared",
         f"--client={clients}",
         f"--jobs={clients}",
-        f"--time={seconds}",
-        *(f"--define={name}={value}" for name, value in PGBENCH_VARIABLES.items()),
-        f"--file={script}",
+        limit,
+        *(f"--define={name}={value}" for name, value in variables.items()),
+        f"--file={stem.with_suffix('.sql')}",
         "--log",
         f"--log-prefix={log_prefix}",
         f"--host={parts.hostname or '127.0.0.1'}",
@@ -615,9 +759,6 @@ def measure_pgbench(
             f"--pgbench-rows\n{done.stdout}\n{done.stderr}"
         )
     cycles = int(processed.group(1))
-    written = pg_value(url, COUNT_BENCH_SUCCEEDED)
-    if written != cycles:
-        raise RuntimeError(f"pgbench reported {cycles} cycles but {written} rows finished")
     # Per-transaction log lines: client_id transaction_no latency_us script_no epoch us
     latencies = [
         float(line.split()[2])
@@ -704,7 +845,13 @@ def markdown_table(rows: list[Measurement]) -> str:
 
 
 def _order(system: str) -> int:
-    names = [*PGBENCH_SCRIPTS, BARE_PYTHON, *(f"FlowForge {v}" for v in VARIANTS.values())]
+    names = [
+        *PGBENCH_SCRIPTS,
+        REPLAY_PGBENCH,
+        BARE_PYTHON,
+        REPLAY_PYTHON,
+        *(f"FlowForge {v}" for v in VARIANTS.values()),
+    ]
     return names.index(system) if system in names else len(names)
 
 
@@ -758,6 +905,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="skip the bare Python client (one statement per transition)",
     )
     parser.add_argument(
+        "--no-replay",
+        dest="replay",
+        action="store_false",
+        help="skip FlowForge's own statements replayed by pgbench and by a bare Python client",
+    )
+    parser.add_argument(
         "--sqlite-tasks", type=int, default=1000, help="timed SQLite cycles (0: skip)"
     )
     args = parser.parse_args(argv)
@@ -768,7 +921,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    pgbench = find_pgbench() if args.pgbench_scripts else ""
+    pgbench = find_pgbench() if args.pgbench_scripts or args.replay else ""
     started = time.monotonic()
     MACHINE_CPU.start()
     # Anything else running on the machine shows up here: a busy neighbour halves numbers.
@@ -792,6 +945,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.pgbench_scripts or args.bare:
             progress("populating the pgbench tables")
             setup_pgbench_tables(url, max(args.processes), args.pgbench_rows)
+        captured: Captured | None = None
         for processes in args.processes:
             for key in args.pgbench_scripts:
                 label = PGBENCH_KEYS[key]
@@ -804,6 +958,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.bare:
                 progress(f"{BARE_PYTHON}, {processes} processes")
                 record(measure_bare(url, processes, args.tasks))
+            if args.replay:
+                captured = captured or capture(url)
+                if pgbench:
+                    progress(f"{REPLAY_PGBENCH}, {processes} clients, {args.tasks} cycles each")
+                    record(
+                        measure_replay_pgbench(
+                            url, pgbench, captured, processes, args.tasks, Path(tmp)
+                        )
+                    )
+                progress(f"{REPLAY_PYTHON}, {processes} processes")
+                record(measure_replay_python(url, captured, processes, args.tasks))
             for key in args.variants:
                 progress(f"FlowForge {VARIANTS[key]}, {processes} processes")
                 record(measure_flowforge(url, VARIANTS[key], processes, args.tasks))
