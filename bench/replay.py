@@ -75,16 +75,13 @@ class TaskKeys:
     def of(cls, task_run_id: UUID, workflow_run_id: UUID, task_key: str) -> TaskKeys:
         return cls(task_run_id.hex.encode(), workflow_run_id.hex.encode(), task_key.encode())
 
-    def swapped(self, value: bytes | None, into: TaskKeys) -> bytes | None:
-        return (
-            {
-                self.task_run_id: into.task_run_id,
-                self.workflow_run_id: into.workflow_run_id,
-                self.task_key: into.task_key,
-            }.get(value, value)
-            if value is not None
-            else None
-        )
+    def swaps(self, into: TaskKeys) -> dict[bytes, bytes]:
+        """Each of these keys' dumped values to ``into``'s."""
+        return {
+            self.task_run_id: into.task_run_id,
+            self.workflow_run_id: into.workflow_run_id,
+            self.task_key: into.task_key,
+        }
 
 
 def capture_cycle(
@@ -178,9 +175,12 @@ class BareClient:
 
     def cycle(self, keys: TaskKeys) -> bool:
         """The claim's round trip, then the finish's; whether the finish won."""
+        swaps = self._captured.swaps(keys)
         results: list[pq.abc.PGresult] = []
         for trip in self._round_trips:
-            swapped = [(q.name, [self._captured.swapped(v, keys) for v in q.values]) for q in trip]
+            swapped = [
+                (q.name, [v if v is None else swaps.get(v, v) for v in q.values]) for q in trip
+            ]
             results = self._send(swapped)
         # The finish's task row comes back from the round trip's second statement.
         return bool(results[1].ntuples)
