@@ -13,8 +13,9 @@ swapped in, by two clients:
   same prepared statements, the parameters out of band, as FlowForge sends them; the
   task's ids are read first with one autocommitted ``SELECT`` (``\\gset`` cannot be used
   in a pipeline), one round trip per cycle that FlowForge does not make;
-* Python, bare: the same pipelines through libpq directly (psycopg's ``pgconn``), the
-  parameters already dumped: no pool, no transaction object, no rows loaded.
+* Python, bare: the same pipelines through FlowForge's own libpq pipeline
+  (``database._pipeline``), the parameters already dumped: no pool, no transaction
+  object, no statements built, no rows loaded.
 
 Every replayed cycle takes the fencing token the captured claim took (1: each task run is
 claimed once), and the caller checks that every replayed task run succeeded.
@@ -22,7 +23,6 @@ claimed once), and the caller checks that every replayed task run succeeded.
 
 from __future__ import annotations
 
-import select
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -164,6 +164,7 @@ class BareClient:
         self._conn = psycopg.connect(url, autocommit=True)
         self._round_trips = round_trips
         self._captured = captured
+        self._session = database._session(self._conn)
         pgconn = self._conn.pgconn
         for query in {q.name: q for trip in round_trips for q in trip}.values():
             prepared = pgconn.prepare(query.name, query.body)
@@ -174,42 +175,21 @@ class BareClient:
         self._conn.close()
 
     def cycle(self, keys: TaskKeys) -> bool:
-        """The claim's round trip, then the finish's; whether the finish won."""
+        """The claim's round trip, then the finish's; whether the finish won. Each goes
+        through FlowForge's own pipeline (``database._pipeline``: libpq's calls, one
+        Sync), so only what FlowForge builds around it is left out."""
         swaps = self._captured.swaps(keys)
         results: list[pq.abc.PGresult] = []
         for trip in self._round_trips:
-            swapped = [
-                (q.name, [v if v is None else swaps.get(v, v) for v in q.values]) for q in trip
+            queries = [
+                database._Query(
+                    q.name, q.body, [v if v is None else swaps.get(v, v) for v in q.values]
+                )
+                for q in trip
             ]
-            results = self._send(swapped)
+            results = database._pipeline(self._conn, self._session, queries)
         # The finish's task row comes back from the round trip's second statement.
         return bool(results[1].ntuples)
-
-    def _send(self, queries: list[tuple[bytes, list[bytes | None]]]) -> list[pq.abc.PGresult]:
-        pgconn = self._conn.pgconn
-        pgconn.enter_pipeline_mode()
-        for name, values in queries:
-            pgconn.send_query_prepared(name, values)
-        pgconn.pipeline_sync()
-        results: list[pq.abc.PGresult] = []
-        while True:
-            if pgconn.flush():
-                select.select([], [pgconn.socket], [])
-                continue
-            if pgconn.is_busy():
-                select.select([pgconn.socket], [], [])
-                pgconn.consume_input()
-                continue
-            result = pgconn.get_result()
-            if result is None:
-                continue
-            if result.status == pq.ExecStatus.PIPELINE_SYNC:
-                break
-            if result.status == pq.ExecStatus.FATAL_ERROR:
-                raise RuntimeError(result.error_message.decode())
-            results.append(result)
-        pgconn.exit_pipeline_mode()
-        return results
 
 
 @contextmanager
