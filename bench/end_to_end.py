@@ -25,8 +25,10 @@ RabbitMQ topology of its own (deleted at the end).
   workers finish tasks of runs no scheduler has started yet (docs/performance.md,
   sixth pass).
 * **latency**: the processes run first; one producer submits one-task runs at a fixed
-  rate (open loop) for a while. Ready -> claimed per task from the audit log (both times
-  are the database's clock): p50, p99, max. Run it at about half of peak throughput.
+  rate (open loop) for a while, after ``--warm-up`` seconds at the same rate that are not
+  measured (a process's first seconds: its pool filling, its first statements prepared).
+  Ready -> claimed per task from the audit log (both times are the database's clock):
+  p50, p99, max. Run it at about half of peak throughput.
 * **chain**: one run of a chain of ``--length`` no-op tasks with the processes already
   running; wall time from the run's first event to its ``finished_at``.
 
@@ -59,7 +61,7 @@ import pika
 import psycopg
 
 from bench.cpu import SERVERS, machine_busy_seconds, process_seconds, server_seconds
-from flowforge import FlowForge, load_definition
+from flowforge import FlowForge, WorkflowDefinition, load_definition
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 #: Its own database; FLOWFORGE_BENCH_E2E_DATABASE names another (two benches at once).
@@ -362,26 +364,38 @@ def ready_to_claimed_ms(app: FlowForge, run_id: uuid.UUID) -> float:
     return (claimed - ready).total_seconds() * 1000
 
 
+def submit_at_rate(
+    app: FlowForge, definition: WorkflowDefinition, rate: float, seconds: float, tag: str
+) -> list[uuid.UUID]:
+    """One-task runs submitted open loop at ``rate`` per second for ``seconds``."""
+    run_ids = []
+    begin = time.monotonic()
+    for index in range(int(rate * seconds)):
+        pause = begin + index / rate - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        run_ids.append(app.start_workflow_run(definition, {tag: index}))
+    return run_ids
+
+
 def latency(options: argparse.Namespace) -> dict[str, Any]:
     with deployment(options) as d:
         d.processes.start_all(options.workers, options.concurrency, options.batch)
         definition = load_definition(ONE_TASK)
-        d.app.start_workflow_run(definition, {"warm": True})  # processes are up and warm
+        d.app.start_workflow_run(definition, {"warm": True})  # the processes are up
         wait_until(d.probe, d.processes, FINISHED_RUNS, 1)
-        total = int(options.rate * options.seconds)
-        run_ids = []
-        begin = time.monotonic()
-        for index in range(total):
-            pause = begin + index / options.rate - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            run_ids.append(d.app.start_workflow_run(definition, {"i": index}))
-        wait_until(d.probe, d.processes, FINISHED_RUNS, total + 1)
+        # Steady state only: a process's first seconds of work (its pool filling, its
+        # first statements prepared, its code paths first run) are not its latency.
+        warm = submit_at_rate(d.app, definition, options.rate, options.warm_up, "warm")
+        wait_until(d.probe, d.processes, FINISHED_RUNS, len(warm) + 1)
+        run_ids = submit_at_rate(d.app, definition, options.rate, options.seconds, "i")
+        wait_until(d.probe, d.processes, FINISHED_RUNS, len(warm) + len(run_ids) + 1)
         samples = [ready_to_claimed_ms(d.app, run_id) for run_id in run_ids]
     return {
         "measurement": "latency",
         "rate_per_s": options.rate,
-        "tasks": total,
+        "warm_up_s": options.warm_up,
+        "tasks": len(run_ids),
         "workers": options.workers,
         "ready_to_claimed_ms": {
             "p50": percentile(samples, 0.50),
@@ -448,6 +462,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     rate = commands.add_parser("latency")
     rate.add_argument("--rate", type=float, default=100.0, help="runs submitted per second")
     rate.add_argument("--seconds", type=float, default=20.0)
+    rate.add_argument(
+        "--warm-up",
+        type=float,
+        default=3.0,
+        help="seconds at the same rate before the measured ones, not measured",
+    )
     length = commands.add_parser("chain")
     length.add_argument("--length", type=int, default=20)
     return parser.parse_args(argv)
