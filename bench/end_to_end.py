@@ -26,7 +26,8 @@ RabbitMQ topology of its own (deleted at the end).
   sixth pass).
 * **latency**: the processes run first; one producer submits one-task runs at a fixed
   rate (open loop) for a while, after ``--warm-up`` seconds at the same rate that are not
-  measured (a process's first seconds: its pool filling, its first statements prepared).
+  measured (the first seconds, while the other processes are still starting beside the
+  first worker up, delayed claims by 45-70 ms: docs/performance.md, fourteenth pass).
   Ready -> claimed per task from the audit log (both times are the database's clock):
   p50, p99, max. Run it at about half of peak throughput.
 * **chain**: one run of a chain of ``--length`` no-op tasks with the processes already
@@ -382,10 +383,10 @@ def latency(options: argparse.Namespace) -> dict[str, Any]:
     with deployment(options) as d:
         d.processes.start_all(options.workers, options.concurrency, options.batch)
         definition = load_definition(ONE_TASK)
-        d.app.start_workflow_run(definition, {"warm": True})  # the processes are up
+        d.app.start_workflow_run(definition, {"warm": True})  # a worker is up
         wait_until(d.probe, d.processes, FINISHED_RUNS, 1)
-        # Steady state only: a process's first seconds of work (its pool filling, its
-        # first statements prepared, its code paths first run) are not its latency.
+        # Steady state only: while the other processes are still starting (importing,
+        # filling their pools), claims wait for the CPU; that is start-up, not latency.
         warm = submit_at_rate(d.app, definition, options.rate, options.warm_up, "warm")
         wait_until(d.probe, d.processes, FINISHED_RUNS, len(warm) + 1)
         run_ids = submit_at_rate(d.app, definition, options.rate, options.seconds, "i")
