@@ -70,7 +70,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -552,7 +552,7 @@ def replay_worker_main(
 ) -> None:
     """One bare client process replaying the captured cycle for its own task runs."""
     try:
-        with replay.bare_client(url, captured.round_trips, captured.keys) as client:
+        with closing(replay.BareClient(url, captured.round_trips, captured.keys)) as client:
             results.put(timed_cycles(client.cycle, warmup, timed, barrier))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
         barrier.abort()
@@ -706,6 +706,7 @@ def measure_pgbench(
         PGBENCH_VARIABLES,
         clients,
         f"--time={seconds}",
+        hint="; if a client ran out of rows, raise --pgbench-rows",
     )
     written = pg_value(url, COUNT_BENCH_SUCCEEDED)
     if written != measured.cycles:
@@ -724,9 +725,11 @@ def run_pgbench(
     variables: dict[str, str],
     clients: int,
     limit: str,
+    hint: str = "",
 ) -> Measurement:
     """``script`` run by pgbench (``limit``: its ``--time`` or ``--transactions``),
-    prepared statements, one thread per client; its cycles as a measurement."""
+    prepared statements, one thread per client; its cycles as a measurement. ``hint``
+    ends the error a failed run raises."""
     stem.with_suffix(".sql").write_text(script)
     log_prefix = stem.with_suffix(".log")
     parts = urlsplit(url)
@@ -755,8 +758,7 @@ def run_pgbench(
     tps, processed = _TPS.search(done.stdout), _PROCESSED.search(done.stdout)
     if done.returncode != 0 or tps is None or processed is None:
         raise RuntimeError(
-            f"pgbench failed ({done.returncode}); if a client ran out of rows, raise "
-            f"--pgbench-rows\n{done.stdout}\n{done.stderr}"
+            f"pgbench failed ({done.returncode}){hint}\n{done.stdout}\n{done.stderr}"
         )
     cycles = int(processed.group(1))
     # Per-transaction log lines: client_id transaction_no latency_us script_no epoch us

@@ -51,7 +51,7 @@ from pika.spec import Basic, BasicProperties
 
 from bench.cpu import machine_busy_seconds, process_seconds
 from flowforge.processes.rabbitmq.confirms import Confirms, async_channel
-from flowforge.processes.rabbitmq.connection import process_events
+from flowforge.processes.rabbitmq.connection import wait_until
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DATABASE = "flowforge_bench_floor"
@@ -147,6 +147,12 @@ def channel() -> tuple[pika.BlockingConnection, BlockingChannel]:
 
 #: Outbox rows one publisher transaction takes, as FlowForge's publisher does by default.
 PUBLISH_BATCH = 500
+#: How long the broker may take to confirm a batch (or the confirm mode) before it fails.
+CONFIRM_TIMEOUT_S = 30.0
+
+
+def _soon() -> float:
+    return time.monotonic() + CONFIRM_TIMEOUT_S
 
 
 def publisher() -> None:
@@ -157,8 +163,12 @@ def publisher() -> None:
     connection, ch = channel()
     confirms = Confirms(connection)
     confirms.attach(ch)
-    while not confirms.selected:
-        process_events(connection, 0.1)
+    wait_until(
+        connection,
+        lambda: confirms.selected,
+        channel_closed=lambda: confirms.closed_reason,
+        deadline=_soon(),
+    )
     impl = async_channel(ch)
     properties = pika.BasicProperties(delivery_mode=2, content_type="text/plain")
     with connect() as conn:
@@ -172,10 +182,17 @@ def publisher() -> None:
                 for dispatch, task in rows:
                     impl.basic_publish("", QUEUE, str(task).encode(), properties, mandatory=True)
                     confirms.sent(str(dispatch))
-                while confirms.outstanding and confirms.closed_reason is None:
-                    process_events(connection, 1.0)
-                if confirms.closed_reason or confirms.nacked or confirms.returned:
-                    raise RuntimeError(f"publish failed: {confirms.closed_reason!r}")
+                wait_until(
+                    connection,
+                    lambda: not confirms.outstanding,
+                    channel_closed=lambda: confirms.closed_reason,
+                    deadline=_soon(),
+                )
+                if confirms.nacked or confirms.returned:
+                    raise RuntimeError(
+                        f"{len(confirms.nacked)} nacked and {len(confirms.returned)} returned"
+                        f" of {len(rows)} published"
+                    )
                 if rows:
                     conn.execute(
                         "UPDATE l_outbox SET published_at = now() WHERE dispatch_id = ANY(%s)",

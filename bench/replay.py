@@ -23,8 +23,7 @@ claimed once), and the caller checks that every replayed task run succeeded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -190,14 +189,3 @@ class BareClient:
             results = database._pipeline(self._conn, self._session, queries)
         # The finish's task row comes back from the round trip's second statement.
         return bool(results[1].ntuples)
-
-
-@contextmanager
-def bare_client(
-    url: str, round_trips: list[list[Query]], captured: TaskKeys
-) -> Iterator[BareClient]:
-    client = BareClient(url, round_trips, captured)
-    try:
-        yield client
-    finally:
-        client.close()
