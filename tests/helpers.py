@@ -21,7 +21,6 @@ from uuid import UUID
 from flowforge.aggregates.machines import TASK_RUN_MACHINE
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
-from flowforge.app.writer import Writer
 from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
@@ -61,7 +60,7 @@ def succeed_leaving_a_mark(app: FlowForge, task_run_id: UUID, fencing_token: int
     whose row another transaction held: the finish's own advance not taken."""
     with app.store.write() as writes:
         succeed = TASK_RUN_MACHINE.get("succeed")
-        assert Writer(writes).finish(succeed, task_run_id, fencing_token, actor="test-worker")
+        assert writes.tasks.finish(task_run_id, succeed, fencing_token, actor="test-worker")
 
 
 def marks(app: FlowForge) -> int:
@@ -81,7 +80,7 @@ def run_row_held(app: FlowForge, run_id: UUID) -> Iterator[None]:
     advance or a cancel does: a claim made now cannot start the run, which stays
     pending until a finish or a scheduler starts it."""
     with app.store.write() as holder:
-        assert holder.lock_run(run_id) is not None
+        assert holder.runs.lock(run_id) is not None
         yield
 
 

@@ -30,9 +30,8 @@ from flowforge.aggregates.rules import derive_workflow_run_state
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import ACTOR_SCHEDULER
 from flowforge.app.results import AdvanceResult
-from flowforge.app.writer import Writer
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes import Leaf
+from flowforge.projections.writes import Leaf, Writes
 
 _T = TaskRunState
 #: The run edge that records each terminal derived state.
@@ -118,18 +117,18 @@ def leaf_of(claimed: TaskRunRow | None, definitions: Definitions) -> Leaf | None
 
 
 def advance(
-    writer: Writer,
+    writes: Writes,
     run_id: UUID,
     rand: Callable[[], float],
     definitions: Definitions | None = None,
 ) -> AdvanceResult:
     """Advance the run, waiting for another advance of it to finish first."""
-    run = load_run(writer, run_id, lock=True)
-    return _advance_locked(writer, run, rand, definitions or Definitions(1))
+    run = load_run(writes, run_id, lock=True)
+    return _advance_locked(writes, run, rand, definitions or Definitions(1))
 
 
 def advance_woken(
-    writer: Writer, run_id: UUID, rand: Callable[[], float], definitions: Definitions
+    writes: Writes, run_id: UUID, rand: Callable[[], float], definitions: Definitions
 ) -> AdvanceResult | None:
     """Advance a marked run, or ``None`` at once if another scheduler is advancing it
     (or it no longer exists): schedulers divide the woken runs instead of queueing.
@@ -141,26 +140,26 @@ def advance_woken(
     takes the full advance: a mark of the run itself on a running run (a user's edge, or
     a mark written before marks named tasks, migration 3), a started run whose tasks
     moved before its start, a change only the whole run can judge."""
-    state = writer.store.try_lock_run_state(run_id)
+    state = writes.runs.try_lock_state(run_id)
     if state is None:
         return None
     # The marks go first, before any task row is read: see _advance_locked.
-    changed = writer.store.clear_wakeups(run_id)
+    changed = writes.marks.clear(run_id)
     result = AdvanceResult(run_id)
     if state is WorkflowRunState.PENDING:
-        started, moved = writer.start_run(run_id, actor=ACTOR_SCHEDULER)
+        started, moved = writes.runs.start(run_id, actor=ACTOR_SCHEDULER)
         result.started = started is not None
         if result.started and not moved:
             return result
     elif state is WorkflowRunState.RUNNING and None not in changed:
         keys = {key for key in changed if key is not None}
-        if advance_changes(writer, run_id, keys, definitions, rand, result):
+        if advance_changes(writes, run_id, keys, definitions, rand, result):
             return result
-    return _advance_locked(writer, load_run(writer, run_id), rand, definitions, result)
+    return _advance_locked(writes, load_run(writes, run_id), rand, definitions, result)
 
 
 def advance_after_finish(
-    writer: Writer,
+    writes: Writes,
     task: TaskRunRow,
     run_state: WorkflowRunState | None,
     definitions: Definitions,
@@ -171,7 +170,7 @@ def advance_after_finish(
     """In a worker's finishing transaction: advance the task's run right here (promote
     its dependents, finish the run when it was the last task) if the task succeeded and
     the finish could lock the run's row at once (``run_state``, taken by the finish
-    before its task row: ``Writes.finish_trying_run``; ``None`` when another
+    before its task row: ``TaskWrites.finish_trying_run``; ``None`` when another
     transaction held it, or when the finish was no success and did not try), starting
     it first if its claim could not; else mark the run for a scheduler, as every other
     transition does. ``None`` when it marked.
@@ -194,9 +193,9 @@ def advance_after_finish(
         # Its task's claim could not start the run (another transaction held its row
         # then). Start it here (its row is locked: this cannot lose) rather than leave
         # a scheduler two transactions (the start, then the full advance).
-        result.started = writer.take_run_edge(_START, run_id, actor=actor) is not None
+        result.started = writes.runs.move(run_id, _START, actor=actor) is not None
     if advances and advance_changes(
-        writer,
+        writes,
         run_id,
         [task.task_key],
         definitions,
@@ -204,18 +203,18 @@ def advance_after_finish(
         result,
         actor=actor,
         known=[task],
-        closing=task.task_key,
+        finished_task_key=task.task_key,
     ):
         return result
     # The advance's last statement, when it got that far, marked the run itself if it
     # had to (the mark that follows it on its own, sent with it and the COMMIT).
-    if not writer.closed:
-        writer.store.mark_run(run_id, task.task_key)
+    if not writes.recording.last_statement_sent:
+        writes.marks.mark(run_id, task.task_key)
     return None
 
 
 def advance_changes(
-    writer: Writer,
+    writes: Writes,
     run_id: UUID,
     changed_keys: Collection[str],
     definitions: Definitions,
@@ -224,27 +223,29 @@ def advance_changes(
     *,
     actor: str = ACTOR_SCHEDULER,
     known: Sequence[TaskRunRow] = (),
-    closing: str | None = None,
+    finished_task_key: str | None = None,
 ) -> bool:
     """The consequences of changes to some tasks of a RUNNING run whose row this
     transaction has locked, reading only those tasks, their dependents and the
     dependents' dependencies: promote what became eligible, retry what failed with
     attempts left, and succeed the run once every task has. O(changes), not O(tasks).
     ``known``: rows this transaction wrote last (a finish's task), not read again.
-    ``closing``: a finish's task key; the run's completion is then the transaction's
+    ``finished_task_key``: a finish's task key; the run's completion is then the transaction's
     last statement, marking the run for that task when it returns ``False``
-    (``Writer.succeed_run_when_complete``).
+    (``RunWrites.succeed_when_complete``).
 
     ``False`` when that is not the whole story and nothing final was decided here: a
     changed task failed for good or was cancelled, a task was cancelled, or a step lost
     a race. Then the full advance (or, in a worker, a mark for one) judges the run.
     """
     keys = set(changed_keys)
-    if keys and not _step_changes(writer, run_id, keys, definitions, rand, result, actor, known):
+    if keys and not _step_changes(writes, run_id, keys, definitions, rand, result, actor, known):
         return False
     # The check and the run's succeed edge go together (one round trip); the edge
     # matches only if every task succeeded, whatever the check saw a moment before.
-    completion, succeeded = writer.succeed_run_when_complete(run_id, actor=actor, closing=closing)
+    completion, succeeded = writes.runs.succeed_when_complete(
+        run_id, actor=actor, finished_task_key=finished_task_key
+    )
     if succeeded is not None:
         result.finished_as = WorkflowRunState.SUCCEEDED.value
         return True
@@ -252,7 +253,7 @@ def advance_changes(
 
 
 def _step_changes(
-    writer: Writer,
+    writes: Writes,
     run_id: UUID,
     keys: set[str],
     definitions: Definitions,
@@ -263,7 +264,7 @@ def _step_changes(
 ) -> bool:
     """Step the changed tasks, their dependents and the dependents' dependencies; False
     if a changed task ends the run or a step lost a race (see advance_changes)."""
-    definition = definitions.cached(run_id) or definitions.of(load_run(writer, run_id))
+    definition = definitions.cached(run_id) or definitions.of(load_run(writes, run_id))
     dependents = {key for changed in keys for key in definition.dependents(changed)}
     dependencies = {
         key for dependent in dependents for key in definition.task(dependent).depends_on
@@ -271,14 +272,14 @@ def _step_changes(
     needed = keys | dependents | dependencies
     have = [row for row in known if row.task_key in needed]
     missing = needed - {row.task_key for row in have}
-    rows = sorted([*have, *writer.store.task_runs_by_keys(run_id, missing)], key=_by_id)
+    rows = sorted([*have, *writes.task_runs_by_keys(run_id, missing)], key=_by_id)
     if any(_effective_state(row) in _ENDS_THE_RUN for row in rows if row.task_key in keys):
         return False
-    return _step_tasks(writer, rows, definition, writer.now, rand, result, actor=actor) is not None
+    return _step_tasks(writes, rows, definition, writes.now, rand, result, actor=actor) is not None
 
 
 def _advance_locked(
-    writer: Writer,
+    writes: Writes,
     run: WorkflowRunRow,
     rand: Callable[[], float],
     definitions: Definitions,
@@ -289,31 +290,31 @@ def _advance_locked(
     # the reads below (each statement reads what committed before it began); a change
     # committed later keeps its mark and wakes the run again. Deleting them last could
     # delete a mark whose change the reads missed: a lost wake-up.
-    writer.store.clear_wakeups(run.id)
+    writes.marks.clear(run.id)
     result = result if result is not None else AdvanceResult(run.id)
     if run.run_state is WorkflowRunState.PENDING:
-        started = writer.take_run_edge(_START, run.id, actor=ACTOR_SCHEDULER)
+        started = writes.runs.move(run.id, _START, actor=ACTOR_SCHEDULER)
         result.started = result.started or started is not None
-        run = started or load_run(writer, run.id)
-    now = writer.now()
+        run = started or load_run(writes, run.id)
+    now = writes.now()
     if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
-        _cancel_leftovers(writer, _tasks(writer, run.id), now, result)
+        _cancel_leftovers(writes, _tasks(writes, run.id), now, result)
         return result
     definition = definitions.of(run)
-    tasks = _step_tasks(writer, _tasks(writer, run.id), definition, lambda: now, rand, result)
-    _finish_if_derived(writer, run, tasks, now, result)
+    tasks = _step_tasks(writes, _tasks(writes, run.id), definition, lambda: now, rand, result)
+    _finish_if_derived(writes, run, tasks, now, result)
     return result
 
 
-def load_run(writer: Writer, run_id: UUID, *, lock: bool = False) -> WorkflowRunRow:
-    run = writer.store.lock_run(run_id) if lock else writer.store.workflow_run(run_id)
+def load_run(writes: Writes, run_id: UUID, *, lock: bool = False) -> WorkflowRunRow:
+    run = writes.runs.lock(run_id) if lock else writes.workflow_run(run_id)
     if run is None:
         raise errors.UnknownRunError(f"no workflow run {run_id}; list runs with `flowforge runs`")
     return run
 
 
-def _tasks(writer: Writer, run_id: UUID) -> list[TaskRunRow]:
-    return sorted(writer.store.task_runs_of(run_id), key=_by_id)
+def _tasks(writes: Writes, run_id: UUID) -> list[TaskRunRow]:
+    return sorted(writes.task_runs_of(run_id), key=_by_id)
 
 
 def _by_id(task: TaskRunRow) -> UUID:
@@ -322,7 +323,7 @@ def _by_id(task: TaskRunRow) -> UUID:
 
 
 def _step_tasks(
-    writer: Writer,
+    writes: Writes,
     tasks: list[TaskRunRow],
     definition: WorkflowDefinition,
     now: Callable[[], datetime],
@@ -339,16 +340,16 @@ def _step_tasks(
     for task in tasks:
         row: TaskRunRow | None = task
         if task.task_state is _T.PENDING and succeeded.issuperset(task.depends_on):
-            row = writer.move_task(_PROMOTE, task.id, actor=actor)
+            row = writes.tasks.move(task.id, _PROMOTE, actor=actor)
             if row:
                 result.promoted.append(task.task_key)
         elif task.task_state is _T.FAILED and task.attempt < task.max_attempts:
             delay = definition.retry_policy_for(task.task_key).delay_for(task.attempt, rand())
-            row = writer.schedule_retry(task.id, delay.total_seconds(), actor=actor)
+            row = writes.tasks.schedule_retry(task.id, delay.total_seconds(), actor=actor)
             if row:
                 result.retried.append(task.task_key)
         elif task.task_state is _T.RETRYING and _is_due(task.retry_due_at, now()):
-            row = writer.retry_ready(task.id, actor=actor)
+            row = writes.tasks.retry_ready(task.id, actor=actor)
             if row:
                 result.made_ready.append(task.task_key)
         if row is None or after is None:
@@ -363,7 +364,7 @@ def _is_due(due_at: datetime | None, now: datetime) -> bool:
 
 
 def _finish_if_derived(
-    writer: Writer,
+    writes: Writes,
     run: WorkflowRunRow,
     stepped: list[TaskRunRow] | None,
     now: datetime,
@@ -374,15 +375,15 @@ def _finish_if_derived(
     # every step won, the rows are current but for changes committed since the read:
     # those carry marks and wake the run again, and none can make a terminal state
     # derived here wrong (a terminal task never changes).
-    tasks = stepped if stepped is not None else _tasks(writer, run.id)
+    tasks = stepped if stepped is not None else _tasks(writes, run.id)
     derived = derive_workflow_run_state(_effective_state(t) for t in tasks)
     edge = _FINISH_RUN.get(derived)
     if edge is None or run.run_state is not WorkflowRunState.RUNNING:
         return
-    if writer.take_run_edge(edge, run.id, actor=ACTOR_SCHEDULER):
+    if writes.runs.move(run.id, edge, actor=ACTOR_SCHEDULER):
         result.finished_as = derived.value
         # The run's terminal state is fixed first; cancelling what is left cannot change it.
-        _cancel_leftovers(writer, tasks, now, result)
+        _cancel_leftovers(writes, tasks, now, result)
 
 
 def _effective_state(task: TaskRunRow) -> TaskRunState:
@@ -393,7 +394,7 @@ def _effective_state(task: TaskRunRow) -> TaskRunState:
 
 
 def _cancel_leftovers(
-    writer: Writer, tasks: list[TaskRunRow], now: datetime, result: AdvanceResult
+    writes: Writes, tasks: list[TaskRunRow], now: datetime, result: AdvanceResult
 ) -> None:
     """Cancel what can no longer run. A row read before another writer moved it only
     makes its conditional write lose; nothing here needs a fresher read."""
@@ -403,15 +404,17 @@ def _cancel_leftovers(
         if (
             state is _T.RETRYING
             and _is_due(task.retry_due_at, now)
-            and writer.retry_ready(task.id, actor=ACTOR_SCHEDULER)
+            and writes.tasks.retry_ready(task.id, actor=ACTOR_SCHEDULER)
         ):
             state = _T.READY
         edge = _CANCEL_LEFTOVER.get(state)
         if edge is None:
             continue
         if edge.requires_lease:
-            cancelled = writer.finish(edge, task.id, task.fencing_token, actor=ACTOR_SCHEDULER)
+            cancelled = writes.tasks.finish(
+                task.id, edge, task.fencing_token, actor=ACTOR_SCHEDULER
+            )
         else:
-            cancelled = writer.move_task(edge, task.id, actor=ACTOR_SCHEDULER)
+            cancelled = writes.tasks.move(task.id, edge, actor=ACTOR_SCHEDULER)
         if cancelled:
             result.cancelled.append(task.task_key)

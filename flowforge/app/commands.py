@@ -69,8 +69,8 @@ class Commands(Queries):
         """Like :meth:`start_workflow_run`, also saying whether the run is new."""
         checked = load_definition(definition)
         run_inputs = json_values.checked_json(dict(inputs or {}), "inputs")
-        with self._writer() as writer:
-            run_id, created = writer.create_run(
+        with self._writes() as writes:
+            run_id, created = writes.runs.create(
                 checked,
                 run_inputs,
                 idempotency_key=text(idempotency_key, "idempotency_key"),
@@ -100,9 +100,9 @@ class Commands(Queries):
             json_values.checked_json(dict(each or {}), f"inputs[{index}]")
             for index, each in enumerate(inputs)
         ]
-        with self._writer() as writer:
+        with self._writes() as writes:
             run_ids = [
-                writer.create_run(checked, each, idempotency_key=None, actor=actor)[0]
+                writes.runs.create(checked, each, idempotency_key=None, actor=actor)[0]
                 for each in run_inputs
             ]
         log.info("workflow runs submitted", extra={"runs": len(run_ids)})
@@ -112,8 +112,8 @@ class Commands(Queries):
         self, run_id: UUID, transition: str, *, actor: str = ACTOR_USER
     ) -> bool:
         edge = WORKFLOW_RUN_MACHINE.get(transition)
-        with self._writer() as writer:
-            return writer.take_run_edge(edge, run_id, actor=text(actor, "actor")) is not None
+        with self._writes() as writes:
+            return writes.runs.move(run_id, edge, actor=text(actor, "actor")) is not None
 
     def cancel_workflow_run(self, run_id: UUID, *, actor: str = ACTOR_USER) -> bool:
         """Cancel a pending or running run and its unfinished tasks; False if the run
@@ -123,19 +123,19 @@ class Commands(Queries):
         so a scheduler starting the run at the same moment cannot make it lose; the
         tasks are cancelled in the same transaction. ``UnknownRunError`` for no run.
         """
-        with self._writer() as writer:
-            if writer.cancel_run(run_id, actor=actor) is None:
-                advance.load_run(writer, run_id)  # UnknownRunError for a run that is not
+        with self._writes() as writes:
+            if writes.runs.cancel(run_id, actor=actor) is None:
+                advance.load_run(writes, run_id)  # UnknownRunError for a run that is not
                 return False
-            advance.advance(writer, run_id, random.random)
+            advance.advance(writes, run_id, random.random)
         return True
 
     def advance_workflow_run(
         self, run_id: UUID, *, rand: Callable[[], float] = random.random
     ) -> AdvanceResult:
         """One run's scheduling work in one transaction (see ``flowforge.app.advance``)."""
-        with self._writer(marks_runs=False) as writer:
-            return advance.advance(writer, run_id, rand, self.definitions)
+        with self._writes(marks_runs=False) as writes:
+            return advance.advance(writes, run_id, rand, self.definitions)
 
     # --- task runs -----------------------------------------------------------------------
 
@@ -161,8 +161,8 @@ class Commands(Queries):
             return self.claim_task_run(task_run_id, worker_id, lease_seconds) is not None
         delay = non_negative(retry_delay_seconds, "retry_delay_seconds", MAX_SECONDS)
         actor = text(actor, "actor")
-        with self._writer() as writer:
-            row = writer.take_task_edge(edge, task_run_id, actor=actor, delay_seconds=delay)
+        with self._writes() as writes:
+            row = writes.tasks.take_edge(edge, task_run_id, actor=actor, delay_seconds=delay)
         return row is not None
 
     def claim_task_run(
@@ -174,8 +174,8 @@ class Commands(Queries):
         seconds = None
         if lease_seconds is not None:
             seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
-        with self._writer() as writer:
-            row = writer.claim(task_run_id, text(worker_id, "worker_id"), seconds, last=True)
+        with self._writes() as writes:
+            row = writes.tasks.claim(task_run_id, text(worker_id, "worker_id"), seconds, last=True)
         if row is None:
             return None
         self.claims.remember(row)
@@ -210,8 +210,8 @@ class Commands(Queries):
         ``unless_known``."""
         ids = batch_of_ids(task_run_ids, "task_run_ids")
         worker_id = text(worker_id, "worker_id")
-        with self._writer() as writer:
-            rows, runs = writer.claims_with_runs(ids, worker_id, unless_known, last=True)
+        with self._writes() as writes:
+            rows, runs = writes.tasks.claims_with_runs(ids, worker_id, unless_known, last=True)
         for row in rows:
             if row is not None:
                 self.claims.remember(row)
@@ -250,8 +250,8 @@ class Commands(Queries):
         leaves = self._leaf_successes(checked)
         written = [False] * len(checked)
         if leaves:
-            with self._writer(marks_runs=False) as writer:
-                rows = writer.succeed_leaves(list(leaves.values()), actor=actor)
+            with self._writes(marks_runs=False) as writes:
+                rows = writes.leaves.succeed(list(leaves.values()), actor=actor)
             for i, row in zip(leaves, rows, strict=True):
                 written[i] = row is not None
         for i, finish in enumerate(checked):
@@ -282,10 +282,10 @@ class Commands(Queries):
         # (first, then the task's: the lock order, advance.py says why); a failure
         # leaves the run row alone.
         succeeded = finish.edge.name == "succeed"
-        with self._writer(marks_runs=False) as writer:
-            run_state, row = writer.finish_trying_run(
-                finish.edge,
+        with self._writes(marks_runs=False) as writes:
+            run_state, row = writes.tasks.finish_trying_run(
                 finish.task_run_id,
+                finish.edge,
                 finish.fencing_token,
                 try_run=succeeded,
                 actor=actor,
@@ -294,7 +294,7 @@ class Commands(Queries):
             )
             if row is not None:
                 advance.advance_after_finish(
-                    writer, row, run_state, self.definitions, random.random, actor=actor
+                    writes, row, run_state, self.definitions, random.random, actor=actor
                 )
         return row is not None
 
@@ -309,14 +309,16 @@ class Commands(Queries):
         """Extend the lease from the database's now, only while the token is current."""
         seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
         actor = text(actor or "worker", "actor")
-        with self._writer() as writer:
-            row = writer.renew_lease(task_run_id, fencing_token, seconds, actor=actor, last=True)
+        with self._writes() as writes:
+            row = writes.tasks.renew_lease(
+                task_run_id, fencing_token, seconds, actor=actor, last=True
+            )
         return row is not None
 
     def reclaim_task_run(self, task_run_id: UUID) -> bool:
         """The reaper's edge: RUNNING with an expired lease back to READY, token + 1."""
-        with self._writer() as writer:
-            row = writer.reclaim(task_run_id, actor=ACTOR_REAPER)
+        with self._writes() as writes:
+            row = writes.tasks.reclaim(task_run_id, actor=ACTOR_REAPER)
         return row is not None
 
     def schedule_retry(

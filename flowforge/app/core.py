@@ -13,11 +13,11 @@ from contextlib import AbstractContextManager, contextmanager
 
 from flowforge.app.advance import Claims, Definitions
 from flowforge.app.event_store import EventStore
-from flowforge.app.writer import Writer
 from flowforge.projections.database import Database
 from flowforge.projections.reads import Reads
 from flowforge.projections.store import Store
 from flowforge.projections.wakeups import Wakeups
+from flowforge.projections.writes import Writes
 
 
 class ServiceCore:
@@ -46,11 +46,11 @@ class ServiceCore:
         self.store.database = database
 
     @contextmanager
-    def _writer(self, *, marks_runs: bool = True) -> Iterator[Writer]:
+    def _writes(self, *, marks_runs: bool = True) -> Iterator[Writes]:
         """One write transaction: the one rule's steps, committed together or not at all.
-        ``marks_runs=False`` for the scheduler's advance (see ``Writer``)."""
-        with self.store.write() as writes:
-            yield Writer(writes, marks_runs=marks_runs)
+        ``marks_runs=False`` for the scheduler's advance (see ``Writes``)."""
+        with self.store.write(marks_runs=marks_runs) as writes:
+            yield writes
 
     def listening(self, *, ready_timeout: float = 0.0) -> AbstractContextManager[Wakeups]:
         """This process's wake-up bells, rung by any process's commits while open

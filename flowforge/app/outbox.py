@@ -32,11 +32,11 @@ class Outbox(Commands):
         row stays pending for the next sweep.
         """
         with self.store.write() as writes:
-            rows = writes.pending_dispatches(limit, task_types)
+            rows = writes.outbox.pending(limit, task_types)
             if not rows:
                 return 0
             publisher.publish([dispatch.message_for(row, self.deployment_id) for row in rows])
-            writes.mark_published([row.dispatch_id for row in rows])
+            writes.outbox.mark_published([row.dispatch_id for row in rows])
         return len(rows)
 
     def redispatch_stalled(self, older_than_seconds: float) -> list[UUID]:
@@ -51,9 +51,9 @@ class Outbox(Commands):
         older_than = non_negative(older_than_seconds, "older_than_seconds", MAX_SECONDS)
         with self.store.write() as writes:
             at = writes.now()
-            rows = writes.stalled_ready(older_than, REAP_BATCH)
+            rows = writes.outbox.stalled_ready(older_than, REAP_BATCH)
             for row in rows:
-                writes.enqueue_dispatch(
+                writes.outbox.enqueue(
                     row.id, row.task_key, row.task_type, row.fencing_token, at=at
                 )
         if rows:

@@ -54,11 +54,11 @@ def rebuild_projections(
 
 def _rebuild_once(store: Store, events: EventStore) -> RebuildReport:
     with store.write(rebuild=True) as writes:
-        stored = writes.stored_events()
-        writes.delete_projections()
+        stored = writes.rebuild.stored_events()
+        writes.rebuild.delete_projections()
         for record in stored:
-            writes.apply(events.mapper.to_domain_event(record))
-        writes.fill_missing_task_leases()
+            writes.rebuild.apply(events.mapper.to_domain_event(record))
+        writes.rebuild.fill_missing_task_leases()
     runs = sum(1 for s in stored if s.topic.endswith("WorkflowRun.Created"))
     tasks = sum(1 for s in stored if s.topic.endswith("TaskRun.Created"))
     return RebuildReport(events=len(stored), workflow_runs=runs, task_runs=tasks)

@@ -79,9 +79,9 @@ class Scheduling(Outbox):
         transaction holds is skipped). Counted only once committed: a failure rolls
         every advance of the batch back, marks included, for the next pass to redo."""
         results = []
-        with self._writer(marks_runs=False) as writer:
+        with self._writes(marks_runs=False) as writes:
             for run_id in run_ids:
-                result = advance.advance_woken(writer, run_id, rand, self.definitions)
+                result = advance.advance_woken(writes, run_id, rand, self.definitions)
                 if result is not None:
                     results.append(result)
         for result in results:

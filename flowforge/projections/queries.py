@@ -100,7 +100,7 @@ RECORDED_STATEMENTS: Mapping[str, Declaration] = MappingProxyType(
                 "run_move",
                 "run_start_after_claim",
                 "run_succeed_when_complete",
-                # PostgreSQL only: a leaf's success in one round trip (Writes.succeed_leaf).
+                # PostgreSQL only: a leaf's success in one round trip (LeafWrites.succeed).
                 "run_start_after_finish",
                 "run_succeed_after_finish",
             ),
@@ -110,7 +110,7 @@ RECORDED_STATEMENTS: Mapping[str, Declaration] = MappingProxyType(
 )
 #: Statements only PostgreSQL has (every other one both have, each dialect in its own
 #: words): a leaf's success in one round trip relies on row locks and transaction ids
-#: that SQLite has not (``Writes.succeed_leaf``, which refuses a store without them).
+#: that SQLite has not (``LeafWrites.succeed``, which refuses a store without them).
 POSTGRES_ONLY_STATEMENTS = frozenset(
     {
         "run_start_after_finish",

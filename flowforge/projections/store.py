@@ -61,9 +61,11 @@ class Store:
         return self.database.location
 
     @contextmanager
-    def write(self, *, rebuild: bool = False) -> Iterator[Writes]:
+    def write(self, *, rebuild: bool = False, marks_runs: bool = True) -> Iterator[Writes]:
         """One write transaction: it commits everything written in it, or nothing.
-        ``rebuild``: the rebuild's, which every other write waits for.
+        ``rebuild``: the rebuild's, which every other write waits for. ``marks_runs``:
+        whether an edge marks its run by itself (``Writes``); the scheduler's own
+        advance, which clears the marks, passes False.
 
         The rebuild's first statements take the projected tables' exclusive locks,
         giving up after a short wait for the second rather than deadlock with a write
@@ -78,14 +80,16 @@ class Store:
             if rebuild:
                 for statement in _REBUILD_LOCKS:
                     tx.defer(statement)
-            writes = Writes(tx, self._mapper, events_in_sql=self._events_in_sql)
+            writes = Writes(
+                tx, self._mapper, events_in_sql=self._events_in_sql, marks_runs=marks_runs
+            )
             yield writes
         # Committed: wake this process's loops, and other processes' by a NOTIFY.
-        if writes.marked_runs:
+        if writes.marks.made:
             self.wakeups.runs.ring()
             if self._notifier is not None:
                 self._notifier.request("notify_run_wakeups")
-        if writes.enqueued:
+        if writes.outbox.enqueued:
             self.wakeups.outbox.ring()
             if self._notifier is not None:
                 self._notifier.request("notify_outbox")

@@ -198,8 +198,8 @@ def as_whole_run_marks(app: FlowForge, run_id: UUID) -> None:
     """Replace the run's marks with one that names no task, as a mark written before
     marks named tasks (migration 3 marked every active run so) or a user's edge does."""
     with app.store.write() as writes:
-        assert writes.clear_wakeups(run_id)
-        writes.mark_run(run_id)
+        assert writes.marks.clear(run_id)
+        writes.marks.mark(run_id)
 
 
 def test_a_whole_run_mark_on_a_run_whose_tasks_moved_before_its_start_advances_it_all(

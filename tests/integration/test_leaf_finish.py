@@ -1,4 +1,4 @@
-"""A leaf's success in one round trip (``Writes.succeed_leaf``, PostgreSQL only).
+"""A leaf's success in one round trip (``LeafWrites.succeed``, PostgreSQL only).
 
 A worker's success of a task no other task depends on sends the finish and everything
 that can follow it (the run started if its claim could not, the run succeeded after its

@@ -528,20 +528,20 @@ def test_a_rebuild_while_the_scheduler_finishes_a_run_waits_for_it_instead_of_de
 
     # Hold the scheduler between its task write and its run write until the rebuild is
     # queued behind a lock (or, should the rebuild not queue at all, for a few seconds).
-    from flowforge.app.writer import Writer
+    from flowforge.projections.writes.runs import RunWrites
 
     between_writes = threading.Event()
-    take_run_edge = Writer.take_run_edge
+    move_run = RunWrites.move
 
-    def paused(self: Writer, edge: Any, run_id: UUID, *, actor: str) -> Any:
+    def paused(self: RunWrites, run_id: UUID, edge: Any, *, actor: str) -> Any:
         if edge.name == "fail":
             between_writes.set()
             deadline = time.monotonic() + 5
             while lock_waiters(postgres_url) == 0 and time.monotonic() < deadline:
                 time.sleep(0.01)
-        return take_run_edge(self, edge, run_id, actor=actor)
+        return move_run(self, run_id, edge, actor=actor)
 
-    monkeypatch.setattr(Writer, "take_run_edge", paused)
+    monkeypatch.setattr(RunWrites, "move", paused)
     outcomes: dict[str, Any] = {}
 
     def advance() -> None:
@@ -654,7 +654,7 @@ def test_two_schedulers_advancing_one_run_at_once_never_deadlock(
     and cancels the leftover ``b``, which ``early`` holds, while ``early`` waits for the
     run row. Both must finish, one of them having done the work; neither may raise."""
     from flowforge.app import advance as advance_module
-    from flowforge.app.writer import Writer
+    from flowforge.projections.writes.runs import RunWrites
 
     definition = {
         "name": "two_schedulers",
@@ -678,24 +678,24 @@ def test_two_schedulers_advancing_one_run_at_once_never_deadlock(
 
     late_stepped, late_may_finish = threading.Event(), threading.Event()
     finish_if_derived = advance_module._finish_if_derived
-    take_run_edge = Writer.take_run_edge
+    move_run = RunWrites.move
 
-    def finish_late(writer: Writer, run_row: Any, *rest: Any) -> None:
+    def finish_late(writes: Any, run_row: Any, *rest: Any) -> None:
         if threading.current_thread().name == "late":
             late_stepped.set()
             late_may_finish.wait(timeout=5)
-        finish_if_derived(writer, run_row, *rest)
+        finish_if_derived(writes, run_row, *rest)
 
-    def early_takes_run_edge(self: Writer, edge: Any, run_id: UUID, *, actor: str) -> Any:
+    def early_takes_run_edge(self: RunWrites, run_id: UUID, edge: Any, *, actor: str) -> Any:
         if threading.current_thread().name == "early" and not late_may_finish.is_set():
             late_may_finish.set()  # early holds b; let late take the run row first
             deadline = time.monotonic() + 5
             while lock_waiters(postgres_url) == 0 and time.monotonic() < deadline:
                 time.sleep(0.01)
-        return take_run_edge(self, edge, run_id, actor=actor)
+        return move_run(self, run_id, edge, actor=actor)
 
     monkeypatch.setattr(advance_module, "_finish_if_derived", finish_late)
-    monkeypatch.setattr(Writer, "take_run_edge", early_takes_run_edge)
+    monkeypatch.setattr(RunWrites, "move", early_takes_run_edge)
     outcomes: dict[str, Any] = {}
 
     def advance() -> None:

@@ -318,7 +318,7 @@ WHERE workflow_run_id = :workflow_run_id AND task_key IN ({text_list[task_keys]}
 -- cancelled (a scan of the run's tasks, once they are all done) or all succeeded.
 -- The succeed edge of a running run whose tasks are all done, none cancelled: run_move's
 -- write for that edge, guarded by select_run_completion's two tests, so that a finish
--- sends the check and the edge in one round trip (Writes.succeed_run_when_complete).
+-- sends the check and the edge in one round trip (RunWrites.succeed_when_complete).
 -- name: run_succeed_when_complete
 UPDATE workflow_runs
 SET state = :target, finished_at = {now}, version = version + 1, updated_at = {touched_at}

@@ -187,7 +187,7 @@ VALUES (:originator_id, :originator_version, :topic,
             || CAST(:state_tail AS bytea));
 
 -- A worker's success of a task no other task depends on, and all that can follow it,
--- in ONE round trip with the COMMIT (Writes.succeed_leaf): the run row tried
+-- in ONE round trip with the COMMIT (LeafWrites.succeed, projections/writes/leaves.py): the run row tried
 -- (try_lock_workflow_run_of_task), the finish (task_finish), then the three statements
 -- below. Each acts only if the finish won ({finished_here}) and this transaction has
 -- held the run row since its try ({run_row_held}, below; nothing waits for a lock, so

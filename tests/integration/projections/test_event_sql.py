@@ -92,7 +92,7 @@ def stored_event(store: Store, row: TaskRunRow | WorkflowRunRow) -> Any:
     with store.write() as writes:
         (record,) = [
             s
-            for s in writes.stored_events()
+            for s in writes.rebuild.stored_events()
             if s.originator_id == row.id and s.originator_version == row.version
         ]
     return store._mapper.to_domain_event(record)
@@ -112,7 +112,7 @@ def assert_recorded(store: Store, row: _Row | None, event_class: type[Any], sour
 
 def test_postgres_builds_its_task_events_in_sql(store: Store) -> None:
     with store.write() as writes:
-        assert isinstance(writes, Writes) and writes.events_in_sql
+        assert isinstance(writes, Writes) and writes.recording.events_in_sql
 
 
 def test_every_step_of_a_task_records_the_event_python_would_build(
@@ -120,39 +120,39 @@ def test_every_step_of_a_task_records_the_event_python_would_build(
 ) -> None:
     events = task_run.EVENT_FOR_TRANSITION
     with store.write() as writes:
-        claimed = writes.claim(task_id, ACTOR, TINY_S)
+        claimed = writes.tasks.claim(task_id, ACTOR, TINY_S)
     claimed = assert_recorded(store, claimed, events["claim"], "ready")
     with store.write() as writes:
-        renewed = writes.renew_lease(task_id, claimed.fencing_token, TINY_S, actor=ACTOR)
+        renewed = writes.tasks.renew_lease(task_id, claimed.fencing_token, TINY_S, actor=ACTOR)
     assert_recorded(store, renewed, task_run.TaskRun.LeaseRenewed, "running")
     assert renewed is not None and renewed.lease_expires_at is not None
     wait_for_clock(store, renewed.lease_expires_at)
     with store.write() as writes:
-        reclaimed = writes.reclaim(task_id, actor=ACTOR)
+        reclaimed = writes.tasks.reclaim(task_id, actor=ACTOR)
     assert_recorded(store, reclaimed, events[REAPER_TRANSITION.name], "running")
     with store.write() as writes:
-        claimed = writes.claim(task_id, ACTOR, LEASE_S)
+        claimed = writes.tasks.claim(task_id, ACTOR, LEASE_S)
     claimed = assert_recorded(store, claimed, events["claim"], "ready")
     # An error whose keys include the library's reserved ones: carried by every event
     # after it, through the SQL escape function.
     error = {"type": "E", "message": "m", "traceback": "", "_type_": "x", "_data_": "y"}
     with store.write() as writes:
-        failed = writes.finish(
+        failed = writes.tasks.finish(
             task_id, edge("fail"), claimed.fencing_token, actor=ACTOR, error=error
         )
     assert_recorded(store, failed, events["fail"], "running")
     with store.write() as writes:
-        retrying = writes.schedule_retry(task_id, 0.0, actor=ACTOR)
+        retrying = writes.tasks.schedule_retry(task_id, 0.0, actor=ACTOR)
     assert_recorded(store, retrying, events["schedule_retry"], "failed")
     with store.write() as writes:
-        ready = writes.retry_ready(task_id, actor=ACTOR)
+        ready = writes.tasks.retry_ready(task_id, actor=ACTOR)
     assert_recorded(store, ready, events["retry_ready"], "retrying")
     with store.write() as writes:
-        claimed = writes.claim(task_id, ACTOR, LEASE_S, last=True)
+        claimed = writes.tasks.claim(task_id, ACTOR, LEASE_S, last=True)
     claimed = assert_recorded(store, claimed, events["claim"], "ready")
     assert claimed.error == error
     with store.write() as writes:
-        cancelled = writes.finish(
+        cancelled = writes.tasks.finish(
             task_id, edge("cancel_running"), claimed.fencing_token, actor=ACTOR
         )
     assert_recorded(store, cancelled, events["cancel_running"], "running")
@@ -164,8 +164,8 @@ def test_a_pending_task_promoted_or_cancelled_records_its_event(store: Store) ->
         promoted_id = create_task(writes, run_id, TaskRunState.PENDING, "b")
         cancelled_id = create_task(writes, run_id, TaskRunState.PENDING, "c")
     with store.write() as writes:
-        promoted = writes.move_task(promoted_id, edge("dependencies_satisfied"), actor=ACTOR)
-        cancelled = writes.move_task(cancelled_id, edge("cancel_pending"), actor=ACTOR)
+        promoted = writes.tasks.move(promoted_id, edge("dependencies_satisfied"), actor=ACTOR)
+        cancelled = writes.tasks.move(cancelled_id, edge("cancel_pending"), actor=ACTOR)
     events = task_run.EVENT_FOR_TRANSITION
     assert_recorded(store, promoted, events["dependencies_satisfied"], "pending")
     assert_recorded(store, cancelled, events["cancel_pending"], "pending")
@@ -177,18 +177,18 @@ def test_every_run_edge_records_the_event_python_would_build(store: Store) -> No
         done_id, failed_id, cancelled_id = (create_run(writes) for _ in range(3))
         task_id = create_task(writes, done_id, TaskRunState.READY)
     with store.write() as writes:
-        started, _ = writes.start_run(done_id, actor=ACTOR)
-        failed_start = writes.move_run(failed_id, run_edge("start"), actor=ACTOR)
-        cancelled = writes.cancel_run(cancelled_id, actor=ACTOR)  # built in Python
+        started, _ = writes.runs.start(done_id, actor=ACTOR)
+        failed_start = writes.runs.move(failed_id, run_edge("start"), actor=ACTOR)
+        cancelled = writes.runs.cancel(cancelled_id, actor=ACTOR)  # built in Python
     assert_recorded(store, started, events["start"], "pending")
     assert_recorded(store, failed_start, events["start"], "pending")
     assert_recorded(store, cancelled, events["cancel_before_start"], "pending")
     with store.write() as writes:
-        failed = writes.move_run(failed_id, run_edge("fail"), actor=ACTOR)
-        claimed = writes.claim(task_id, ACTOR, LEASE_S)
+        failed = writes.runs.move(failed_id, run_edge("fail"), actor=ACTOR)
+        claimed = writes.tasks.claim(task_id, ACTOR, LEASE_S)
         assert claimed is not None
-        writes.finish(task_id, edge("succeed"), claimed.fencing_token, actor=ACTOR)
-        completion, succeeded = writes.succeed_run_when_complete(done_id, actor=ACTOR)
+        writes.tasks.finish(task_id, edge("succeed"), claimed.fencing_token, actor=ACTOR)
+        completion, succeeded = writes.runs.succeed_when_complete(done_id, actor=ACTOR)
     assert completion == "succeeded"
     assert_recorded(store, failed, events["fail"], "running")
     assert_recorded(store, succeeded, events["succeed"], "running")
@@ -203,10 +203,10 @@ def test_a_success_records_any_user_result_as_it_was(store: Store, result: Any) 
     with store.write() as writes:
         run_id = create_run(writes)
         task_id = create_task(writes, run_id, TaskRunState.READY)
-        claimed = writes.claim(task_id, ACTOR, LEASE_S)
+        claimed = writes.tasks.claim(task_id, ACTOR, LEASE_S)
     assert claimed is not None
     with store.write() as writes:
-        done = writes.finish(
+        done = writes.tasks.finish(
             task_id, edge("succeed"), claimed.fencing_token, actor=ACTOR, result=result
         )
     done = assert_recorded(store, done, task_run.EVENT_FOR_TRANSITION["succeed"], "running")

@@ -26,7 +26,8 @@ from flowforge.app.service import FlowForge
 from flowforge.projections import schema
 from flowforge.projections.store import Store
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes import TASK_EDGE_METHODS, Leaf, Writes
+from flowforge.projections.writes import TASK_EDGE_METHODS, Leaf, LeafSuccess, Writes
+from flowforge.projections.writes.tasks import TaskWrites
 from tests.conftest import empty_postgres
 
 LEASE_S = 30.0
@@ -51,8 +52,8 @@ def create_run(
         idempotency_key=key,
         actor=ACTOR,
     )
-    assert writes.insert_workflow_run(created)
-    writes.append([created])
+    assert writes.rebuild.apply(created)
+    writes.recording.append([created])
     return run_id
 
 
@@ -76,18 +77,25 @@ def create_task(
         state=state,
         actor=ACTOR,
     )
-    writes.insert_task_run(created)
-    writes.append([created])
+    writes.rebuild.apply(created)
+    writes.recording.append([created])
     return created.originator_id
+
+
+def succeed_leaf(
+    writes: Writes, task_id: UUID, token: int, leaf: Leaf, result: Any = None
+) -> TaskRunRow | None:
+    (row,) = writes.leaves.succeed([LeafSuccess(task_id, token, leaf, result)], actor="t")
+    return row
 
 
 def claim_while_run_held(store: Store, run_id: UUID, task_id: UUID) -> TaskRunRow:
     """A claim made while another transaction holds the task's run row (PostgreSQL):
     the claim cannot start the run, which stays pending."""
     with store.write() as holder:
-        assert holder.lock_run(run_id) is not None
+        assert holder.runs.lock(run_id) is not None
         with store.write() as writes:
-            claimed = writes.claim(task_id, "w1", LEASE_S)
+            claimed = writes.tasks.claim(task_id, "w1", LEASE_S)
     assert claimed is not None
     with store.read() as reads:
         run = reads.workflow_run(run_id)
@@ -156,9 +164,9 @@ class StoreContract:
             done = {key: create_task(writes, run_id, TaskRunState.READY, key) for key in "abc"}
             create_task(writes, other_run, TaskRunState.READY, "a")
             for key, value in (("a", {"v": 1}), ("b", [2.5, None])):
-                token = writes.claim(done[key], "w", LEASE_S)
+                token = writes.tasks.claim(done[key], "w", LEASE_S)
                 assert token is not None
-                writes.finish(
+                writes.tasks.finish(
                     done[key], edge("succeed"), token.fencing_token, result=value, actor="test"
                 )
         with store.read() as reads:
@@ -191,9 +199,9 @@ class StoreContract:
 
         def claim_with_two_events() -> None:
             with store.write() as writes:
-                claimed = writes.claim(task_id, "w1", LEASE_S)
+                claimed = writes.tasks.claim(task_id, "w1", LEASE_S)
                 assert claimed is not None
-                writes.append([_claimed_event(claimed)])
+                writes.recording.append([_claimed_event(claimed)])
 
         with pytest.raises(errors.PersistenceError):
             claim_with_two_events()
@@ -201,10 +209,10 @@ class StoreContract:
             task = reads.task_run(task_id)
         assert task is not None and (task.state, task.fencing_token) == ("ready", 0)
         with store.write() as writes:
-            assert [s.topic for s in writes.stored_events() if s.originator_id == task_id] == [
-                "flowforge.aggregates.task_run:TaskRun.Created"
-            ]
-            assert writes.claim(task_id, "w1", LEASE_S) is not None  # the row is usable
+            assert [
+                s.topic for s in writes.rebuild.stored_events() if s.originator_id == task_id
+            ] == ["flowforge.aggregates.task_run:TaskRun.Created"]
+            assert writes.tasks.claim(task_id, "w1", LEASE_S) is not None  # the row is usable
 
     # --- the event log and creation ----------------------------------------------------
 
@@ -212,7 +220,7 @@ class StoreContract:
         with store.write() as writes:
             run_id = create_run(writes)
             task_id = create_task(writes, run_id, TaskRunState.PENDING)
-            stored = writes.stored_events()
+            stored = writes.rebuild.stored_events()
         assert [(s.originator_id, s.originator_version) for s in stored] == [
             (run_id, 1),
             (task_id, 1),
@@ -234,8 +242,8 @@ class StoreContract:
                 idempotency_key="nightly",
                 actor=ACTOR,
             )
-            assert writes.insert_workflow_run(again) is False
-            assert writes.run_id_by_idempotency_key("nightly") == first
+            assert writes.rebuild.apply(again) is False
+            assert writes.runs.id_by_idempotency_key("nightly") == first
 
     def test_a_run_row_that_cannot_be_inserted_fails_its_whole_creation(
         self, store: Store
@@ -259,7 +267,7 @@ class StoreContract:
                     idempotency_key=None,
                     actor=ACTOR,
                 )
-                writes.insert_workflow_run(again)
+                writes.rebuild.apply(again)
 
         with pytest.raises(errors.PersistenceError):
             create_again()
@@ -272,27 +280,27 @@ class StoreContract:
 
     def test_every_task_edge_has_one_store_method(self) -> None:
         assert set(TASK_EDGE_METHODS) == {t.name for t in TASK_RUN_MACHINE}
-        assert all(callable(getattr(Writes, m)) for m in TASK_EDGE_METHODS.values())
+        assert all(callable(getattr(TaskWrites, m)) for m in TASK_EDGE_METHODS.values())
 
     def test_claim_sets_token_lease_and_start_and_a_second_claim_loses(
         self, store: Store, run_and_task: tuple[UUID, UUID]
     ) -> None:
         _, task_id = run_and_task
         with store.write() as writes:
-            claimed = writes.claim(task_id, "w1", LEASE_S)
+            claimed = writes.tasks.claim(task_id, "w1", LEASE_S)
             now = writes.now()
         assert claimed is not None and claimed.state == "running"
         assert (claimed.fencing_token, claimed.lease_owner, claimed.version) == (1, "w1", 2)
         assert claimed.lease_expires_at is not None and claimed.started_at is not None
         assert claimed.lease_expires_at - now > timedelta(seconds=LEASE_S - 5)
         with store.write() as writes:
-            assert writes.claim(task_id, "w2", LEASE_S) is None
+            assert writes.tasks.claim(task_id, "w2", LEASE_S) is None
 
     def test_a_claim_without_a_lease_takes_the_rows_own(self, store: Store) -> None:
         with store.write() as writes:
             task_id = create_task(writes, create_run(writes), TaskRunState.READY, lease_seconds=7)
         with store.write() as writes:
-            claimed = writes.claim(task_id, "w1", None)
+            claimed = writes.tasks.claim(task_id, "w1", None)
             now = writes.now()
         assert claimed is not None and claimed.lease_seconds == 7
         assert claimed.lease_expires_at is not None
@@ -304,27 +312,27 @@ class StoreContract:
                 writes, create_run(writes), TaskRunState.READY, lease_seconds=None
             )
         with store.write() as writes:
-            assert writes.claim(task_id, "w1", None) is None
+            assert writes.tasks.claim(task_id, "w1", None) is None
         with store.read() as reads:
             row = reads.task_run(task_id)
             assert row is not None and row.state == "ready" and row.lease_expires_at is None
         with store.write() as writes:
-            claimed = writes.claim(task_id, "w1", LEASE_S)
+            claimed = writes.tasks.claim(task_id, "w1", LEASE_S)
         assert claimed is not None and claimed.lease_expires_at is not None
 
-    def test_claim_with_run_claims_and_reads_an_unknown_run_in_one_go(
+    def test_a_claim_with_runs_claims_and_reads_an_unknown_run_in_one_go(
         self, store: Store, run_and_task: tuple[UUID, UUID]
     ) -> None:
         run_id, task_id = run_and_task
         with store.write() as writes:
-            claimed, run = writes.claim_with_run(task_id, "w1", [uuid4()])
+            (claimed,), (run,) = writes.tasks.claims_with_runs([task_id], "w1", [uuid4()])
         assert claimed is not None and claimed.state == "running"
         assert claimed.lease_owner == "w1" and claimed.fencing_token == 1
         assert run is not None and run.id == run_id and run.definition["name"] == "store"
         with store.write() as writes:
-            assert writes.claim_with_run(task_id, "w2", []) == (None, run)
-            assert writes.claim_with_run(task_id, "w2", [run_id]) == (None, None)
-            assert writes.claim_with_run(uuid4(), "w2", []) == (None, None)
+            assert writes.tasks.claims_with_runs([task_id], "w2", []) == ([None], [run])
+            assert writes.tasks.claims_with_runs([task_id], "w2", [run_id]) == ([None], [])
+            assert writes.tasks.claims_with_runs([uuid4()], "w2", []) == ([None], [])
 
     def test_missing_task_leases_come_from_their_runs_definition(self, store: Store) -> None:
         definition = {
@@ -342,7 +350,7 @@ class StoreContract:
                 for key in ("own", "inherits")
             }
             kept = create_task(writes, run_id, TaskRunState.READY, "kept", lease_seconds=3)
-            writes.fill_missing_task_leases()
+            writes.rebuild.fill_missing_task_leases()
         with store.read() as reads:
             leases = {
                 key: row.lease_seconds
@@ -356,12 +364,12 @@ class StoreContract:
     ) -> None:
         _, task_id = run_and_task
         with store.write() as writes:
-            claimed = writes.claim(task_id, "w1", LEASE_S)
+            claimed = writes.tasks.claim(task_id, "w1", LEASE_S)
             assert claimed is not None
-            stale = writes.finish(
+            stale = writes.tasks.finish(
                 task_id, edge("succeed"), claimed.fencing_token + 1, actor="test"
             )
-            done = writes.finish(
+            done = writes.tasks.finish(
                 task_id,
                 edge("succeed"),
                 claimed.fencing_token,
@@ -378,13 +386,18 @@ class StoreContract:
     ) -> None:
         run_id, task_id = run_and_task
         with store.write() as writes:
-            claimed = writes.claim(task_id, "w1", LEASE_S)
+            claimed = writes.tasks.claim(task_id, "w1", LEASE_S)
             assert claimed is not None
-            stale = writes.finish_trying_run(
-                task_id, edge("succeed"), claimed.fencing_token + 1, actor="test"
+            stale = writes.tasks.finish_trying_run(
+                task_id, edge("succeed"), claimed.fencing_token + 1, try_run=True, actor="test"
             )
-            state, done = writes.finish_trying_run(
-                task_id, edge("succeed"), claimed.fencing_token, result=[1], actor="test"
+            state, done = writes.tasks.finish_trying_run(
+                task_id,
+                edge("succeed"),
+                claimed.fencing_token,
+                try_run=True,
+                result=[1],
+                actor="test",
             )
         # The run was tried (the claim had started it); the stale finish lost.
         assert stale == (WorkflowRunState.RUNNING, None)
@@ -392,10 +405,12 @@ class StoreContract:
         assert done is not None and (done.state, done.result) == ("succeeded", [1])
         with store.write() as writes:
             assert (
-                writes.move_run(run_id, run_edge("succeed"), actor=ACTOR) is not None
+                writes.runs.move(run_id, run_edge("succeed"), actor=ACTOR) is not None
             )  # row usable
             with pytest.raises(ValueError, match="finish takes"):
-                writes.finish_trying_run(task_id, edge("claim"), 0, actor="test")
+                writes.tasks.finish_trying_run(
+                    task_id, edge("claim"), 0, try_run=True, actor="test"
+                )
 
     def test_succeed_leaf_settles_a_pending_run_in_one_go_where_events_are_built_in_sql(
         self, store: Store, run_and_task: tuple[UUID, UUID]
@@ -404,19 +419,17 @@ class StoreContract:
         leaf = Leaf(run_id, "a")
         if not store.events_in_sql:  # SQLite: no row locks or transaction ids
             with store.write() as writes:
-                claimed = writes.claim(task_id, "w1", LEASE_S)
+                claimed = writes.tasks.claim(task_id, "w1", LEASE_S)
                 assert claimed is not None
                 with pytest.raises(TypeError, match="events in SQL"):
-                    writes.succeed_leaf(task_id, claimed.fencing_token, leaf, actor="t")
+                    succeed_leaf(writes, task_id, claimed.fencing_token, leaf)
             return
         claimed = claim_while_run_held(store, run_id, task_id)
         with store.write() as writes:
-            stale = writes.succeed_leaf(task_id, claimed.fencing_token + 1, leaf, actor="t")
+            stale = succeed_leaf(writes, task_id, claimed.fencing_token + 1, leaf)
         assert stale is None
         with store.write() as writes:
-            done = writes.succeed_leaf(
-                task_id, claimed.fencing_token, leaf, actor="t", result={"n": 1}
-            )
+            done = succeed_leaf(writes, task_id, claimed.fencing_token, leaf, result={"n": 1})
         assert done is not None and (done.state, done.result) == ("succeeded", {"n": 1})
         with store.read() as reads:
             run = reads.workflow_run(run_id)
@@ -428,29 +441,29 @@ class StoreContract:
     ) -> None:
         run_id, _ = run_and_task
         with store.write() as writes:
-            started, moved = writes.start_run(run_id, actor=ACTOR)
+            started, moved = writes.runs.start(run_id, actor=ACTOR)
             assert started is not None and started.state == "running" and not moved
             assert started.started_at is not None
-            assert writes.start_run(run_id, actor=ACTOR) == (None, False)  # not pending any more
+            assert writes.runs.start(run_id, actor=ACTOR) == (None, False)  # not pending any more
             other = create_run(writes)
             task_id = create_task(writes, other, TaskRunState.PENDING)
-            assert writes.move_task(task_id, edge("dependencies_satisfied"), actor="t")
-            started, moved = writes.start_run(other, actor=ACTOR)
+            assert writes.tasks.move(task_id, edge("dependencies_satisfied"), actor="t")
+            started, moved = writes.runs.start(other, actor=ACTOR)
         assert started is not None and moved
 
     def test_a_claim_starts_its_pending_run_once(self, store: Store) -> None:
         with store.write() as writes:
             run_id = create_run(writes)
             first, second = (create_task(writes, run_id, TaskRunState.READY, k) for k in "ab")
-            assert writes.claim(first, "w1", LEASE_S) is not None
-            started = writes.lock_run(run_id)
+            assert writes.tasks.claim(first, "w1", LEASE_S) is not None
+            started = writes.runs.lock(run_id)
             assert started is not None and started.state == "running"
             assert (started.version, started.started_at is not None) == (2, True)
-            assert writes.claim(second, "w1", LEASE_S) is not None
-            again = writes.lock_run(run_id)
+            assert writes.tasks.claim(second, "w1", LEASE_S) is not None
+            again = writes.runs.lock(run_id)
             assert again is not None and again.version == 2  # started once, not twice
         with store.write() as writes:
-            topics = [s.topic for s in writes.stored_events() if s.originator_id == run_id]
+            topics = [s.topic for s in writes.rebuild.stored_events() if s.originator_id == run_id]
         assert [topic.rsplit(".", 1)[1] for topic in topics] == ["Created", "Started"]
 
     def test_succeed_run_when_complete_takes_the_edge_only_once_every_task_succeeded(
@@ -459,22 +472,22 @@ class StoreContract:
         with store.write() as writes:
             run_id = create_run(writes)
             first, second = (create_task(writes, run_id, TaskRunState.READY, k) for k in "ab")
-            assert writes.succeed_run_when_complete(run_id, actor=ACTOR) == ("unfinished", None)
+            assert writes.runs.succeed_when_complete(run_id, actor=ACTOR) == ("unfinished", None)
             for task_id in (first, second):
-                claimed = writes.claim(task_id, "w1", LEASE_S)  # the first started the run
+                claimed = writes.tasks.claim(task_id, "w1", LEASE_S)  # the first started the run
                 assert claimed is not None
-                writes.finish(task_id, edge("succeed"), claimed.fencing_token, actor="test")
-            completion, row = writes.succeed_run_when_complete(run_id, actor=ACTOR)
+                writes.tasks.finish(task_id, edge("succeed"), claimed.fencing_token, actor="test")
+            completion, row = writes.runs.succeed_when_complete(run_id, actor=ACTOR)
             # Complete, but the run is no longer running: the edge's source does not match.
-            assert writes.succeed_run_when_complete(run_id, actor=ACTOR) == ("succeeded", None)
+            assert writes.runs.succeed_when_complete(run_id, actor=ACTOR) == ("succeeded", None)
         assert completion == "succeeded"
         assert row is not None and row.state == "succeeded" and row.finished_at is not None
         with store.write() as writes:
             other = create_run(writes)
-            assert writes.move_run(other, run_edge("start"), actor=ACTOR) is not None
+            assert writes.runs.move(other, run_edge("start"), actor=ACTOR) is not None
             cancelled = create_task(writes, other, TaskRunState.READY)
-            assert writes.move_task(cancelled, edge("cancel_ready"), actor="test") is not None
-            assert writes.succeed_run_when_complete(other, actor=ACTOR) == ("cancelled", None)
+            assert writes.tasks.move(cancelled, edge("cancel_ready"), actor="test") is not None
+            assert writes.runs.succeed_when_complete(other, actor=ACTOR) == ("cancelled", None)
 
     def test_a_closing_completion_marks_the_run_only_when_it_is_left_unsettled(
         self, store: Store
@@ -484,27 +497,29 @@ class StoreContract:
             task_id = create_task(writes, run_id, TaskRunState.READY, "a")
             done_task = create_task(writes, done_id, TaskRunState.READY, "b")
             for run in (run_id, done_id):
-                assert writes.move_run(run, run_edge("start"), actor=ACTOR) is not None
+                assert writes.runs.move(run, run_edge("start"), actor=ACTOR) is not None
         # Unfinished: the task that is not finished yet will mark the run itself.
         with store.write() as writes:
-            closed = writes.succeed_run_when_complete(run_id, actor=ACTOR, closing="a")
-            assert closed == ("unfinished", None) and not writes.marked_runs
+            closed = writes.runs.succeed_when_complete(run_id, actor=ACTOR, finished_task_key="a")
+            assert closed == ("unfinished", None) and not writes.marks.made
         with store.write() as writes:
-            assert writes.move_task(task_id, edge("cancel_ready"), actor=ACTOR) is not None
+            assert writes.tasks.move(task_id, edge("cancel_ready"), actor=ACTOR) is not None
         # Complete but not succeeded (a task cancelled): left for a scheduler, marked.
         with store.write() as writes:
-            closed = writes.succeed_run_when_complete(run_id, actor=ACTOR, closing="a")
-            assert closed == ("cancelled", None) and writes.marked_runs
+            closed = writes.runs.succeed_when_complete(run_id, actor=ACTOR, finished_task_key="a")
+            assert closed == ("cancelled", None) and writes.marks.made
         # Succeeded: settled, nothing to mark.
         with store.write() as writes:
-            claimed = writes.claim(done_task, "w1", LEASE_S)
+            claimed = writes.tasks.claim(done_task, "w1", LEASE_S)
             assert claimed is not None
-            writes.finish(done_task, edge("succeed"), claimed.fencing_token, actor=ACTOR)
-            completion, row = writes.succeed_run_when_complete(done_id, actor=ACTOR, closing="b")
-            assert completion == "succeeded" and row is not None and not writes.marked_runs
+            writes.tasks.finish(done_task, edge("succeed"), claimed.fencing_token, actor=ACTOR)
+            completion, row = writes.runs.succeed_when_complete(
+                done_id, actor=ACTOR, finished_task_key="b"
+            )
+            assert completion == "succeeded" and row is not None and not writes.marks.made
         with store.write() as writes:
-            assert writes.clear_wakeups(run_id) == ["a"]
-            assert writes.clear_wakeups(done_id) == []
+            assert writes.marks.clear(run_id) == ["a"]
+            assert writes.marks.clear(done_id) == []
 
     def test_finish_and_move_task_refuse_an_edge_that_is_not_theirs(
         self, store: Store, run_and_task: tuple[UUID, UUID]
@@ -512,22 +527,24 @@ class StoreContract:
         _, task_id = run_and_task
         with store.write() as writes:
             with pytest.raises(ValueError, match="finish takes"):
-                writes.finish(task_id, edge("claim"), 0, actor="test")
+                writes.tasks.finish(task_id, edge("claim"), 0, actor="test")
             with pytest.raises(ValueError, match="move_task takes"):
-                writes.move_task(task_id, edge("succeed"), actor="test")
+                writes.tasks.move(task_id, edge("succeed"), actor="test")
 
     def test_renew_lease_extends_only_with_the_current_token(
         self, store: Store, run_and_task: tuple[UUID, UUID]
     ) -> None:
         _, task_id = run_and_task
         with store.write() as writes:
-            claimed = writes.claim(task_id, "w1", TINY_S)
+            claimed = writes.tasks.claim(task_id, "w1", TINY_S)
             assert claimed is not None
             assert (
-                writes.renew_lease(task_id, claimed.fencing_token + 1, LEASE_S, actor="test")
+                writes.tasks.renew_lease(task_id, claimed.fencing_token + 1, LEASE_S, actor="test")
                 is None
             )
-            renewed = writes.renew_lease(task_id, claimed.fencing_token, LEASE_S, actor="test")
+            renewed = writes.tasks.renew_lease(
+                task_id, claimed.fencing_token, LEASE_S, actor="test"
+            )
         assert renewed is not None and renewed.version == claimed.version + 1
         assert renewed.lease_expires_at is not None and claimed.lease_expires_at is not None
         assert renewed.lease_expires_at > claimed.lease_expires_at
@@ -537,14 +554,16 @@ class StoreContract:
     ) -> None:
         _, task_id = run_and_task
         with store.write() as writes:
-            claimed = writes.claim(task_id, "w1", TINY_S)
+            claimed = writes.tasks.claim(task_id, "w1", TINY_S)
             assert claimed is not None and claimed.lease_expires_at is not None
-            assert writes.reclaim(task_id, actor="test") is None  # the lease has not expired yet
+            assert (
+                writes.tasks.reclaim(task_id, actor="test") is None
+            )  # the lease has not expired yet
         wait_for_clock(store, claimed.lease_expires_at)
         with store.read() as reads:
             assert reads.expired_leases(10) == [task_id]
         with store.write() as writes:
-            reclaimed = writes.reclaim(task_id, actor="test")
+            reclaimed = writes.tasks.reclaim(task_id, actor="test")
         assert reclaimed is not None and reclaimed.state == "ready"
         assert reclaimed.fencing_token == claimed.fencing_token + 1
         assert reclaimed.lease_owner is None and reclaimed.lease_expires_at is None
@@ -554,28 +573,28 @@ class StoreContract:
     ) -> None:
         _, task_id = run_and_task
         with store.write() as writes:
-            claimed = writes.claim(task_id, "w1", LEASE_S)
+            claimed = writes.tasks.claim(task_id, "w1", LEASE_S)
             assert claimed is not None
-            failed = writes.finish(
+            failed = writes.tasks.finish(
                 task_id, edge("fail"), claimed.fencing_token, error={"type": "E"}, actor="test"
             )
             assert failed is not None and failed.error == {"type": "E"}
-            retrying = writes.schedule_retry(task_id, TINY_S, actor="test")
+            retrying = writes.tasks.schedule_retry(task_id, TINY_S, actor="test")
             assert retrying is not None and retrying.retry_due_at is not None
-            assert writes.retry_ready(task_id, actor="test") is None  # not due yet
+            assert writes.tasks.retry_ready(task_id, actor="test") is None  # not due yet
         assert (retrying.state, retrying.attempt, retrying.finished_at) == ("retrying", 2, None)
         wait_for_clock(store, retrying.retry_due_at)
         with store.write() as writes:
-            ready = writes.retry_ready(task_id, actor="test")
+            ready = writes.tasks.retry_ready(task_id, actor="test")
         assert ready is not None and ready.state == "ready" and ready.retry_due_at is None
 
     def test_move_task_takes_its_edge_only_from_its_source(self, store: Store) -> None:
         with store.write() as writes:
             run_id = create_run(writes)
             task_id = create_task(writes, run_id, TaskRunState.PENDING)
-            assert writes.move_task(task_id, edge("cancel_ready"), actor="test") is None
-            promoted = writes.move_task(task_id, edge("dependencies_satisfied"), actor="test")
-            cancelled = writes.move_task(task_id, edge("cancel_ready"), actor="test")
+            assert writes.tasks.move(task_id, edge("cancel_ready"), actor="test") is None
+            promoted = writes.tasks.move(task_id, edge("dependencies_satisfied"), actor="test")
+            cancelled = writes.tasks.move(task_id, edge("cancel_ready"), actor="test")
         assert promoted is not None and promoted.state == "ready"
         assert cancelled is not None and cancelled.state == "cancelled"
         assert cancelled.finished_at is not None
@@ -587,11 +606,13 @@ class StoreContract:
     ) -> None:
         run_id, _ = run_and_task
         with store.write() as writes:
-            locked = writes.lock_run(run_id)
-            assert writes.lock_run(uuid4()) is None
-            assert writes.move_run(run_id, run_edge("succeed"), actor=ACTOR) is None  # not running
-            started = writes.move_run(run_id, run_edge("start"), actor=ACTOR)
-            finished = writes.move_run(run_id, run_edge("succeed"), actor=ACTOR)
+            locked = writes.runs.lock(run_id)
+            assert writes.runs.lock(uuid4()) is None
+            assert (
+                writes.runs.move(run_id, run_edge("succeed"), actor=ACTOR) is None
+            )  # not running
+            started = writes.runs.move(run_id, run_edge("start"), actor=ACTOR)
+            finished = writes.runs.move(run_id, run_edge("succeed"), actor=ACTOR)
         assert locked is not None and locked.run_state is WorkflowRunState.PENDING
         assert started is not None and started.started_at is not None
         assert started.finished_at is None
@@ -605,22 +626,22 @@ class StoreContract:
     ) -> None:
         _, task_id = run_and_task
         with store.write() as writes:
-            dispatch_id = writes.enqueue_dispatch(task_id, "a", "t", 0, at=writes.now())
-            other = writes.enqueue_dispatch(task_id, "a", "t", 0, at=writes.now())
-            left = writes.enqueue_dispatch(task_id, "a", "t", 0, at=writes.now())
+            dispatch_id = writes.outbox.enqueue(task_id, "a", "t", 0, at=writes.now())
+            other = writes.outbox.enqueue(task_id, "a", "t", 0, at=writes.now())
+            left = writes.outbox.enqueue(task_id, "a", "t", 0, at=writes.now())
         with store.read() as reads:
             assert reads.pending_dispatch_count() == 3
             row = next(r for r in reads.dispatches_of(task_id) if r.dispatch_id == dispatch_id)
         assert (row.dispatch_id, row.task_run_id, row.published_at) == (dispatch_id, task_id, None)
         with store.write() as writes:
-            assert {r.dispatch_id for r in writes.pending_dispatches(10)} == {
+            assert {r.dispatch_id for r in writes.outbox.pending(10)} == {
                 dispatch_id,
                 other,
                 left,
             }
-            writes.mark_published([dispatch_id, other])
-            writes.mark_published([])  # nothing to mark: nothing sent
-            assert [r.dispatch_id for r in writes.pending_dispatches(10)] == [left]
+            writes.outbox.mark_published([dispatch_id, other])
+            writes.outbox.mark_published([])  # nothing to mark: nothing sent
+            assert [r.dispatch_id for r in writes.outbox.pending(10)] == [left]
         with store.read() as reads:
             assert reads.pending_dispatch_count() == 1
             published = {r.dispatch_id: r.published_at for r in reads.dispatches_of(task_id)}
@@ -632,10 +653,10 @@ class StoreContract:
     ) -> None:
         _, task_id = run_and_task
         with store.write() as writes:
-            assert [t.id for t in writes.stalled_ready(0.0, 10)] == [task_id]
-            assert writes.stalled_ready(3600.0, 10) == []
-            writes.enqueue_dispatch(task_id, "a", "t", 0, at=writes.now())
-            assert writes.stalled_ready(0.0, 10) == []  # a dispatch is pending
+            assert [t.id for t in writes.outbox.stalled_ready(0.0, 10)] == [task_id]
+            assert writes.outbox.stalled_ready(3600.0, 10) == []
+            writes.outbox.enqueue(task_id, "a", "t", 0, at=writes.now())
+            assert writes.outbox.stalled_ready(0.0, 10) == []  # a dispatch is pending
 
     # --- the rebuild ---------------------------------------------------------------------
 
@@ -645,15 +666,15 @@ class StoreContract:
         run_id, task_id = run_and_task
         app_events = _mapper_events(store)
         with store.write() as writes:
-            assert writes.claim(task_id, "w1", LEASE_S) is not None  # and its event
+            assert writes.tasks.claim(task_id, "w1", LEASE_S) is not None  # and its event
         with store.read() as reads:
             before = (reads.workflow_run(run_id), reads.task_run(task_id))
         with store.write(rebuild=True) as writes:
-            stored = writes.stored_events()
-            writes.delete_projections()
+            stored = writes.rebuild.stored_events()
+            writes.rebuild.delete_projections()
             assert writes.task_run(task_id) is None
             for record in stored:
-                writes.apply(app_events(record))
+                writes.rebuild.apply(app_events(record))
         with store.read() as reads:
             assert (reads.workflow_run(run_id), reads.task_run(task_id)) == before
 
@@ -682,8 +703,8 @@ class TestPostgresStore(StoreContract):
 
         def claim_then_mark() -> None:
             with store.write() as writes:
-                assert writes.claim(task_id, "w1", LEASE_S, last=True) is not None
-                writes.mark_run(run_id)
+                assert writes.tasks.claim(task_id, "w1", LEASE_S, last=True) is not None
+                writes.marks.mark(run_id)
 
         with pytest.raises(TypeError, match="which committed it"):
             claim_then_mark()

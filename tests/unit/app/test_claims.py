@@ -10,7 +10,7 @@ from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.app.advance import Claims, Definitions, leaf_of
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import Leaf
-from tests.unit.app.test_writer import task_row
+from tests.unit.projections.writes.test_tasks import task_row
 
 AT = datetime(2026, 12, 1, tzinfo=UTC)
 CHAIN = {

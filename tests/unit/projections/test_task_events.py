@@ -112,7 +112,7 @@ def test_on_sqlite_a_claim_appends_its_event_built_from_the_returned_row() -> No
     claimed = row("running", version=2, fencing_token=1, lease_owner="w1")
     store, tx = writes(claimed, in_sql=False)
 
-    assert store.claim(claimed["id"], "w1", 30.0, last=True) is not None
+    assert store.tasks.claim(claimed["id"], "w1", 30.0, last=True) is not None
 
     [(name, _, commit), (start, _, _)] = tx.ran
     assert (name, commit) == ("task_claim", False)  # SQLite commits at the end anyway
@@ -132,7 +132,7 @@ def test_on_postgres_a_claim_runs_its_recorded_statement_and_commits_with_it() -
     claimed = row("running")
     store, tx = writes(claimed, in_sql=True)
 
-    store.claim(claimed["id"], "w1", 30.0, last=True)
+    store.tasks.claim(claimed["id"], "w1", 30.0, last=True)
 
     [(name, params, commit), (start, start_params, _)] = tx.ran
     assert (name, commit) == ("task_claim_recorded", True)
@@ -148,7 +148,7 @@ def test_a_heartbeat_records_a_lease_renewed_event_from_running(in_sql: bool) ->
     renewed = row("running", version=4)
     store, tx = writes(renewed, in_sql=in_sql)
 
-    store.renew_lease(renewed["id"], 1, 30.0, actor="w1")
+    store.tasks.renew_lease(renewed["id"], 1, 30.0, actor="w1")
 
     if in_sql:
         [(name, params, _)] = tx.ran
@@ -164,7 +164,7 @@ def test_a_heartbeat_records_a_lease_renewed_event_from_running(in_sql: bool) ->
 def test_a_lost_write_records_no_event(in_sql: bool) -> None:
     store, tx = writes(None, in_sql=in_sql)
 
-    assert store.reclaim(uuid4(), actor="reaper") is None
+    assert store.tasks.reclaim(uuid4(), actor="reaper") is None
     assert tx.deferred == []
 
 
@@ -175,7 +175,7 @@ def test_on_sqlite_a_finish_event_carries_a_user_result_that_looks_like_an_encod
     finished["result"] = look_alike
     store, tx = writes(finished, in_sql=False)
 
-    store.finish(finished["id"], TASK_RUN_MACHINE.get("succeed"), 1, actor="w1")
+    store.tasks.finish(finished["id"], TASK_RUN_MACHINE.get("succeed"), 1, actor="w1")
 
     (event,) = appended_events(tx)
     assert isinstance(event, TaskRun.Succeeded) and event.result == look_alike

@@ -1,0 +1,69 @@
+"""The outbox's rows: a ready task's dispatch, durable in the transaction that made it ready."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+from uuid import UUID
+
+from flowforge.aggregates.ids import new_id
+from flowforge.projections import projector
+from flowforge.projections.database import Transaction
+from flowforge.projections.reads import id_list
+from flowforge.projections.tables import OutboxRow, TaskRunRow
+
+
+class OutboxWrites:
+    """The outbox in one write transaction."""
+
+    def __init__(self, tx: Transaction) -> None:
+        self._tx = tx
+        #: Whether this transaction added a dispatch (the store rings the publishers).
+        self.enqueued = False
+
+    def enqueue(
+        self,
+        task_run_id: UUID,
+        task_key: str,
+        task_type: str,
+        fencing_token: int,
+        *,
+        at: datetime,
+    ) -> UUID:
+        """The outbox row that makes a ready task's dispatch durable; its dispatch id."""
+        dispatch_id = new_id()
+        self._tx.defer(
+            "insert_outbox",
+            {
+                "dispatch_id": dispatch_id,
+                "task_run_id": task_run_id,
+                "task_key": task_key,
+                "task_type": task_type,
+                "fencing_token": fencing_token,
+                "created_at": projector.row_time(at),
+            },
+        )
+        self.enqueued = True
+        return dispatch_id
+
+    def pending(self, limit: int, task_types: Collection[str] | None = None) -> list[OutboxRow]:
+        """Up to ``limit`` unpublished rows (only of ``task_types``, if given), oldest
+        first, locked for this transaction; on PostgreSQL a row another publisher holds
+        is skipped."""
+        if task_types is None:
+            rows = self._tx.run("select_pending_outbox", {"limit": limit})
+        else:
+            params = {"limit": limit, "task_types": sorted(task_types)}
+            rows = self._tx.run("select_pending_outbox_of_types", params)
+        return [OutboxRow.from_mapping(r) for r in rows]
+
+    def mark_published(self, dispatch_ids: Collection[UUID]) -> None:
+        """Mark a sweep's delivered dispatches published, all in one statement."""
+        if dispatch_ids:
+            self._tx.defer("mark_outbox_published", {"dispatch_ids": id_list(dispatch_ids)})
+
+    def stalled_ready(self, older_than_seconds: float, limit: int) -> list[TaskRunRow]:
+        """Tasks READY for over ``older_than_seconds`` with no dispatch pending or
+        published within that time."""
+        params = {"older_than": older_than_seconds, "limit": limit}
+        return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_stalled_ready", params)]

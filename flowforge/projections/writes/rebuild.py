@@ -1,0 +1,44 @@
+"""The rebuild's writes: the projected rows deleted and made again from the event log."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.persistence import StoredEvent
+
+from flowforge.projections import projector
+from flowforge.projections.database import Transaction
+
+
+class RebuildWrites:
+    """The rebuild in one write transaction (``Store.write(rebuild=True)``)."""
+
+    def __init__(self, tx: Transaction) -> None:
+        self._tx = tx
+
+    def stored_events(self) -> list[StoredEvent]:
+        """Every stored event, in the order the log recorded them."""
+        return [
+            StoredEvent(
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in self._tx.run("select_stored_events")
+        ]
+
+    def delete_projections(self) -> None:
+        self._tx.run("delete_task_runs")
+        self._tx.run("delete_workflow_runs")
+
+    def apply(self, event: DomainEventProtocol[UUID]) -> bool:
+        """Apply one event of the log to the rows; False only for a run whose idempotency
+        key another run has (``projector.apply_event``)."""
+        return projector.apply_event(self._tx, event)
+
+    def fill_missing_task_leases(self) -> None:
+        """Give task rows rebuilt from creation events stored before a task's lease was
+        recorded (migration 5) the lease of their run's definition."""
+        self._tx.run("fill_missing_task_leases")

@@ -1,0 +1,323 @@
+"""A task run's writes: one conditional write per edge, with all that follows it.
+
+Each edge is ONE conditional write on the task's row (the new row, computed by the
+database with its clock and its token, or ``None`` when the row did not match: a lost
+race or a stale token, nothing written), its event (``recording.py``), and what follows
+from the new row in the same transaction: the run's mark for a scheduler, and an outbox
+row when the task became ready. Legality is not checked here: the application checks it
+against the pure machine before it opens a transaction. ``last``: nothing follows in
+this transaction, so PostgreSQL sends the COMMIT with the statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+from flowforge.aggregates import task_run
+from flowforge.aggregates.machines import (
+    FINISH_TRANSITIONS,
+    REAPER_TRANSITION,
+    TASK_RUN_MACHINE,
+    WORKFLOW_RUN_MACHINE,
+    Transition,
+)
+from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.aggregates.task_run import TaskRun
+from flowforge.projections import projector
+from flowforge.projections.database import Row
+from flowforge.projections.reads import runs_of_tasks_unless_known
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from flowforge.projections.writes.marks import RunMarks
+from flowforge.projections.writes.outbox import OutboxWrites
+from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
+
+#: The edges ``move`` takes: no lease, no token, no clock condition.
+MOVE_EDGES = frozenset({"dependencies_satisfied", "cancel_pending", "cancel_ready"})
+CLAIM = TASK_RUN_MACHINE.get("claim")
+SCHEDULE_RETRY = TASK_RUN_MACHINE.get("schedule_retry")
+RETRY_READY = TASK_RUN_MACHINE.get("retry_ready")
+SUCCEED_TASK = TASK_RUN_MACHINE.get("succeed")
+START_RUN = WORKFLOW_RUN_MACHINE.get("start")
+FINISH_EDGES = frozenset(FINISH_TRANSITIONS)
+_RUNNING = TaskRunState.RUNNING.value
+_READY = TaskRunState.READY
+#: Task edges after which the run has nothing new to do: no mark, no wake-up (a
+#: heartbeat, not an edge, never marks either).
+_LEAVE_RUN_ALONE = frozenset({CLAIM.name})
+
+#: Which method takes each TaskRun edge: every edge has exactly one.
+TASK_EDGE_METHODS: Mapping[str, str] = {
+    **dict.fromkeys(MOVE_EDGES, "move"),
+    **dict.fromkeys(FINISH_EDGES, "finish"),
+    CLAIM.name: "claim",
+    REAPER_TRANSITION.name: "reclaim",
+    SCHEDULE_RETRY.name: "schedule_retry",
+    RETRY_READY.name: "retry_ready",
+}
+if set(TASK_EDGE_METHODS) != {t.name for t in TASK_RUN_MACHINE}:
+    raise ValueError("every TaskRun edge needs exactly one conditional write")
+
+
+class TaskWrites:
+    """The task-run edges of one write transaction."""
+
+    def __init__(self, recording: Recording, marks: RunMarks, outbox: OutboxWrites) -> None:
+        self._recording = recording
+        self._tx = recording.tx
+        self._marks = marks
+        self._outbox = outbox
+
+    def create(self, event: TaskRun.Created) -> None:
+        """A new task run's row and event, and its dispatch if it starts ready."""
+        projector.apply_event(self._tx, event)
+        self._recording.append([event])
+        if event.state == _READY.value:
+            at = event.timestamp
+            self._outbox.enqueue(event.originator_id, event.task_key, event.task_type, 0, at=at)
+
+    def move(self, task_run_id: UUID, edge: Transition, *, actor: str) -> TaskRunRow | None:
+        """dependencies_satisfied, cancel_pending or cancel_ready."""
+        if edge.name not in MOVE_EDGES:
+            raise ValueError(f"move takes {sorted(MOVE_EDGES)}, not {edge.name!r}")
+        event = EventRecipe.of_task(edge, actor)
+        return self._followed(self._task("task_move", task_params(task_run_id, edge), event), edge)
+
+    def claim(
+        self,
+        task_run_id: UUID,
+        worker_id: str,
+        lease_seconds: float | None,
+        *,
+        last: bool = False,
+    ) -> TaskRunRow | None:
+        """READY to RUNNING: token + 1, a lease from the database's now (``None``: the
+        row's own lease, the definition's); the run started too if no one has yet."""
+        claim = EventRecipe.of_task(CLAIM, worker_id)
+        start = EventRecipe.of_run(START_RUN, worker_id)
+        statements = self._claim_statements(task_run_id, worker_id, lease_seconds, claim, start)
+        claim_rows, start_rows = self._tx.run_each(
+            statements, commit=self._recording.commits(last), unread=self._unread_starts(1)
+        )
+        row = self._recording.recorded(TaskRunRow, claim_rows, claim)
+        self._recording.recorded(WorkflowRunRow, start_rows, start)
+        return row
+
+    def claims_with_runs(
+        self,
+        task_run_ids: Sequence[UUID],
+        worker_id: str,
+        known_runs: Collection[UUID],
+        *,
+        last: bool = False,
+    ) -> tuple[list[TaskRunRow | None], list[WorkflowRunRow]]:
+        """:meth:`claim` of each task with its row's own lease, and the runs of the
+        tasks (claimed or not, each once) unless their id is in ``known_runs``, all in
+        ONE round trip (with the COMMIT if ``last``): a worker's whole read before
+        running its tasks. Each claim is its own conditional write with its own event;
+        one that loses (``None``) leaves the others alone. The rows are claimed in the
+        order of their ids, so two batches that share tasks wait for each other rather
+        than deadlock; they are returned in the order given."""
+        event = EventRecipe.of_task(CLAIM, worker_id)
+        start = EventRecipe.of_run(START_RUN, worker_id)
+        in_lock_order = sorted(task_run_ids)
+        statements = [
+            statement
+            for task_run_id in in_lock_order
+            for statement in self._claim_statements(task_run_id, worker_id, None, event, start)
+        ]
+        statements.append(runs_of_tasks_unless_known(task_run_ids, known_runs))
+        *rows, run_rows = self._tx.run_each(
+            statements,
+            commit=self._recording.commits(last),
+            unread=self._unread_starts(len(in_lock_order)),
+        )
+        claimed = {
+            task_run_id: self._recording.recorded(TaskRunRow, claim_rows, event)
+            for task_run_id, claim_rows in zip(in_lock_order, rows[::2], strict=True)
+        }
+        for start_rows in rows[1::2]:
+            self._recording.recorded(WorkflowRunRow, start_rows, start)
+        runs = [WorkflowRunRow.from_mapping(row) for row in run_rows]
+        return [claimed[task_run_id] for task_run_id in task_run_ids], runs
+
+    def finish(
+        self,
+        task_run_id: UUID,
+        edge: Transition,
+        fencing_token: int,
+        *,
+        actor: str,
+        result: Any = None,
+        error: Mapping[str, str] | None = None,
+    ) -> TaskRunRow | None:
+        """succeed, fail or cancel_running, only with the current fencing token."""
+        params = finish_params(task_run_id, edge, fencing_token, result, error)
+        event = EventRecipe.of_task(edge, actor, {"result": result, "error": error})
+        return self._followed(self._task("task_finish", params, event), edge)
+
+    def finish_trying_run(
+        self,
+        task_run_id: UUID,
+        edge: Transition,
+        fencing_token: int,
+        *,
+        try_run: bool,
+        actor: str,
+        result: Any = None,
+        error: Mapping[str, str] | None = None,
+    ) -> tuple[WorkflowRunState | None, TaskRunRow | None]:
+        """:meth:`finish`, after trying the row of the task's run like
+        ``RunWrites.try_lock_state`` if ``try_run``, in ONE round trip (neither needs the
+        other's rows): the run's state (``None``: not tried, or another transaction holds
+        the row) and the new task row (``None``: lost). The run row first: the lock
+        order of every advance."""
+        if not try_run:
+            row = self.finish(
+                task_run_id, edge, fencing_token, actor=actor, result=result, error=error
+            )
+            return None, row
+        params = finish_params(task_run_id, edge, fencing_token, result, error)
+        event = EventRecipe.of_task(edge, actor, {"result": result, "error": error})
+        run_rows, task_rows = self._tx.run_each(
+            [
+                ("try_lock_workflow_run_of_task", {"id": task_run_id}),
+                self._recording.statement("task_finish", params, event),
+            ]
+        )
+        row = self._recording.recorded(TaskRunRow, task_rows, event)
+        return run_state_of(run_rows), self._followed(row, edge)
+
+    def renew_lease(
+        self,
+        task_run_id: UUID,
+        fencing_token: int,
+        lease_seconds: float,
+        *,
+        actor: str,
+        last: bool = False,
+    ) -> TaskRunRow | None:
+        """Extend a running task's lease from the database's now (a heartbeat: not an
+        edge, so its run has nothing new to do)."""
+        params = {
+            "id": task_run_id,
+            "source": _RUNNING,
+            "fencing_token": fencing_token,
+            "lease_seconds": lease_seconds,
+        }
+        event = EventRecipe(task_run.DECLARATION, TaskRun.LeaseRenewed, _RUNNING, actor)
+        return self._task("task_renew_lease", params, event, last=last)
+
+    def reclaim(self, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
+        """The reaper's edge: only once the lease expired by the database's clock."""
+        event = EventRecipe.of_task(REAPER_TRANSITION, actor)
+        row = self._task("task_reclaim", task_params(task_run_id, REAPER_TRANSITION), event)
+        return self._followed(row, REAPER_TRANSITION)
+
+    def schedule_retry(
+        self, task_run_id: UUID, delay_seconds: float, *, actor: str
+    ) -> TaskRunRow | None:
+        """FAILED to RETRYING with attempts left; due ``delay_seconds`` from now."""
+        params = task_params(task_run_id, SCHEDULE_RETRY, {"delay_seconds": delay_seconds})
+        event = EventRecipe.of_task(SCHEDULE_RETRY, actor)
+        return self._followed(self._task("task_schedule_retry", params, event), SCHEDULE_RETRY)
+
+    def retry_ready(self, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
+        """RETRYING to READY once the retry is due by the database's clock."""
+        event = EventRecipe.of_task(RETRY_READY, actor)
+        row = self._task("task_retry_ready", task_params(task_run_id, RETRY_READY), event)
+        return self._followed(row, RETRY_READY)
+
+    def take_edge(
+        self, edge: Transition, task_run_id: UUID, *, actor: str, delay_seconds: float = 0.0
+    ) -> TaskRunRow | None:
+        """An edge that needs neither a lease nor a worker (``transition_task_run``)."""
+        if edge.name in MOVE_EDGES:
+            return self.move(task_run_id, edge, actor=actor)
+        if edge.name == SCHEDULE_RETRY.name:
+            return self.schedule_retry(task_run_id, delay_seconds, actor=actor)
+        if edge.name == RETRY_READY.name:
+            return self.retry_ready(task_run_id, actor=actor)
+        raise ValueError(f"take_edge does not take {edge.name!r}")
+
+    def _claim_statements(
+        self,
+        task_run_id: UUID,
+        worker_id: str,
+        lease_seconds: float | None,
+        claim: EventRecipe,
+        start: EventRecipe,
+    ) -> list[Statement]:
+        """A claim, then its run's start if no one has started the run yet
+        (``run_start_after_claim``): a run is running once a task of it is."""
+        params = {"worker_id": worker_id, "lease_seconds": lease_seconds}
+        start_params = {
+            "task_run_id": task_run_id,
+            "source": START_RUN.source.value,
+            "target": START_RUN.target.value,
+            "claimed": _RUNNING,
+        }
+        return [
+            self._recording.statement(
+                "task_claim", task_params(task_run_id, CLAIM, params), claim
+            ),
+            self._recording.statement("run_start_after_claim", start_params, start),
+        ]
+
+    def _unread_starts(self, claims: int) -> list[int]:
+        """The positions of the runs' starts among ``claims`` claims' statements, whose
+        rows nobody reads where the statement stored the event (SQLite builds it from
+        the row)."""
+        return [2 * i + 1 for i in range(claims)] if self._recording.events_in_sql else []
+
+    def _task(
+        self, name: str, params: dict[str, Any], event: EventRecipe, *, last: bool = False
+    ) -> TaskRunRow | None:
+        statement, values = self._recording.statement(name, params, event)
+        rows = self._tx.run(statement, values, commit=self._recording.commits(last))
+        return self._recording.recorded(TaskRunRow, rows, event)
+
+    def _followed(self, row: TaskRunRow | None, edge: Transition) -> TaskRunRow | None:
+        """What follows a won edge besides its event: the run's mark, and the outbox row
+        of a task that became ready."""
+        if row is None:
+            return None
+        if edge.name not in _LEAVE_RUN_ALONE:
+            self._marks.after_edge(row.workflow_run_id, row.task_key)
+        if row.state == _READY and edge.source != _READY:
+            self._outbox.enqueue(
+                row.id, row.task_key, row.task_type, row.fencing_token, at=row.updated_at
+            )
+        return row
+
+
+def task_params(
+    task_run_id: UUID, edge: Transition, params: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A task edge's parameters: the row, the edge's ends, and the edge's own."""
+    return {
+        "id": task_run_id,
+        "source": edge.source.value,
+        "target": edge.target.value,
+        "terminal": TASK_RUN_MACHINE.is_terminal(edge.target),
+        **(params or {}),
+    }
+
+
+def finish_params(
+    task_run_id: UUID,
+    edge: Transition,
+    fencing_token: int,
+    result: Any,
+    error: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    if edge.name not in FINISH_EDGES:
+        raise ValueError(f"finish takes {sorted(FINISH_EDGES)}, not {edge.name!r}")
+    own = {"fencing_token": fencing_token, "result": result, "error": error}
+    return task_params(task_run_id, edge, own)
+
+
+def run_state_of(rows: list[Row]) -> WorkflowRunState | None:
+    """The state a run-locking query returned; ``None`` for no row (held, or no run)."""
+    return WorkflowRunState(rows[0]["state"]) if rows else None
