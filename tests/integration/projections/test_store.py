@@ -492,24 +492,26 @@ class StoreContract:
     def test_a_closing_completion_marks_the_run_only_when_it_is_left_unsettled(
         self, store: Store
     ) -> None:
-        with store.write() as writes:
+        # As a worker's finish does: no edge marks by itself, only the completion's own
+        # statement does.
+        with store.write(marks_runs=False) as writes:
             run_id, done_id = create_run(writes), create_run(writes)
             task_id = create_task(writes, run_id, TaskRunState.READY, "a")
             done_task = create_task(writes, done_id, TaskRunState.READY, "b")
             for run in (run_id, done_id):
                 assert writes.runs.move(run, run_edge("start"), actor=ACTOR) is not None
-        # Unfinished: the task that is not finished yet will mark the run itself.
-        with store.write() as writes:
+        # Unfinished: the task that is not finished yet will mark the run.
+        with store.write(marks_runs=False) as writes:
             closed = writes.runs.succeed_when_complete(run_id, actor=ACTOR, finished_task_key="a")
             assert closed == ("unfinished", None) and not writes.marks.made
-        with store.write() as writes:
+        with store.write(marks_runs=False) as writes:
             assert writes.tasks.move(task_id, edge("cancel_ready"), actor=ACTOR) is not None
         # Complete but not succeeded (a task cancelled): left for a scheduler, marked.
-        with store.write() as writes:
+        with store.write(marks_runs=False) as writes:
             closed = writes.runs.succeed_when_complete(run_id, actor=ACTOR, finished_task_key="a")
             assert closed == ("cancelled", None) and writes.marks.made
         # Succeeded: settled, nothing to mark.
-        with store.write() as writes:
+        with store.write(marks_runs=False) as writes:
             claimed = writes.tasks.claim(done_task, "w1", LEASE_S)
             assert claimed is not None
             writes.tasks.finish(done_task, edge("succeed"), claimed.fencing_token, actor=ACTOR)
@@ -517,18 +519,18 @@ class StoreContract:
                 done_id, actor=ACTOR, finished_task_key="b"
             )
             assert completion == "succeeded" and row is not None and not writes.marks.made
-        with store.write() as writes:
+        with store.write(marks_runs=False) as writes:
             assert writes.marks.clear(run_id) == ["a"]
             assert writes.marks.clear(done_id) == []
 
-    def test_finish_and_move_task_refuse_an_edge_that_is_not_theirs(
+    def test_finish_and_move_refuse_an_edge_that_is_not_theirs(
         self, store: Store, run_and_task: tuple[UUID, UUID]
     ) -> None:
         _, task_id = run_and_task
         with store.write() as writes:
             with pytest.raises(ValueError, match="finish takes"):
                 writes.tasks.finish(task_id, edge("claim"), 0, actor="test")
-            with pytest.raises(ValueError, match="move_task takes"):
+            with pytest.raises(ValueError, match="move takes"):
                 writes.tasks.move(task_id, edge("succeed"), actor="test")
 
     def test_renew_lease_extends_only_with_the_current_token(
