@@ -37,7 +37,7 @@ from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.projections import event_sql, projector, queries
-from flowforge.projections.database import Row, Transaction
+from flowforge.projections.db.protocols import Row, Transaction
 from flowforge.projections.reads import (
     Reads,
     RunCompletion,
