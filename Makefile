@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml
 
 # Compiled once here, not in every process: where PYTHONDONTWRITEBYTECODE is set (this
 # machine and CI set it), an editable install compiles flowforge from source at each
-# start, ~0.4 s of CPU per process (docs/performance.md, ninth pass). Up to date, ~0.1 s.
+# start, and every process pays for it (docs/performance.md, "Design choices that buy the
+# speed"). Cheap when up to date.
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q flowforge bench examples tests
 
