@@ -20,8 +20,8 @@ class FlowForgePostgresFactory(PostgresFactory):
 
     Server-side prepared statements are on (psycopg prepares a statement once it has
     run ``PREPARE_THRESHOLD`` times on a connection): parsing and planning FlowForge's
-    statements on every execution cost a third of a claim+finish cycle's machine CPU
-    (docs/performance.md). They are off (``prepare_threshold=None``; the library's
+    statements on every execution is a large share of a cycle's server work
+    (docs/performance.md, "Design choices that buy the speed"). They are off (``prepare_threshold=None``; the library's
     ``prepare=True`` on its reads too) when ``PREPARED_STATEMENTS`` says so: a prepared
     statement lives in one server session, and behind PgBouncer in transaction pooling
     mode (1.18, Debian 12's, does not track them) the next transaction runs in another

@@ -181,8 +181,8 @@ def _pipeline(
 ) -> list[pq.abc.PGresult]:
     """Send ``batch`` in pipeline mode with one Sync, wait for every result; one result
     per query (a PREPARE's own is checked, not returned). Straight to libpq: a psycopg
-    cursor costs ~100 µs of client CPU for each new query text, and a pipeline of
-    cursors more. An error result raises, after every result up to the Sync is read and
+    cursor costs far more client CPU per new query text than libpq's calls, and a
+    pipeline of cursors more (docs/performance.md, "Design choices that buy the speed"). An error result raises, after every result up to the Sync is read and
     every statement the server prepared is noted (a PREPARE skipped after an error is
     not: it is sent again next time)."""
     if conn.closed:
@@ -220,7 +220,7 @@ def _pipeline(
 
 def _pipeline_results(pgconn: pq.abc.PGconn) -> PQGen[list[pq.abc.PGresult]]:
     """Flush the pipeline, then read every query's result up to the Sync's: in one
-    loop, not a generator per query (each cost ~3 µs of client CPU)."""
+    loop: a generator per query costs client CPU on every round trip."""
     yield from generators.send(pgconn)
     results: list[pq.abc.PGresult] = []
     while True:
