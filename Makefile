@@ -30,6 +30,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict flowforge tests bench
+	$(BIN)/lint-imports
 
 bench: bytecode
 	$(BIN)/python -m bench.claim_finish
