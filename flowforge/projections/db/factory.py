@@ -18,16 +18,16 @@ PREPARE_THRESHOLD = 5
 class FlowForgePostgresFactory(PostgresFactory):
     """The library's PostgreSQL infrastructure, with FlowForge's connection settings.
 
-    Server-side prepared statements are on (psycopg prepares a statement once it has
-    run ``PREPARE_THRESHOLD`` times on a connection): parsing and planning FlowForge's
+    Server-side prepared statements are on (psycopg prepares a statement once it has run
+    ``PREPARE_THRESHOLD`` times on a connection): parsing and planning FlowForge's
     statements on every execution is a large share of a cycle's server work
-    (docs/performance.md, "Design choices that buy the speed"). They are off (``prepare_threshold=None``; the library's
-    ``prepare=True`` on its reads too) when ``PREPARED_STATEMENTS`` says so: a prepared
-    statement lives in one server session, and behind PgBouncer in transaction pooling
-    mode (1.18, Debian 12's, does not track them) the next transaction runs in another
-    session: "prepared statement _pg3_0 does not exist" (docs/architecture.md, "Through
-    PgBouncer"). The URL's other libpq parameters (``LIBPQ_OPTIONS``) reach every
-    connection the pool opens.
+    (docs/performance.md, "Design choices that buy the speed"). They are off
+    (``prepare_threshold=None``; the library's ``prepare=True`` on its reads too) when
+    ``PREPARED_STATEMENTS`` says so: a prepared statement lives in one server session, and
+    behind PgBouncer in transaction pooling mode (1.18, Debian 12's, does not track them)
+    the next transaction runs in another session: "prepared statement _pg3_0 does not
+    exist" (docs/architecture.md, "Through PgBouncer"). The URL's other libpq parameters
+    (``LIBPQ_OPTIONS``) reach every connection the pool opens.
     """
 
     def __init__(self, env: Environment | EnvType | None) -> None:

@@ -182,7 +182,8 @@ def _pipeline(
     """Send ``batch`` in pipeline mode with one Sync, wait for every result; one result
     per query (a PREPARE's own is checked, not returned). Straight to libpq: a psycopg
     cursor costs far more client CPU per new query text than libpq's calls, and a
-    pipeline of cursors more (docs/performance.md, "Design choices that buy the speed"). An error result raises, after every result up to the Sync is read and
+    pipeline of cursors more (docs/performance.md, "Design choices that buy the
+    speed"). An error result raises, after every result up to the Sync is read and
     every statement the server prepared is noted (a PREPARE skipped after an error is
     not: it is sent again next time)."""
     if conn.closed:
