@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-e2e mutate bytecode
+.PHONY: demo test lint docs bench bench-e2e mutate bytecode
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml
 
 # Compiled once here, not in every process: where PYTHONDONTWRITEBYTECODE is set (this
 # machine and CI set it), an editable install compiles flowforge from source at each
-# start, ~0.4 s of CPU per process (docs/performance.md, ninth pass). Up to date, ~0.1 s.
+# start, and every process pays for it (docs/performance.md, "Design choices that buy the
+# speed"). Cheap when up to date.
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q flowforge bench examples tests
 
@@ -29,7 +30,12 @@ test: bytecode
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict flowforge tests bench
+	$(BIN)/mypy --strict flowforge tests bench tools
+	$(BIN)/lint-imports
+
+## docs/machines.md from flowforge/aggregates/machines.py (a test fails when it is stale).
+docs: $(STAMP)
+	$(BIN)/python -m tools.machine_tables
 
 bench: bytecode
 	$(BIN)/python -m bench.claim_finish

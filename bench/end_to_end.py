@@ -22,12 +22,12 @@ RabbitMQ topology of its own (deleted at the end).
   each role: producer, scheduler, publisher, workers, PostgreSQL's processes and
   RabbitMQ's (``/proc``, when the servers run on this machine) and the whole machine.
   ``--scheduler-delay S`` starts the scheduler S seconds after the others, so that
-  workers finish tasks of runs no scheduler has started yet (docs/performance.md,
-  sixth pass).
+  workers finish tasks of runs no scheduler has started yet: the finish must then start
+  the run itself, or the scheduler finishes every run (its count shows which).
 * **latency**: the processes run first; one producer submits one-task runs at a fixed
   rate (open loop) for a while, after ``--warm-up`` seconds at the same rate that are not
   measured (the first seconds, while the other processes are still starting beside the
-  first worker up, delayed claims by 45-70 ms: docs/performance.md, fourteenth pass).
+  first worker up, measure start-up, not the steady state).
   Ready -> claimed per task from the audit log (both times are the database's clock):
   p50, p99, max. Run it at about half of peak throughput.
 * **chain**: one run of a chain of ``--length`` no-op tasks with the processes already
@@ -261,8 +261,8 @@ def deployment(options: argparse.Namespace) -> Iterator[Deployment]:
 
 #: How often the bench asks whether the work is done. The end is the database's last
 #: finished_at, not the moment a probe sees it, so a slow probe costs no accuracy; a fast
-#: one cost the system it measures: a count over task_runs every 20 ms was 15-20 % of a
-#: core of PostgreSQL time by the end of 8,000 runs (docs/performance.md, eighth pass).
+#: one costs the system it measures: each count scans task_runs and its dead versions
+#: (docs/performance.md, "The machine, and how to read a figure").
 PROBE_INTERVAL_S = 0.25
 
 
@@ -480,7 +480,7 @@ MEASUREMENTS = {"throughput": throughput, "latency": latency, "chain": chain}
 def main(argv: Sequence[str] | None = None) -> None:
     options = parse(argv)
     # The processes it starts load flowforge compiled, as from a wheel: where
-    # PYTHONDONTWRITEBYTECODE is set, each would compile it from source (~0.4 s of CPU,
+    # PYTHONDONTWRITEBYTECODE is set, each would compile it from source (CPU spent
     # inside the processing window; the peers load theirs compiled).
     compileall.compile_dir(ROOT / "flowforge", quiet=1)
     if options.command is None:  # everything, at the sizes of docs/performance.md

@@ -159,7 +159,7 @@ def publisher() -> None:
     """Outbox rows to the queue, every confirm of a batch awaited together, then the
     rows marked; polls every millisecond. The confirms are pipelined on the channel
     under pika's ``BlockingChannel`` (which otherwise waits for each confirm before the
-    next publish, ~0.6 ms a message here: a floor must not be that)."""
+    next publish: the publisher, not the floor, would set the pace)."""
     connection, ch = channel()
     confirms = Confirms(connection)
     confirms.attach(ch)

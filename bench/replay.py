@@ -14,7 +14,7 @@ swapped in, by two clients:
   task's ids are read first with one autocommitted ``SELECT`` (``\\gset`` cannot be used
   in a pipeline), one round trip per cycle that FlowForge does not make;
 * Python, bare: the same pipelines through FlowForge's own libpq pipeline
-  (``database._pipeline``), the parameters already dumped: no pool, no transaction
+  (``pipeline._pipeline``), the parameters already dumped: no pool, no transaction
   object, no statements built, no rows loaded.
 
 Every replayed cycle takes the fencing token the captured claim took (1: each task run is
@@ -32,7 +32,7 @@ import psycopg
 from psycopg import pq
 
 from flowforge.app.service import FlowForge
-from flowforge.projections import database
+from flowforge.projections.db import pipeline
 
 #: The table pgbench reads a cycle's task run from: client c owns k = c * 1000000 + n.
 CREATE_KEYS = """
@@ -89,13 +89,13 @@ def capture_cycle(
     """The round trips of one claim and succeed of ``task_run_id`` as FlowForge sent
     them (the replay prepares each statement itself)."""
     sent: list[list[Query]] = []
-    original = database._pipeline
+    original = pipeline._pipeline
 
     def recording(conn: Any, session: Any, batch: Sequence[Any]) -> Any:
         sent.append([_recorded(query) for query in batch])
         return original(conn, session, batch)
 
-    database._pipeline = recording
+    pipeline._pipeline = recording
     try:
         claim = ff.claim_task_run(task_run_id, worker_id, 300.0)
         if claim is None or not ff.finish_task_run(
@@ -103,7 +103,7 @@ def capture_cycle(
         ):
             raise RuntimeError(f"the captured cycle of {task_run_id} lost a race")
     finally:
-        database._pipeline = original
+        pipeline._pipeline = original
     return sent
 
 
@@ -163,7 +163,7 @@ class BareClient:
         self._conn = psycopg.connect(url, autocommit=True)
         self._round_trips = round_trips
         self._captured = captured
-        self._session = database._session(self._conn)
+        self._session = pipeline._session(self._conn)
         pgconn = self._conn.pgconn
         for query in {q.name: q for trip in round_trips for q in trip}.values():
             prepared = pgconn.prepare(query.name, query.body)
@@ -175,17 +175,17 @@ class BareClient:
 
     def cycle(self, keys: TaskKeys) -> bool:
         """The claim's round trip, then the finish's; whether the finish won. Each goes
-        through FlowForge's own pipeline (``database._pipeline``: libpq's calls, one
+        through FlowForge's own pipeline (``pipeline._pipeline``: libpq's calls, one
         Sync), so only what FlowForge builds around it is left out."""
         swaps = self._captured.swaps(keys)
         results: list[pq.abc.PGresult] = []
         for trip in self._round_trips:
             queries = [
-                database._Query(
+                pipeline._Query(
                     q.name, q.body, [v if v is None else swaps.get(v, v) for v in q.values]
                 )
                 for q in trip
             ]
-            results = database._pipeline(self._conn, self._session, queries)
+            results = pipeline._pipeline(self._conn, self._session, queries)
         # The finish's task row comes back from the round trip's second statement.
         return bool(results[1].ntuples)

@@ -14,7 +14,7 @@ The Python API is the command line's, importable::
 
 Names are imported on first use, not by ``import flowforge``: the pure core
 (``flowforge.aggregates``) is imported through this package too, and must not drag in
-the database drivers and the broker client (``tests/unit/aggregates/test_purity.py``).
+the database drivers and the broker client (``tests/unit/test_import_contracts.py``).
 """
 
 from __future__ import annotations

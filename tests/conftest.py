@@ -19,7 +19,7 @@ import pytest
 from psycopg import pq
 
 from flowforge.app.service import FlowForge
-from flowforge.projections import database
+from flowforge.projections.db import pipeline
 from tests import servers
 from tests.helpers import RoundTrip
 
@@ -87,12 +87,12 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[RoundTrip]:
     """Every round trip to PostgreSQL from here on (a pipeline's, a ROLLBACK's), and
     whether it committed (``tests.helpers.RoundTrip``)."""
     sent: list[RoundTrip] = []
-    pipeline, simple_query = database._pipeline, database._simple_query
+    send_pipeline, simple_query = pipeline._pipeline, pipeline._simple_query
 
     def counted_pipeline(conn: psycopg.Connection[Any], session: Any, batch: Any) -> Any:
         trip = RoundTrip(b";\n".join(query.body for query in batch))
         sent.append(trip)
-        results = pipeline(conn, session, batch)
+        results = send_pipeline(conn, session, batch)
         trip.committed = conn.info.transaction_status == pq.TransactionStatus.IDLE
         return results
 
@@ -100,6 +100,6 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[RoundTrip]:
         sent.append(RoundTrip(query))
         return simple_query(conn, query)
 
-    monkeypatch.setattr(database, "_pipeline", counted_pipeline)
-    monkeypatch.setattr(database, "_simple_query", counted_query)
+    monkeypatch.setattr(pipeline, "_pipeline", counted_pipeline)
+    monkeypatch.setattr(pipeline, "_simple_query", counted_query)
     return sent

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager, contextmanager
 
 from flowforge.app.advance import Claims, Definitions
 from flowforge.app.event_store import EventStore
-from flowforge.projections.database import Database
+from flowforge.projections.db.protocols import Database
 from flowforge.projections.reads import Reads
 from flowforge.projections.store import Store
 from flowforge.projections.wakeups import Wakeups

@@ -17,17 +17,19 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import Transcoder
 
 from flowforge import errors
-from flowforge.app.infrastructure import (
-    DatabaseLocation,
-    check_reachable,
-    make_database,
-    parse_database_url,
-    parse_listen_url,
-    schema_creation_lock,
-)
 from flowforge.app.transcoder import UserSafeJSONTranscoder
 from flowforge.projections import schema
-from flowforge.projections.database import translate_errors
+from flowforge.projections.db.connect import (
+    check_reachable,
+    make_database,
+    schema_creation_lock,
+)
+from flowforge.projections.db.errors import translate_errors
+from flowforge.projections.db.location import (
+    DatabaseLocation,
+    parse_database_url,
+    parse_listen_url,
+)
 from flowforge.projections.store import Store
 
 

@@ -52,8 +52,9 @@ def _handler(reference: str) -> Handler:
     """``module:function``, imported only now: ``--help`` never loads the engine.
 
     The cyclic garbage collector is off while the engine loads: the import leaves some
-    50,000 objects and no garbage, so every collection it triggered only walked them,
-    ~10 % of a process's start-up CPU (docs/performance.md, twelfth pass).
+    50,000 objects and no garbage, so every collection it triggered only walked them:
+    start-up CPU spent for nothing (docs/performance.md, "Design choices that buy the
+    speed").
     """
     module_name, _, name = reference.partition(":")
     collecting = gc.isenabled()

@@ -1,8 +1,8 @@
 """A lane: one daemon thread that runs calls one after another, reused task after task.
 
 A worker runs each handler, and each claim's heartbeat, beside its consumer thread. A new
-thread per task cost ~8 % of a worker's wall time on a busy 2-core machine (py-spy, issue
-#10: the start waits for the new thread to be scheduled); a lane starts its thread once.
+thread per task makes every task wait for that thread to be scheduled (docs/performance.md,
+"Design choices that buy the speed"); a lane starts its thread once.
 Daemon, as the per-task threads were: a handler that never returns must not keep the
 process from exiting on a stop.
 """

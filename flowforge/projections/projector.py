@@ -21,7 +21,7 @@ from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
-from flowforge.projections.database import Transaction
+from flowforge.projections.db.protocols import Transaction
 
 #: The time of what a transaction creates, when that is the transaction's own clock
 #: (PostgreSQL's now(), the same for every statement of it): it stands in the creation

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID
 
-from flowforge.projections.database import Row, Transaction
+from flowforge.projections.db.protocols import Row, Transaction
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 _R = TypeVar("_R", TaskRunRow, WorkflowRunRow)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 from flowforge import errors
 from flowforge.projections import queries
-from flowforge.projections.database import Database, Transaction
+from flowforge.projections.db.protocols import Database, Transaction
 
 #: The migrations in order (``sql/migrations/``); the schema version is their count.
 MIGRATIONS: tuple[str, ...] = queries.migration_names()

@@ -16,7 +16,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import Mapper
 
-from flowforge.projections.database import Database, Transaction
+from flowforge.projections.db.protocols import Database, Transaction
 from flowforge.projections.reads import Reads
 from flowforge.projections.wakeups import PostgresListener, PostgresNotifier, Wakeups
 from flowforge.projections.writes import Writes

@@ -22,7 +22,7 @@ import pytest
 from flowforge.app.service import FlowForge
 from flowforge.bootstrap import ProcessGroup, Transport
 from flowforge.processes.registry import TaskContext, TaskRegistry
-from flowforge.projections.database import LISTENER_APPLICATION_NAME
+from flowforge.projections.db.postgres import LISTENER_APPLICATION_NAME
 from tests import servers, topology
 from tests.e2e.cluster import admin
 from tests.e2e.pgbouncer import pgbouncer

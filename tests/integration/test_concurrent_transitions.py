@@ -23,7 +23,7 @@ from uuid import UUID
 import pytest
 
 from flowforge.app.service import FlowForge
-from flowforge.projections.database import Transaction
+from flowforge.projections.db.protocols import Transaction
 from flowforge.projections.reads import Reads
 from tests.helpers import claim, succeed_leaving_a_mark, wait_until_expired
 

@@ -21,7 +21,7 @@ import pytest
 
 from flowforge import errors
 from flowforge.app.service import FlowForge
-from flowforge.projections.database import Database
+from flowforge.projections.db.protocols import Database
 from tests.e2e.cluster import admin
 from tests.helpers import claim, wait_until
 from tests.integration.test_concurrent_transitions import race

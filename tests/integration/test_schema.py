@@ -12,7 +12,7 @@ import pytest
 from flowforge import errors
 from flowforge.app.service import FlowForge
 from flowforge.projections import schema
-from flowforge.projections.database import Transaction
+from flowforge.projections.db.protocols import Transaction
 
 
 def recorded_version(app: FlowForge) -> int:

@@ -72,7 +72,8 @@ def test_a_dispatch_is_claimed_run_finished_and_then_acked(
 def test_handlers_run_off_the_consumer_thread_on_one_thread_reused_task_after_task(
     app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
 ) -> None:
-    # One thread per task cost ~8 % of a worker's wall time (docs/performance.md).
+    # A thread started per task made each task wait for it to be scheduled
+    # (docs/performance.md, "Design choices that buy the speed").
     threads: list[int] = []
     recorder.behaviour["only"] = lambda ctx: threads.append(threading.get_ident())
     for _ in range(3):
@@ -86,7 +87,8 @@ def test_a_handler_that_returns_within_a_pump_interval_never_wakes_the_heartbeat
     app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
 ) -> None:
     # Its first renewal would be due lease/3 later; handing it over and taking it back
-    # cost two thread wake-ups per task (docs/performance.md, tenth pass).
+    # cost two thread wake-ups per task (docs/performance.md, "Design choices that buy the
+    # speed").
     recorder.behaviour["only"] = lambda ctx: None
     for _ in range(3):
         app.start_workflow_run(ONE)

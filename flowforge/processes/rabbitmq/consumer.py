@@ -106,8 +106,8 @@ class RabbitDispatchConsumer:
         """ONE ``basic.ack`` with ``multiple`` for the lot when they are every delivery
         this consumer holds up to the last of them (a worker's batch, settled after its
         outcomes: tags rise in the order of arrival, and what arrived after the batch
-        has higher ones); else each on its own. A basic.ack per delivery was ~14 % of a
-        batching worker's CPU samples (docs/performance.md, tenth pass)."""
+        has higher ones); else each on its own. Each basic.ack is a frame pika flushes on
+        its own (docs/performance.md, "Design choices that buy the speed")."""
         own = self._live_deliveries(deliveries)
         tags = {delivery.delivery_tag for delivery in own}
         if len(tags) < 2 or len(tags) != len(deliveries) or self._held_up_to(max(tags)) != tags:

@@ -81,7 +81,7 @@ substr(md5(random()::text || clock_timestamp()::text), 1, 12)
 -- not straight from json_array_elements_text: the planner takes a set-returning
 -- function for 100 rows but an unnested array for 10. With 100, a claim's read of its
 -- task's run scanned task_runs and workflow_runs whole in a database of a few thousand
--- runs (every claim: ~30 % of PostgreSQL's CPU in the end-to-end bench), and the
+-- runs (every claim paid for every run before it), and the
 -- publisher's mark of a sweep scanned the outbox
 -- (tests/integration/projections/test_plans.py).
 -- macro: uuid_list
@@ -97,9 +97,9 @@ bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY
 -- Wake-ups across processes: after a commit that marked a run or added an outbox row,
 -- the process's notifier sends NOTIFY on a connection of its own (wakeups.py). Not in
 -- the writing transaction: a NOTIFY holds a cluster-wide lock from before its commit
--- until the commit is flushed, so notifying commits cannot share a WAL flush (measured:
--- 4 clients inserting fell from 520-940 to 180-260 commits/s with a pg_notify in each
--- transaction; a separate notifier at 500/s left them unchanged, docs/performance.md).
+-- until the commit is flushed, so notifying commits cannot share a WAL flush, while
+-- NOTIFYs from a connection of their own leave the writers' commits alone
+-- (docs/performance.md, "Design choices that buy the speed": "The notifier").
 -- The notifier's transaction commits asynchronously: a notification is a hint, the rows
 -- are the truth, and it need not wait for a flush of nothing. SET LOCAL, never a session
 -- SET: through PgBouncer's transaction pooling a session setting would stay on a server

@@ -12,7 +12,7 @@
 -- No greatest() here, unlike PostgreSQL. There, now() is read when the transaction
 -- starts, which can be before a concurrent writer of the same row commits. Here every
 -- write transaction starts with BEGIN IMMEDIATE (SqliteDatabase.transaction in
--- database.py), which takes the database's write lock before the first statement, and
+-- db/sqlite.py), which takes the database's write lock before the first statement, and
 -- the clock is read inside the UPDATE itself: the previous writer of the row committed
 -- before this one got the lock, so this clock read comes after that one's. Per row, the
 -- timestamps follow the versions as long as the machine's clock does not step back;
@@ -25,7 +25,7 @@
 CAST(:param * 1000000 AS integer)
 
 -- SQLite has no uuid, json or timestamp type: uuids and JSON are text, timestamps
--- integer microseconds (flowforge/projections/database.py encodes and decodes them).
+-- integer microseconds (flowforge/projections/db/sqlite.py encodes and decodes them).
 -- macro: uuid
 text
 

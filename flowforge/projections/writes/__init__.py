@@ -17,7 +17,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import Mapper
 
-from flowforge.projections.database import Transaction
+from flowforge.projections.db.protocols import Transaction
 from flowforge.projections.reads import Reads
 from flowforge.projections.writes.leaves import Leaf, LeafSuccess, LeafWrites
 from flowforge.projections.writes.marks import RunMarks

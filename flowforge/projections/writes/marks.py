@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from flowforge.projections.database import Transaction
+from flowforge.projections.db.protocols import Transaction
 
 
 class RunMarks:

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from flowforge.aggregates.ids import new_id
 from flowforge.projections import projector
-from flowforge.projections.database import Transaction
+from flowforge.projections.db.protocols import Transaction
 from flowforge.projections.reads import id_list
 from flowforge.projections.tables import OutboxRow, TaskRunRow
 

@@ -8,7 +8,7 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import StoredEvent
 
 from flowforge.projections import projector
-from flowforge.projections.database import Transaction
+from flowforge.projections.db.protocols import Transaction
 
 
 class RebuildWrites:

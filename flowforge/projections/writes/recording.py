@@ -23,7 +23,7 @@ from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.base import Declaration, TransitionedEvent, event_from_row
 from flowforge.aggregates.machines import Transition
 from flowforge.projections import event_sql, projector, queries
-from flowforge.projections.database import Row, Transaction
+from flowforge.projections.db.protocols import Row, Transaction
 from flowforge.projections.reads import first_row
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 

@@ -26,7 +26,7 @@ from flowforge.aggregates.machines import (
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.projections import projector
-from flowforge.projections.database import Row
+from flowforge.projections.db.protocols import Row
 from flowforge.projections.reads import runs_of_tasks_unless_known
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes.marks import RunMarks

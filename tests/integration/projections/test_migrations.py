@@ -24,9 +24,10 @@ import pytest
 
 from flowforge.app.definition_files import load_definition
 from flowforge.app.event_store import EventStore
-from flowforge.app.infrastructure import make_database, parse_database_url
 from flowforge.app.service import FlowForge
 from flowforge.projections import schema
+from flowforge.projections.db.connect import make_database
+from flowforge.projections.db.location import parse_database_url
 from tests import servers
 
 VERSIONS = range(1, schema.SCHEMA_VERSION + 1)

@@ -5,7 +5,7 @@ the rows finished before it.
 Real PostgreSQL. The tables hold a few live runs beside thousands of finished ones
 (cloned in SQL from a real finished run, then analyzed), the shape of a production
 database. Each statement is prepared as FlowForge prepares it
-(``database._templates``) and explained twice: its generic plan, which a long-lived
+(``pipeline._templates``) and explained twice: its generic plan, which a long-lived
 session keeps after five executions when it costs no more than the custom ones, and
 its custom plan for typical values, which the first executions use (and every one,
 where it is cheaper). A whole-table scan of a big table is allowed only to the
@@ -31,7 +31,7 @@ import pytest
 
 from flowforge.app.service import FlowForge
 from flowforge.projections import queries
-from flowforge.projections.database import _templates
+from flowforge.projections.db.pipeline import _templates
 
 #: The tables that grow with every run.
 BIG_TABLES = ("task_runs", "workflow_runs", "dispatch_outbox", "flowforge_events")

@@ -1,6 +1,6 @@
 """The command line's loading of a command: the engine is imported with the cyclic
-garbage collector off (start-up CPU, docs/performance.md, twelfth pass), and the
-collector is left as it was found, whatever the import did."""
+garbage collector off (start-up CPU, docs/performance.md, "Design choices that buy the
+speed"), and the collector is left as it was found, whatever the import did."""
 
 from __future__ import annotations
 

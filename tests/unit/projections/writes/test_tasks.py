@@ -14,7 +14,7 @@ import pytest
 from eventsourcing.persistence import Mapper
 
 from flowforge.aggregates.machines import TASK_RUN_MACHINE
-from flowforge.projections.database import Row, Transaction
+from flowforge.projections.db.protocols import Row, Transaction
 from flowforge.projections.tables import TaskRunRow
 from flowforge.projections.writes import Writes
 

@@ -1,5 +1,5 @@
 """A round trip on PostgreSQL is one pipeline of extended-protocol queries with one Sync
-(``database._send_batch``; docs/architecture.md, "Writes in few round trips"), on a real
+(``pipeline.send_batch``; docs/architecture.md, "Writes in few round trips"), on a real
 server: all or nothing, each statement prepared once per session, and prepared again
 when the server skipped its Parse; parameters out of band, bytes exactly."""
 
@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
-from flowforge.projections import database
+from flowforge.projections.db import pipeline
+from flowforge.projections.db.protocols import Row
 
 TOPIC = "tests:Event"
 
@@ -31,15 +32,15 @@ def _event(originator_id: object, state: bytes) -> tuple[str, dict[str, object]]
 
 
 def _rows(
-    conn: psycopg.Connection, statement: database._Statement, *, prepared: bool = True
-) -> list[database.Row]:
+    conn: psycopg.Connection, statement: pipeline.Statement, *, prepared: bool = True
+) -> list[Row]:
     """The rows of one statement sent alone, in autocommit."""
-    (rows,) = database._send_batch(conn, [statement], prepared=prepared, read=[True])
+    (rows,) = pipeline.send_batch(conn, [statement], prepared=prepared, read=[True])
     return rows
 
 
 def _prepared(conn: psycopg.Connection) -> set[bytes]:
-    return database._session(conn).prepared
+    return pipeline._session(conn).prepared
 
 
 def test_a_failing_statement_undoes_its_pipeline_and_a_parse_it_skipped_is_sent_again(
@@ -47,14 +48,14 @@ def test_a_failing_statement_undoes_its_pipeline_and_a_parse_it_skipped_is_sent_
 ) -> None:
     written, after = uuid4(), uuid4()
     with pytest.raises(psycopg.errors.DivisionByZero):
-        database._send_batch(
+        pipeline.send_batch(
             conn,
             [_event(written, b"{}"), b"SELECT 1/0", ("select_task_run", {"id": after})],
             prepared=True,
             begin=True,
             commit=True,
         )
-    database._roll_back(conn)
+    pipeline.roll_back(conn)
     # The event before the error was undone, the statement after it never ran: its Parse
     # was skipped with it, so it is not noted as prepared...
     assert b"flowforge_select_task_run" not in _prepared(conn)
@@ -72,7 +73,7 @@ def test_a_statement_twice_in_one_pipeline_is_prepared_once_and_bytes_arrive_exa
     # Not UTF-8, a NUL, a quote and a backslash: sent as binary, nothing to escape.
     one, other = uuid4(), uuid4()
     states = {one: b"\x00\xff'\\{}", other: bytes(range(256))}
-    database._send_batch(
+    pipeline.send_batch(
         conn,
         [_event(one, states[one]), _event(other, states[other])],
         prepared=True,

@@ -5,23 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from flowforge import errors
-from flowforge.app import event_store
-from flowforge.app.infrastructure import (
-    LIBPQ_OPTIONS,
-    PREPARED_STATEMENTS,
-    parse_database_url,
-    parse_listen_url,
-)
 from flowforge.config import (
     LISTEN_DATABASE_URL_VARIABLE,
     PREPARED_STATEMENTS_VARIABLE,
     Settings,
 )
-from flowforge.projections.database import translate_errors
+from flowforge.projections.db.factory import LIBPQ_OPTIONS, PREPARED_STATEMENTS
+from flowforge.projections.db.location import parse_database_url, parse_listen_url
 
 
 def test_only_a_migrating_open_lets_the_library_create_its_table() -> None:
@@ -29,11 +22,6 @@ def test_only_a_migrating_open_lets_the_library_create_its_table() -> None:
     assert location.eventsourcing_env(create_tables=True)["CREATE_TABLE"] == "y"
     assert location.eventsourcing_env(create_tables=False)["CREATE_TABLE"] == "n"
     assert location.display == "db.example:5433/ff"
-
-
-def test_the_embedded_sqlite_default_migrates_and_postgres_is_migrated_on_purpose() -> None:
-    assert event_store.migrates_by_default(parse_database_url("sqlite:///x.db"))
-    assert not event_store.migrates_by_default(parse_database_url("postgresql://h/db"))
 
 
 def test_a_missing_sqlite_file_is_refused_naming_it_and_the_init_command(
@@ -47,22 +35,10 @@ def test_a_missing_sqlite_file_is_refused_naming_it_and_the_init_command(
     assert not missing.exists()
 
 
-def test_a_read_only_open_of_a_missing_sqlite_file_creates_nothing(tmp_path: Path) -> None:
-    missing = tmp_path / "none.db"
-    with pytest.raises(errors.DatabaseMissingError):
-        event_store.open_persistence(f"sqlite:///{missing}", migrate=False)
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_a_sqlite_database_in_a_missing_directory_is_refused_naming_it(tmp_path: Path) -> None:
     location = parse_database_url(f"sqlite:///{tmp_path}/absent/ff.db")
     with pytest.raises(errors.ConfigurationError, match="absent does not exist"):
         location.require_directory()
-
-
-def test_a_missing_schema_is_a_refusal_that_says_which_command_migrates() -> None:
-    assert issubclass(errors.SchemaMigrationRequiredError, errors.SchemaVersionError)
-    assert issubclass(errors.DatabaseMissingError, errors.SchemaMigrationRequiredError)
 
 
 def test_a_url_with_a_primary_and_a_standby_keeps_both_hosts_in_order_with_their_ports() -> None:
@@ -157,15 +133,3 @@ def test_prepared_statements_are_on_unless_switched_off_and_a_bad_value_is_refus
     off = location.eventsourcing_env(create_tables=False, prepared_statements=False)
     on = location.eventsourcing_env(create_tables=False)
     assert (off[PREPARED_STATEMENTS], on[PREPARED_STATEMENTS]) == ("n", "y")
-
-
-def test_a_prepared_statement_lost_to_a_pooler_is_a_configuration_error_naming_the_switch() -> (
-    None
-):
-    for lost in (
-        psycopg.errors.InvalidSqlStatementName('prepared statement "_pg3_0" does not exist'),
-        psycopg.errors.DuplicatePreparedStatement('prepared statement "_pg3_0" already exists'),
-    ):
-        with pytest.raises(errors.ConfigurationError) as raised, translate_errors("h:5432/ff"):
-            raise lost
-        assert "FLOWFORGE_PREPARED_STATEMENTS=off" in str(raised.value)

@@ -1,62 +1,27 @@
-"""From a database URL to the ``eventsourcing`` recorder and FlowForge's database backend."""
+"""From a database URL to where FlowForge's data lives: the dialect, the ``eventsourcing``
+library's settings, and the address shown in messages (its password never shown)."""
 
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import psycopg
-from eventsourcing.postgres import PostgresDatastore, PostgresFactory
-from eventsourcing.sqlite import SQLiteDatastore
-from eventsourcing.utils import Environment, EnvType, get_topic
+from eventsourcing.utils import get_topic
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from flowforge import errors
-from flowforge.projections.database import (
-    Database,
-    PostgresDatabase,
-    SqliteDatabase,
-    translate_errors,
+from flowforge.projections.db.factory import (
+    LIBPQ_OPTIONS,
+    PREPARED_STATEMENTS,
+    FlowForgePostgresFactory,
 )
 
 #: Connections each process keeps open, and how many more it may open under load.
 POSTGRES_POOL_SIZE = 4
 POSTGRES_MAX_OVERFLOW = 16
-
-
-class FlowForgePostgresFactory(PostgresFactory):
-    """The library's PostgreSQL infrastructure, with FlowForge's connection settings.
-
-    Server-side prepared statements are on (psycopg prepares a statement once it has
-    run ``PREPARE_THRESHOLD`` times on a connection): parsing and planning FlowForge's
-    statements on every execution cost a third of a claim+finish cycle's machine CPU
-    (docs/performance.md). They are off (``prepare_threshold=None``; the library's
-    ``prepare=True`` on its reads too) when ``PREPARED_STATEMENTS`` says so: a prepared
-    statement lives in one server session, and behind PgBouncer in transaction pooling
-    mode (1.18, Debian 12's, does not track them) the next transaction runs in another
-    session: "prepared statement _pg3_0 does not exist" (docs/architecture.md, "Through
-    PgBouncer"). The URL's other libpq parameters (``LIBPQ_OPTIONS``) reach every
-    connection the pool opens.
-    """
-
-    def __init__(self, env: Environment | EnvType | None) -> None:
-        super().__init__(env)
-        # Before the pool opens its first connection: the library opens it lazily.
-        kwargs = self.datastore.pool.kwargs
-        assert isinstance(kwargs, dict), "the library passes its pool a dict of kwargs"
-        prepared = self.env.get(PREPARED_STATEMENTS) != "n"
-        kwargs["prepare_threshold"] = PREPARE_THRESHOLD if prepared else None
-        # The library's settings carry host, port, database, user and password only. The
-        # rest of the URL (``target_session_attrs=read-write``, which makes every new
-        # connection skip hosts that are standbys and so find the primary after a
-        # failover; ``sslmode``; ...) is given to each connection the pool opens.
-        self.datastore.pool.conninfo = self.env.get(LIBPQ_OPTIONS) or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +82,18 @@ def parse_database_url(url: str) -> DatabaseLocation:
     )
 
 
-#: The eventsourcing setting (environment key) under which the URL's other libpq
-#: parameters travel to :class:`FlowForgePostgresFactory`, as a conninfo string.
-LIBPQ_OPTIONS = "FLOWFORGE_LIBPQ_OPTIONS"
-#: The eventsourcing setting that turns server-side prepared statements off ("n").
-PREPARED_STATEMENTS = "FLOWFORGE_PREPARED_STATEMENTS_OPTION"
-#: Executions of a statement on one connection before psycopg prepares it (its default).
-PREPARE_THRESHOLD = 5
+def parse_listen_url(url: str, database: DatabaseLocation) -> str:
+    """The URL the wake-up listener connects to: PostgreSQL, beside a PostgreSQL database."""
+    listen = parse_database_url(url)
+    if database.dialect != "postgres" or listen.dialect != "postgres":
+        raise errors.ConfigurationError(
+            f"listen database URL {_redact(url)!r} is for PostgreSQL's LISTEN beside a "
+            f"PostgreSQL database URL (e.g. the server itself when the database URL goes "
+            f"through PgBouncer); the database URL here is {database.dialect}: unset it"
+        )
+    return listen.url
+
+
 #: The URL's parts that eventsourcing's own settings carry; everything else is an option.
 _LIBPQ_SETTINGS = ("host", "port", "dbname", "user", "password")
 
@@ -162,7 +132,7 @@ def _postgres(url: str) -> DatabaseLocation:
         "POSTGRES_MAX_OVERFLOW": str(POSTGRES_MAX_OVERFLOW),
         # No ping on checkout: a connection killed under us (restart,
         # pg_terminate_backend) is found at BEGIN and replaced there, and the BEGIN retried
-        # (flowforge.projections.database.PostgresDatabase._begin).
+        # (flowforge.projections.db.postgres._on_live_connection).
         "POSTGRES_PRE_PING": "n",
         "POSTGRES_CONNECT_TIMEOUT": "5",
         # The publisher holds its sweep's transaction open while the broker confirms
@@ -209,89 +179,3 @@ _PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
 
 def _redact(url: str) -> str:
     return _PASSWORD.sub(r"\1***@", url)
-
-
-#: The advisory lock that serialises schema creation across processes (any constant).
-SCHEMA_LOCK_KEY = 7354219861
-#: How long a process waits between tries for the schema lock that another one holds.
-SCHEMA_LOCK_POLL_S = 0.05
-
-
-@contextmanager
-def schema_creation_lock(location: DatabaseLocation) -> Iterator[None]:
-    """Hold PostgreSQL's advisory lock while this process creates or checks the schema.
-
-    The library's table creation (``CREATE TABLE IF NOT EXISTS``, ``CREATE TYPE``, ...)
-    is not safe against itself: processes starting at once can fail with "tuple
-    concurrently updated". On SQLite the database's write lock already serialises it.
-
-    The lock is a transaction's (``pg_advisory_xact_lock``), held by keeping that
-    transaction open, and it is tried, not waited for. Both are for PgBouncer in
-    transaction pooling mode: a session's lock and its unlock would run in different
-    server sessions (the lock would outlive the process), and a process blocked waiting
-    for the lock would hold one of the pooler's few server connections while the holder
-    needs another to create the tables: with as many processes starting as there are
-    server connections, none would progress.
-    """
-    if location.dialect != "postgres":
-        yield
-        return
-    with translate_errors(location.display), _connect(location.env) as conn:
-        while True:
-            with conn.transaction(force_rollback=True):
-                if _try_schema_lock(conn):
-                    yield
-                    return
-            time.sleep(SCHEMA_LOCK_POLL_S)
-
-
-def _connect(env: dict[str, str]) -> psycopg.Connection[Any]:
-    return psycopg.connect(
-        env[LIBPQ_OPTIONS],
-        host=env["POSTGRES_HOST"],
-        port=env["POSTGRES_PORT"],
-        dbname=env["POSTGRES_DBNAME"],
-        user=env["POSTGRES_USER"],
-        password=env["POSTGRES_PASSWORD"],
-        connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
-        autocommit=True,
-        prepare_threshold=None,  # see FlowForgePostgresFactory
-    )
-
-
-def _try_schema_lock(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,)).fetchone()
-    return bool(row and row[0])
-
-
-def check_reachable(location: DatabaseLocation) -> None:
-    """Connect once, directly, after the pool failed to: a server that answers but lacks
-    the database or the role then says so, where the pool said only "couldn't get a
-    connection after 5 s" and the advice could not name what is missing. Not done up
-    front, so a process starting in a brief outage still waits out the pool's timeout."""
-    if location.dialect == "postgres":
-        with translate_errors(location.display), _connect(location.env):
-            pass
-
-
-def parse_listen_url(url: str, database: DatabaseLocation) -> str:
-    """The URL the wake-up listener connects to: PostgreSQL, beside a PostgreSQL database."""
-    listen = parse_database_url(url)
-    if database.dialect != "postgres" or listen.dialect != "postgres":
-        raise errors.ConfigurationError(
-            f"listen database URL {_redact(url)!r} is for PostgreSQL's LISTEN beside a "
-            f"PostgreSQL database URL (e.g. the server itself when the database URL goes "
-            f"through PgBouncer); the database URL here is {database.dialect}: unset it"
-        )
-    return listen.url
-
-
-def make_database(
-    datastore: object, location: DatabaseLocation, listen_url: str | None = None
-) -> Database:
-    """FlowForge's backend over the recorder's datastore (one pool for both)."""
-    if isinstance(datastore, PostgresDatastore):
-        return PostgresDatabase(datastore, location.display, listen_url)
-    if isinstance(datastore, SQLiteDatastore):
-        return SqliteDatabase(datastore, location.display)
-    raise errors.ConfigurationError(f"unsupported event store datastore {type(datastore)}")

@@ -1,0 +1,124 @@
+"""SQLite, the embedded backend: one file, one process; write transactions take the
+write lock up front, and timestamps, uuids and JSON are stored as integers and text."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from eventsourcing.sqlite import SQLiteDatastore
+
+from flowforge.projections import queries
+from flowforge.projections.db.errors import translate_errors
+from flowforge.projections.db.protocols import Named, Row
+from flowforge.projections.tables import COLUMN_KINDS, Kind
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class _SqliteTransaction:
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._cursor = cursor
+        self._queries = queries.load("sqlite")
+
+    def run(
+        self, name: str, params: Mapping[str, Any] | None = None, *, commit: bool = False
+    ) -> list[Row]:
+        # ``commit``: a round trip's worth only on PostgreSQL; SQLite commits at the end.
+        encoded = {k: _encode_sqlite(k, v) for k, v in (params or {}).items()}
+        self._cursor.execute(self._queries[name], encoded)
+        return [_decode_sqlite(row) for row in self._cursor.fetchall()]
+
+    def run_each(
+        self, statements: Sequence[Named], *, commit: bool = False, unread: Collection[int] = ()
+    ) -> list[list[Row]]:
+        rows = [self.run(name, params) for name, params in statements]
+        return [[] if i in unread else found for i, found in enumerate(rows)]
+
+    def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+        # In-process: no round trip to save.
+        self.run(name, params)
+
+    def run_script(self, name: str) -> None:
+        for statement in queries.statements(self._queries[name]):
+            self._cursor.execute(statement)
+
+
+def _encode_sqlite(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    kind = COLUMN_KINDS.get(name)
+    if kind is Kind.UUID:
+        return str(value)
+    if kind is Kind.ORIGINATOR_ID:
+        return value.hex if isinstance(value, UUID) else value
+    if kind is Kind.TIMESTAMP:
+        return (value - _EPOCH) // _MICROSECOND
+    if kind is Kind.JSON:
+        return json.dumps(value)
+    return value
+
+
+def _decode_sqlite(row: sqlite3.Row) -> Row:
+    decoded: Row = {}
+    for name in row.keys():  # noqa: SIM118 - sqlite3.Row is not a mapping
+        value, kind = row[name], COLUMN_KINDS.get(name)
+        if value is not None and kind is not None:
+            if kind in (Kind.UUID, Kind.ORIGINATOR_ID):
+                value = UUID(value)
+            elif kind is Kind.TIMESTAMP:
+                value = _EPOCH + value * _MICROSECOND
+            else:
+                value = json.loads(value)
+        decoded[name] = value
+    return decoded
+
+
+class SqliteDatabase:
+    dialect = "sqlite"
+    # One process: the store's in-process bells are the whole story.
+    notifies = False
+    # No data-modifying CTE: a transition's event is built in Python (writes.py).
+    builds_events = False
+
+    def __init__(self, datastore: SQLiteDatastore, location: str) -> None:
+        self._datastore = datastore
+        self.location = location
+
+    def transaction(self) -> AbstractContextManager[_SqliteTransaction]:
+        # BEGIN IMMEDIATE takes the write lock up front: a deferred transaction that
+        # reads first and writes later fails at once (SQLITE_BUSY_SNAPSHOT) when another
+        # writer committed in between, instead of waiting its turn.
+        return self._begin("BEGIN IMMEDIATE", writer=True)
+
+    def notify_connection(self) -> psycopg.Connection[Any]:
+        raise NotImplementedError("SQLite has no notifications; the bells are in-process")
+
+    def listen_connection(self) -> psycopg.Connection[Any]:
+        raise NotImplementedError("SQLite has no notifications; the bells are in-process")
+
+    def read(self) -> AbstractContextManager[_SqliteTransaction]:
+        # A deferred transaction: a consistent snapshot that does not block writers.
+        return self._begin("BEGIN", writer=False)
+
+    @contextmanager
+    def _begin(self, begin: str, *, writer: bool) -> Iterator[_SqliteTransaction]:
+        with (
+            translate_errors(self.location),
+            self._datastore.get_connection(commit=writer) as conn,
+        ):
+            raw: sqlite3.Cursor = conn.cursor().__enter__()
+            raw.execute(begin)
+            try:
+                yield _SqliteTransaction(raw)
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
