@@ -28,8 +28,8 @@ from flowforge.aggregates.task_run import (
     transition_rule,
 )
 from flowforge.app import advance
+from flowforge.app.core import ServiceCore
 from flowforge.app.definition_files import load_definition
-from flowforge.app.queries import Queries
 from flowforge.app.results import AdvanceResult, Claim, StartedRun
 from flowforge.limits import batch_of_ids
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
@@ -38,7 +38,12 @@ from flowforge.projections.writes import LeafSuccess
 log = logging.getLogger(__name__)
 
 
-class Commands(Queries):
+class Commands:
+    """The commands that change a run or a task run (the module says how)."""
+
+    def __init__(self, core: ServiceCore) -> None:
+        self._core = core
+
     # --- workflow runs -------------------------------------------------------------------
 
     def start_workflow_run(
@@ -69,7 +74,7 @@ class Commands(Queries):
         """Like :meth:`start_workflow_run`, also saying whether the run is new."""
         checked = load_definition(definition)
         run_inputs = json_values.checked_json(dict(inputs or {}), "inputs")
-        with self._writes() as writes:
+        with self._core.writes() as writes:
             run_id, created = writes.runs.create(
                 checked,
                 run_inputs,
@@ -100,7 +105,7 @@ class Commands(Queries):
             json_values.checked_json(dict(each or {}), f"inputs[{index}]")
             for index, each in enumerate(inputs)
         ]
-        with self._writes() as writes:
+        with self._core.writes() as writes:
             run_ids = [
                 writes.runs.create(checked, each, idempotency_key=None, actor=actor)[0]
                 for each in run_inputs
@@ -112,7 +117,7 @@ class Commands(Queries):
         self, run_id: UUID, transition: str, *, actor: str = ACTOR_USER
     ) -> bool:
         edge = WORKFLOW_RUN_MACHINE.get(transition)
-        with self._writes() as writes:
+        with self._core.writes() as writes:
             return writes.runs.move(run_id, edge, actor=text(actor, "actor")) is not None
 
     def cancel_workflow_run(self, run_id: UUID, *, actor: str = ACTOR_USER) -> bool:
@@ -123,7 +128,7 @@ class Commands(Queries):
         so a scheduler starting the run at the same moment cannot make it lose; the
         tasks are cancelled in the same transaction. ``UnknownRunError`` for no run.
         """
-        with self._writes() as writes:
+        with self._core.writes() as writes:
             if writes.runs.cancel(run_id, actor=actor) is None:
                 advance.load_run(writes, run_id)  # UnknownRunError for a run that is not
                 return False
@@ -134,8 +139,8 @@ class Commands(Queries):
         self, run_id: UUID, *, rand: Callable[[], float] = random.random
     ) -> AdvanceResult:
         """One run's scheduling work in one transaction (see ``flowforge.app.advance``)."""
-        with self._writes(marks_runs=False) as writes:
-            return advance.advance(writes, run_id, rand, self.definitions)
+        with self._core.writes(marks_runs=False) as writes:
+            return advance.advance(writes, run_id, rand, self._core.definitions)
 
     # --- task runs -----------------------------------------------------------------------
 
@@ -161,7 +166,7 @@ class Commands(Queries):
             return self.claim_task_run(task_run_id, worker_id, lease_seconds) is not None
         delay = non_negative(retry_delay_seconds, "retry_delay_seconds", MAX_SECONDS)
         actor = text(actor, "actor")
-        with self._writes() as writes:
+        with self._core.writes() as writes:
             row = writes.tasks.take_edge(edge, task_run_id, actor=actor, delay_seconds=delay)
         return row is not None
 
@@ -174,11 +179,11 @@ class Commands(Queries):
         seconds = None
         if lease_seconds is not None:
             seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
-        with self._writes() as writes:
+        with self._core.writes() as writes:
             row = writes.tasks.claim(task_run_id, text(worker_id, "worker_id"), seconds, last=True)
         if row is None:
             return None
-        self.claims.remember(row)
+        self._core.claims.remember(row)
         return Claim.of(row)
 
     def claim_task_run_and_its_run(
@@ -210,11 +215,11 @@ class Commands(Queries):
         ``unless_known``."""
         ids = batch_of_ids(task_run_ids, "task_run_ids")
         worker_id = text(worker_id, "worker_id")
-        with self._writes() as writes:
+        with self._core.writes() as writes:
             rows, runs = writes.tasks.claims_with_runs(ids, worker_id, unless_known, last=True)
         for row in rows:
             if row is not None:
-                self.claims.remember(row)
+                self._core.claims.remember(row)
         return rows, runs
 
     def finish_task_run(
@@ -250,7 +255,7 @@ class Commands(Queries):
         leaves = self._leaf_successes(checked)
         written = [False] * len(checked)
         if leaves:
-            with self._writes(marks_runs=False) as writes:
+            with self._core.writes(marks_runs=False) as writes:
                 rows = writes.leaves.succeed(list(leaves.values()), actor=actor)
             for i, row in zip(leaves, rows, strict=True):
                 written[i] = row is not None
@@ -265,10 +270,10 @@ class Commands(Queries):
         SQL. Every finish's claim leaves the memo (a finish ends it)."""
         leaves: dict[int, LeafSuccess] = {}
         for i, finish in enumerate(checked):
-            claimed = self.claims.take(finish.task_run_id, finish.fencing_token)
-            if finish.edge.name != "succeed" or not self.store.events_in_sql:
+            claimed = self._core.claims.take(finish.task_run_id, finish.fencing_token)
+            if finish.edge.name != "succeed" or not self._core.store.events_in_sql:
                 continue
-            leaf = advance.leaf_of(claimed, self.definitions)
+            leaf = advance.leaf_of(claimed, self._core.definitions)
             if leaf is not None:
                 leaves[i] = LeafSuccess(
                     finish.task_run_id, finish.fencing_token, leaf, finish.result
@@ -282,7 +287,7 @@ class Commands(Queries):
         # (first, then the task's: the lock order, advance.py says why); a failure
         # leaves the run row alone.
         succeeded = finish.edge.name == "succeed"
-        with self._writes(marks_runs=False) as writes:
+        with self._core.writes(marks_runs=False) as writes:
             run_state, row = writes.tasks.finish_trying_run(
                 finish.task_run_id,
                 finish.edge,
@@ -294,7 +299,7 @@ class Commands(Queries):
             )
             if row is not None:
                 advance.advance_after_finish(
-                    writes, row, run_state, self.definitions, random.random, actor=actor
+                    writes, row, run_state, self._core.definitions, random.random, actor=actor
                 )
         return row is not None
 
@@ -309,7 +314,7 @@ class Commands(Queries):
         """Extend the lease from the database's now, only while the token is current."""
         seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
         actor = text(actor or "worker", "actor")
-        with self._writes() as writes:
+        with self._core.writes() as writes:
             row = writes.tasks.renew_lease(
                 task_run_id, fencing_token, seconds, actor=actor, last=True
             )
@@ -317,7 +322,7 @@ class Commands(Queries):
 
     def reclaim_task_run(self, task_run_id: UUID) -> bool:
         """The reaper's edge: RUNNING with an expired lease back to READY, token + 1."""
-        with self._writes() as writes:
+        with self._core.writes() as writes:
             row = writes.tasks.reclaim(task_run_id, actor=ACTOR_REAPER)
         return row is not None
 

@@ -8,14 +8,20 @@ from uuid import UUID
 
 from flowforge.aggregates.definition import MAX_SECONDS
 from flowforge.app import dispatch
-from flowforge.app.commands import Commands, non_negative
+from flowforge.app.commands import non_negative
+from flowforge.app.core import ServiceCore
 from flowforge.app.ports import DispatchPublisher
 from flowforge.app.queries import REAP_BATCH
 
 log = logging.getLogger(__name__)
 
 
-class Outbox(Commands):
+class Outbox:
+    """Ready tasks' dispatches out to the broker, and the net for lost ones."""
+
+    def __init__(self, core: ServiceCore) -> None:
+        self._core = core
+
     def publish_pending_dispatches(
         self,
         publisher: DispatchPublisher,
@@ -31,11 +37,13 @@ class Outbox(Commands):
         the broker's ack. If the publish raises, the transaction rolls back and every
         row stays pending for the next sweep.
         """
-        with self.store.write() as writes:
+        with self._core.writes() as writes:
             rows = writes.outbox.pending(limit, task_types)
             if not rows:
                 return 0
-            publisher.publish([dispatch.message_for(row, self.deployment_id) for row in rows])
+            publisher.publish(
+                [dispatch.message_for(row, self._core.deployment_id) for row in rows]
+            )
             writes.outbox.mark_published([row.dispatch_id for row in rows])
         return len(rows)
 
@@ -49,7 +57,7 @@ class Outbox(Commands):
         the claim makes harmless.
         """
         older_than = non_negative(older_than_seconds, "older_than_seconds", MAX_SECONDS)
-        with self.store.write() as writes:
+        with self._core.writes() as writes:
             at = writes.now()
             rows = writes.outbox.stalled_ready(older_than, REAP_BATCH)
             for row in rows:

@@ -26,9 +26,14 @@ def _unknown_task_run(task_run_id: UUID) -> errors.UnknownTaskRunError:
     )
 
 
-class Queries(ServiceCore):
+class Queries:
+    """The service's reads: rows of the projected tables, and the audit log."""
+
+    def __init__(self, core: ServiceCore) -> None:
+        self._core = core
+
     def get_workflow_run(self, run_id: UUID) -> WorkflowRunRow:
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             run = reads.workflow_run(run_id)
         if run is None:
             raise errors.UnknownRunError(
@@ -37,7 +42,7 @@ class Queries(ServiceCore):
         return run
 
     def get_task_run(self, task_run_id: UUID) -> TaskRunRow:
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             task = reads.task_run(task_run_id)
         if task is None:
             raise _unknown_task_run(task_run_id)
@@ -49,7 +54,7 @@ class Queries(ServiceCore):
         """A task run and its workflow run, unless the run's id is in ``unless_known``
         (a worker that has the run's definition already): one round trip where two
         were. Keep ``unless_known`` short (a worker passes its few latest runs)."""
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             task, run = reads.task_run_and_its_run(task_run_id, unless_known)
         if task is None:
             raise _unknown_task_run(task_run_id)
@@ -58,64 +63,64 @@ class Queries(ServiceCore):
     def task_results(self, run_id: UUID, task_keys: Collection[str]) -> dict[str, Any]:
         """The results of some tasks of a run by key (``None`` for one not succeeded):
         a task's upstream results, read by key rather than the run's every row."""
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             return reads.task_results(run_id, task_keys)
 
     def task_runs(self, run_id: UUID) -> list[TaskRunRow]:
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             return reads.task_runs_of(run_id)
 
     def recent_runs(self, limit: int = 20) -> list[WorkflowRunRow]:
         limit = row_limit(limit)
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             return reads.recent_runs(limit)
 
     def every_run(self) -> list[WorkflowRunRow]:
         """Every run, oldest first, read at once: for a check that must see them all
         (``flowforge db rebuild``'s verification); a listing for people is :meth:`recent_runs`."""
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             return reads.every_run()
 
     def ready_task_runs(self, limit: int = 100) -> list[TaskRunRow]:
         limit = row_limit(limit)
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             return reads.ready_task_runs(limit)
 
     def expired_leases(self, limit: int = REAP_BATCH) -> list[UUID]:
         limit = row_limit(limit)
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             return reads.expired_leases(limit)
 
     def dispatches_of(self, task_run_id: UUID) -> list[OutboxRow]:
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             return reads.dispatches_of(task_run_id)
 
     def pending_dispatch_count(self) -> int:
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             return reads.pending_dispatch_count()
 
     def database_now(self) -> datetime:
         """The database's clock: the one that decides leases and retry times."""
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             return reads.now()
 
     # --- the audit log -------------------------------------------------------------------
 
     def task_run_aggregate(self, task_run_id: UUID) -> TaskRun:
         """The TaskRun reconstituted from its events alone."""
-        aggregate: TaskRun = self.events.repository.get(task_run_id)
+        aggregate: TaskRun = self._core.events.repository.get(task_run_id)
         return aggregate
 
     def workflow_run_aggregate(self, run_id: UUID) -> WorkflowRun:
-        aggregate: WorkflowRun = self.events.repository.get(run_id)
+        aggregate: WorkflowRun = self._core.events.repository.get(run_id)
         return aggregate
 
     def history(self, task_run_id: UUID) -> list[AuditEntry]:
         """Every transition of one task run, every attempt, in order."""
-        return audit.entries(self.events, [task_run_id])
+        return audit.entries(self._core.events, [task_run_id])
 
     def run_history(self, run_id: UUID) -> list[AuditEntry]:
         """The audit log of a run: its own transitions and every task's, in time order."""
         self.get_workflow_run(run_id)
         task_ids = [t.id for t in self.task_runs(run_id)]
-        return audit.entries(self.events, [run_id, *task_ids])
+        return audit.entries(self._core.events, [run_id, *task_ids])

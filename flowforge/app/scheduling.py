@@ -16,8 +16,10 @@ from collections.abc import Callable
 from uuid import UUID
 
 from flowforge.app import advance
+from flowforge.app.commands import Commands
+from flowforge.app.core import ServiceCore
 from flowforge.app.outbox import Outbox
-from flowforge.app.queries import REAP_BATCH
+from flowforge.app.queries import REAP_BATCH, Queries
 from flowforge.app.results import ScheduleSummary
 
 #: A ready task undispatched for this long gets a new dispatch (see redispatch_stalled).
@@ -31,7 +33,17 @@ WOKEN_BATCH = 200
 ADVANCES_PER_TRANSACTION = 50
 
 
-class Scheduling(Outbox):
+class Scheduling:
+    """The scheduler's pass, over the service's queries, commands and outbox."""
+
+    def __init__(
+        self, core: ServiceCore, queries: Queries, commands: Commands, outbox: Outbox
+    ) -> None:
+        self._core = core
+        self._queries = queries
+        self._commands = commands
+        self._outbox = outbox
+
     def schedule_once(
         self,
         *,
@@ -45,7 +57,7 @@ class Scheduling(Outbox):
         summary = ScheduleSummary(reaped=len(self.reap_expired_leases()))
         self.advance_woken_runs(summary, covers=covers)
         self.advance_runs_with_retries_due(summary, covers=covers)
-        summary.redispatched = len(self.redispatch_stalled(redispatch_after))
+        summary.redispatched = len(self._outbox.redispatch_stalled(redispatch_after))
         return summary
 
     def advance_woken_runs(
@@ -63,7 +75,7 @@ class Scheduling(Outbox):
         runs advances its own at the next pass's luck of the order)."""
         summary = summary if summary is not None else ScheduleSummary()
         while True:
-            with self._reads() as reads:
+            with self._core.reads() as reads:
                 runs = reads.woken_runs(batch)
             mine = [run_id for run_id in runs if covers is None or covers(run_id)]
             step = ADVANCES_PER_TRANSACTION
@@ -79,9 +91,9 @@ class Scheduling(Outbox):
         transaction holds is skipped). Counted only once committed: a failure rolls
         every advance of the batch back, marks included, for the next pass to redo."""
         results = []
-        with self._writes(marks_runs=False) as writes:
+        with self._core.writes(marks_runs=False) as writes:
             for run_id in run_ids:
-                result = advance.advance_woken(writes, run_id, rand, self.definitions)
+                result = advance.advance_woken(writes, run_id, rand, self._core.definitions)
                 if result is not None:
                     results.append(result)
         for result in results:
@@ -91,19 +103,23 @@ class Scheduling(Outbox):
     def advance_runs_with_retries_due(
         self, summary: ScheduleSummary, *, covers: Callable[[UUID], bool] | None = None
     ) -> None:
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             runs = reads.runs_with_retries_due(REAP_BATCH)
         for run_id in runs:
             if covers is None or covers(run_id):
-                summary.add(self.advance_workflow_run(run_id))
+                summary.add(self._commands.advance_workflow_run(run_id))
 
     def seconds_to_next_timer(self) -> float | None:
         """Seconds until the next retry falls due or lease expires (the database's
         clock); None when nothing is waiting on a timer."""
-        with self._reads() as reads:
+        with self._core.reads() as reads:
             return reads.seconds_to_next_timer()
 
     def reap_expired_leases(self) -> list[UUID]:
         """Reclaim every task whose lease expired by the database's clock."""
-        candidates = self.expired_leases(REAP_BATCH)
-        return [task_run_id for task_run_id in candidates if self.reclaim_task_run(task_run_id)]
+        candidates = self._queries.expired_leases(REAP_BATCH)
+        return [
+            task_run_id
+            for task_run_id in candidates
+            if self._commands.reclaim_task_run(task_run_id)
+        ]

@@ -1,24 +1,55 @@
 """The application service: ``FlowForge``, the only way to change FlowForge's state.
 
-One class per concept, stacked (``app/core.py`` says why): queries
-(``app/queries.py``), commands (``app/commands.py``), the outbox (``app/outbox.py``),
-the scheduler's pass (``app/scheduling.py``); this module opens persistence
-(``app/event_store.py``) and adds the rebuild (``app/rebuild.py``).
+One part per concept, composed over one :class:`~flowforge.app.core.ServiceCore` (the
+event store, the store, this process's caches): :class:`Queries` (``app/queries.py``),
+:class:`Commands` (``app/commands.py``), :class:`Outbox` (``app/outbox.py``) and
+:class:`Scheduling` (``app/scheduling.py``). ``FlowForge`` opens persistence
+(``app/event_store.py``), adds the rebuild (``app/rebuild.py``), and names each public
+method once, below, with the part that implements it.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
 from flowforge.app import rebuild
 from flowforge.app.advance import Claims, Definitions
-from flowforge.app.event_store import open_persistence
-from flowforge.app.queries import REAP_BATCH
+from flowforge.app.commands import Commands
+from flowforge.app.core import ServiceCore
+from flowforge.app.event_store import EventStore, open_persistence
+from flowforge.app.outbox import Outbox
+from flowforge.app.queries import REAP_BATCH, Queries
 from flowforge.app.results import RebuildReport
 from flowforge.app.scheduling import REDISPATCH_AFTER_S, Scheduling
+from flowforge.projections.db.protocols import Database
+from flowforge.projections.store import Store
 
 __all__ = ["REAP_BATCH", "REDISPATCH_AFTER_S", "FlowForge"]
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_Part = TypeVar("_Part")
 
-class FlowForge(Scheduling):
+
+def _on(
+    part: str, method: Callable[Concatenate[_Part, _P], _R]
+) -> Callable[Concatenate[Any, _P], _R]:
+    """``FlowForge``'s method that calls ``method`` on its part named ``part``, with the
+    same signature and docstring. Looked up on the part at each call, so a test that
+    replaces a part's method replaces it for the service too."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        result: _R = getattr(getattr(self, part), name)(*args, **kwargs)
+        return result
+
+    return call
+
+
+class FlowForge:
     """FlowForge's application service, configured by a database URL.
 
     ``migrate``: ``True`` creates the schema or applies the missing migrations (what
@@ -51,17 +82,60 @@ class FlowForge(Scheduling):
             listen_database_url=listen_database_url,
             prepared_statements=prepared_statements,
         )
-        self.events = opened.events
-        self.store = opened.store
-        self.schema_version = opened.schema_version
-        with self._reads() as reads:
-            self.deployment_id = reads.deployment_id()
-        self.definitions = Definitions()
-        self.claims = Claims()
+        try:
+            self.core = ServiceCore(opened)
+        except BaseException:
+            opened.store.close()
+            opened.events.close()
+            raise
+        self.queries = Queries(self.core)
+        self.commands = Commands(self.core)
+        self.outbox = Outbox(self.core)
+        self.scheduling = Scheduling(self.core, self.queries, self.commands, self.outbox)
+
+    # --- persistence ---------------------------------------------------------------------
+
+    @property
+    def events(self) -> EventStore:
+        """The event log (the ``eventsourcing`` application): the audit log."""
+        return self.core.events
+
+    @property
+    def store(self) -> Store:
+        """The projected tables: FlowForge's one persistence boundary."""
+        return self.core.store
+
+    @property
+    def database(self) -> Database:
+        """The database backend (its ``dialect`` and ``location``)."""
+        return self.core.database
+
+    @database.setter
+    def database(self, database: Database) -> None:
+        self.core.database = database
+
+    @property
+    def schema_version(self) -> int:
+        return self.core.schema_version
+
+    @property
+    def deployment_id(self) -> str:
+        """The deployment this database is: it names the dispatch topology
+        (``BrokerConfig.for_deployment``) and is stamped on every dispatch."""
+        return self.core.deployment_id
+
+    @property
+    def definitions(self) -> Definitions:
+        return self.core.definitions
+
+    @property
+    def claims(self) -> Claims:
+        return self.core.claims
+
+    listening = _on("core", ServiceCore.listening)
 
     def close(self) -> None:
-        self.store.close()
-        self.events.close()
+        self.core.close()
 
     def __enter__(self) -> FlowForge:
         return self
@@ -72,3 +146,54 @@ class FlowForge(Scheduling):
     def rebuild_projections(self) -> RebuildReport:
         """Delete the projected rows and rebuild them from the log (``app/rebuild.py``)."""
         return rebuild.rebuild_projections(self.store, self.events)
+
+    # --- queries: the projected tables and the audit log (app/queries.py) -----------------
+
+    get_workflow_run = _on("queries", Queries.get_workflow_run)
+    get_task_run = _on("queries", Queries.get_task_run)
+    task_run_and_its_run = _on("queries", Queries.task_run_and_its_run)
+    task_results = _on("queries", Queries.task_results)
+    task_runs = _on("queries", Queries.task_runs)
+    recent_runs = _on("queries", Queries.recent_runs)
+    every_run = _on("queries", Queries.every_run)
+    ready_task_runs = _on("queries", Queries.ready_task_runs)
+    expired_leases = _on("queries", Queries.expired_leases)
+    dispatches_of = _on("queries", Queries.dispatches_of)
+    pending_dispatch_count = _on("queries", Queries.pending_dispatch_count)
+    database_now = _on("queries", Queries.database_now)
+    task_run_aggregate = _on("queries", Queries.task_run_aggregate)
+    workflow_run_aggregate = _on("queries", Queries.workflow_run_aggregate)
+    history = _on("queries", Queries.history)
+    run_history = _on("queries", Queries.run_history)
+
+    # --- commands: runs and task runs (app/commands.py) -----------------------------------
+
+    start_workflow_run = _on("commands", Commands.start_workflow_run)
+    submit_workflow_run = _on("commands", Commands.submit_workflow_run)
+    start_workflow_runs = _on("commands", Commands.start_workflow_runs)
+    transition_workflow_run = _on("commands", Commands.transition_workflow_run)
+    cancel_workflow_run = _on("commands", Commands.cancel_workflow_run)
+    advance_workflow_run = _on("commands", Commands.advance_workflow_run)
+    transition_task_run = _on("commands", Commands.transition_task_run)
+    claim_task_run = _on("commands", Commands.claim_task_run)
+    claim_task_run_and_its_run = _on("commands", Commands.claim_task_run_and_its_run)
+    claim_task_runs_and_their_runs = _on("commands", Commands.claim_task_runs_and_their_runs)
+    finish_task_run = _on("commands", Commands.finish_task_run)
+    finish_task_runs = _on("commands", Commands.finish_task_runs)
+    renew_lease = _on("commands", Commands.renew_lease)
+    reclaim_task_run = _on("commands", Commands.reclaim_task_run)
+    schedule_retry = _on("commands", Commands.schedule_retry)
+    retry_ready = _on("commands", Commands.retry_ready)
+
+    # --- the outbox (app/outbox.py) --------------------------------------------------------
+
+    publish_pending_dispatches = _on("outbox", Outbox.publish_pending_dispatches)
+    redispatch_stalled = _on("outbox", Outbox.redispatch_stalled)
+
+    # --- the scheduler's pass (app/scheduling.py) ------------------------------------------
+
+    schedule_once = _on("scheduling", Scheduling.schedule_once)
+    advance_woken_runs = _on("scheduling", Scheduling.advance_woken_runs)
+    advance_runs_with_retries_due = _on("scheduling", Scheduling.advance_runs_with_retries_due)
+    seconds_to_next_timer = _on("scheduling", Scheduling.seconds_to_next_timer)
+    reap_expired_leases = _on("scheduling", Scheduling.reap_expired_leases)
