@@ -85,10 +85,6 @@ class InvalidWorkflowDefinitionError(DomainError):
     """The workflow definition is invalid; fix the named field and submit it again."""
 
 
-class RunAlreadyFinishedError(DomainError):
-    """The workflow run is already terminal and can no longer change."""
-
-
 class UnknownTaskTypeError(DomainError):
     """No handler is registered for the task type; register one with @task(...)."""
 

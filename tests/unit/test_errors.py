@@ -75,7 +75,6 @@ def test_the_public_error_names_stay_importable_from_flowforge() -> None:
         "DatabaseUnavailableError",
         "FlowForgeError",
         "InvalidWorkflowDefinitionError",
-        "RunAlreadyFinishedError",
         "SchemaVersionError",
         "UnknownRunError",
         "UnknownTaskRunError",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +135,16 @@ def test_the_list_macros_name_their_parameter_in_every_statement(dialect: str) -
 
 def test_multi_statement_blocks_split_on_semicolons() -> None:
     assert queries.statements("CREATE A;\n CREATE B ;\n") == ["CREATE A", "CREATE B"]
+
+
+def test_no_module_outside_the_store_names_a_sql_statement() -> None:
+    package = Path(queries.__file__).parent.parent
+    names = set(queries.load("sqlite"))
+    leaks = []
+    for path in package.rglob("*.py"):
+        if path.is_relative_to(package / "projections"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in names:
+                leaks.append(f"{path.relative_to(package)}: {node.value!r}")
+    assert leaks == []
