@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from flowforge import errors
-from flowforge.projections import queries
+from flowforge.projections import statements
 from flowforge.projections.db.protocols import Database, Transaction
 
 #: The migrations in order (``sql/migrations/``); the schema version is their count.
-MIGRATIONS: tuple[str, ...] = queries.migration_names()
+MIGRATIONS: tuple[str, ...] = statements.migration_names()
 SCHEMA_VERSION = len(MIGRATIONS)
 #: What a user runs to create or migrate the schema.
 MIGRATE_COMMAND = "flowforge db migrate"

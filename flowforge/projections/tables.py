@@ -19,7 +19,7 @@ from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 
 
-class Kind(Enum):
+class ColumnCodec(Enum):
     UUID = "uuid"
     TIMESTAMP = "timestamp"
     JSON = "json"
@@ -27,32 +27,32 @@ class Kind(Enum):
     ORIGINATOR_ID = "originator_id"
 
 
-COLUMN_KINDS: Mapping[str, Kind] = {
-    "id": Kind.UUID,
-    "workflow_run_id": Kind.UUID,
-    "task_run_id": Kind.UUID,
-    "dispatch_id": Kind.UUID,
-    "originator_id": Kind.ORIGINATOR_ID,
-    "definition": Kind.JSON,
-    "inputs": Kind.JSON,
-    "depends_on": Kind.JSON,
-    "result": Kind.JSON,
-    "error": Kind.JSON,
-    "task_types": Kind.JSON,
-    "task_keys": Kind.JSON,
-    "known_runs": Kind.JSON,
-    "task_run_ids": Kind.JSON,
-    "dispatch_ids": Kind.JSON,
-    "lease_expires_at": Kind.TIMESTAMP,
-    "started_at": Kind.TIMESTAMP,
-    "finished_at": Kind.TIMESTAMP,
-    "retry_due_at": Kind.TIMESTAMP,
-    "created_at": Kind.TIMESTAMP,
-    "updated_at": Kind.TIMESTAMP,
-    "published_at": Kind.TIMESTAMP,
-    "db_now": Kind.TIMESTAMP,
-    "applied_at": Kind.TIMESTAMP,
-    "marked_at": Kind.TIMESTAMP,
+COLUMN_CODECS: Mapping[str, ColumnCodec] = {
+    "id": ColumnCodec.UUID,
+    "workflow_run_id": ColumnCodec.UUID,
+    "task_run_id": ColumnCodec.UUID,
+    "dispatch_id": ColumnCodec.UUID,
+    "originator_id": ColumnCodec.ORIGINATOR_ID,
+    "definition": ColumnCodec.JSON,
+    "inputs": ColumnCodec.JSON,
+    "depends_on": ColumnCodec.JSON,
+    "result": ColumnCodec.JSON,
+    "error": ColumnCodec.JSON,
+    "task_types": ColumnCodec.JSON,
+    "task_keys": ColumnCodec.JSON,
+    "known_runs": ColumnCodec.JSON,
+    "task_run_ids": ColumnCodec.JSON,
+    "dispatch_ids": ColumnCodec.JSON,
+    "lease_expires_at": ColumnCodec.TIMESTAMP,
+    "started_at": ColumnCodec.TIMESTAMP,
+    "finished_at": ColumnCodec.TIMESTAMP,
+    "retry_due_at": ColumnCodec.TIMESTAMP,
+    "created_at": ColumnCodec.TIMESTAMP,
+    "updated_at": ColumnCodec.TIMESTAMP,
+    "published_at": ColumnCodec.TIMESTAMP,
+    "db_now": ColumnCodec.TIMESTAMP,
+    "applied_at": ColumnCodec.TIMESTAMP,
+    "marked_at": ColumnCodec.TIMESTAMP,
 }
 
 

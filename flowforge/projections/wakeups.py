@@ -31,7 +31,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge.projections import queries
+from flowforge.projections import statements
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,8 @@ class Wakeups:
 
     def by_listen_statement(self) -> Mapping[str, tuple[str, Bell]]:
         return {
-            "listen_run_wakeups": (queries.RUN_WAKEUPS_CHANNEL, self.runs),
-            "listen_outbox": (queries.OUTBOX_CHANNEL, self.outbox),
+            "listen_run_wakeups": (statements.RUN_WAKEUPS_CHANNEL, self.runs),
+            "listen_outbox": (statements.OUTBOX_CHANNEL, self.outbox),
         }
 
 
@@ -130,11 +130,11 @@ class PostgresListener:
                 self._stopped.wait(delay)
 
     def _listen(self, *, reconnected: bool) -> None:
-        statements = queries.load("postgres")
+        sql = statements.load("postgres")
         by_channel = {}
         with self._connect() as conn:
             for name, (channel, bell) in self._bells.items():
-                conn.execute(statements[name])
+                conn.execute(sql[name])
                 by_channel[channel] = bell
             if reconnected:  # what committed while we were not listening
                 for bell in by_channel.values():
@@ -209,7 +209,7 @@ class PostgresNotifier:
             return pending
 
     def _run(self) -> None:
-        statements = queries.load("postgres")
+        sql = statements.load("postgres")
         conn: psycopg.Connection[Any] | None = None
         try:
             while (pending := self._next()) is not None:
@@ -217,8 +217,8 @@ class PostgresNotifier:
                     if conn is None or conn.closed:
                         conn = self._connect()
                     # One transaction for every channel: one commit.
-                    notifies = [statements[name] for name in sorted(pending)]
-                    block = [statements["notify_begin"], *notifies, statements["notify_commit"]]
+                    notifies = [sql[name] for name in sorted(pending)]
+                    block = [sql["notify_begin"], *notifies, sql["notify_commit"]]
                     conn.execute("\n".join(block))
                 except psycopg.Error as exc:
                     log.warning(

@@ -84,8 +84,8 @@ def test_the_embedded_sqlite_default_migrates_and_postgres_only_checks(
 
 
 def test_every_migration_has_a_block_in_both_dialects() -> None:
-    from flowforge.projections import queries
+    from flowforge.projections import statements
 
-    for dialect in queries.DIALECTS:
-        statements = queries.load(dialect)
-        assert [m for m in (*schema.MIGRATIONS, "schema") if m not in statements] == [], dialect
+    for dialect in statements.DIALECTS:
+        loaded = statements.load(dialect)
+        assert [m for m in (*schema.MIGRATIONS, "schema") if m not in loaded] == [], dialect

@@ -26,7 +26,7 @@ from flowforge.processes.loop import Stop
 from flowforge.processes.publisher import Publisher
 from flowforge.processes.scheduler import Scheduler
 from flowforge.processes.transport import InMemoryDispatchChannel
-from flowforge.projections import queries
+from flowforge.projections import statements
 from flowforge.projections.wakeups import PostgresNotifier, Wakeups
 from tests.helpers import marks
 
@@ -318,16 +318,16 @@ def test_a_burst_of_requests_shares_one_notify_and_a_close_sends_what_is_left(
     # each would be sent at once (three NOTIFYs), with it the burst waits for the close.
     notifier = PostgresNotifier(lambda: psycopg.connect(postgres_url, autocommit=True), 3600)
     with psycopg.connect(postgres_url, autocommit=True) as listener:
-        listener.execute(queries.load("postgres")["listen_run_wakeups"])
+        listener.execute(statements.load("postgres")["listen_run_wakeups"])
         try:
             notifier.request("notify_run_wakeups")  # after a quiet spell: at once
-            assert _notifications(listener, 10, 1) == [queries.RUN_WAKEUPS_CHANNEL]
+            assert _notifications(listener, 10, 1) == [statements.RUN_WAKEUPS_CHANNEL]
             notifier.request("notify_run_wakeups")
             assert _notifications(listener, 0.5) == []  # held: within the interval
             notifier.request("notify_run_wakeups")
         finally:
             notifier.close()  # on the way out: the held requests go, in one NOTIFY
-        assert _notifications(listener, 10, 1) == [queries.RUN_WAKEUPS_CHANNEL]
+        assert _notifications(listener, 10, 1) == [statements.RUN_WAKEUPS_CHANNEL]
         assert _notifications(listener, 0.5) == []
 
 
@@ -352,13 +352,13 @@ def test_requests_within_the_interval_do_not_wake_the_notifier_thread(
     notifier = PostgresNotifier(lambda: psycopg.connect(postgres_url, autocommit=True), 3600)
     condition = notifier._condition = _CountedCondition()
     with psycopg.connect(postgres_url, autocommit=True) as listener:
-        listener.execute(queries.load("postgres")["listen_run_wakeups"])
+        listener.execute(statements.load("postgres")["listen_run_wakeups"])
         try:
             notifier.request("notify_run_wakeups")  # wakes it: sent at once
-            assert _notifications(listener, 10, 1) == [queries.RUN_WAKEUPS_CHANNEL]
+            assert _notifications(listener, 10, 1) == [statements.RUN_WAKEUPS_CHANNEL]
             for _ in range(10):  # the first wakes it into the interval; the rest wait
                 notifier.request("notify_run_wakeups")
             assert condition.wakeups == 2
         finally:
             notifier.close()  # the held requests still go, in one NOTIFY
-        assert _notifications(listener, 10, 1) == [queries.RUN_WAKEUPS_CHANNEL]
+        assert _notifications(listener, 10, 1) == [statements.RUN_WAKEUPS_CHANNEL]

@@ -21,9 +21,9 @@ from psycopg.adapt import PyFormat, Transformer
 from psycopg.types.json import Json
 from psycopg.waiting import Wait
 
-from flowforge.projections import queries
+from flowforge.projections import statements
 from flowforge.projections.db.protocols import Named, Row
-from flowforge.projections.tables import COLUMN_KINDS, Kind
+from flowforge.projections.tables import COLUMN_CODECS, ColumnCodec
 
 #: A statement waiting to be sent: a named one with its parameters, or raw SQL (DDL).
 Statement = Named | bytes
@@ -72,7 +72,7 @@ class _Template:
 
 @cache
 def _templates() -> Mapping[str, _Template]:
-    return {name: _Template.of(name, text) for name, text in queries.load("postgres").items()}
+    return {name: _Template.of(name, text) for name, text in statements.load("postgres").items()}
 
 
 class _Session:
@@ -273,6 +273,6 @@ def roll_back(conn: psycopg.Connection[Any]) -> None:
 
 
 def _encode_postgres(name: str, value: Any) -> Any:
-    if value is not None and COLUMN_KINDS.get(name) is Kind.JSON:
+    if value is not None and COLUMN_CODECS.get(name) is ColumnCodec.JSON:
         return Json(value)
     return value

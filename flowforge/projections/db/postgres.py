@@ -14,7 +14,7 @@ import psycopg
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from flowforge.projections import queries
+from flowforge.projections import statements
 from flowforge.projections.db.errors import translate_errors
 from flowforge.projections.db.pipeline import Statement, roll_back, send_batch
 from flowforge.projections.db.protocols import Named, Row
@@ -158,7 +158,7 @@ class _PostgresTransaction(_PostgresStatements):
         return rows
 
     def run_script(self, name: str) -> None:
-        for statement in queries.statements(queries.load("postgres")[name]):
+        for statement in statements.statements(statements.load("postgres")[name]):
             self._round_trip([statement.encode()])
 
     def commit(self) -> None:

@@ -14,10 +14,10 @@ from uuid import UUID
 import psycopg
 from eventsourcing.sqlite import SQLiteDatastore
 
-from flowforge.projections import queries
+from flowforge.projections import statements
 from flowforge.projections.db.errors import translate_errors
 from flowforge.projections.db.protocols import Named, Row
-from flowforge.projections.tables import COLUMN_KINDS, Kind
+from flowforge.projections.tables import COLUMN_CODECS, ColumnCodec
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -26,7 +26,7 @@ _MICROSECOND = timedelta(microseconds=1)
 class _SqliteTransaction:
     def __init__(self, cursor: sqlite3.Cursor) -> None:
         self._cursor = cursor
-        self._queries = queries.load("sqlite")
+        self._queries = statements.load("sqlite")
 
     def run(
         self, name: str, params: Mapping[str, Any] | None = None, *, commit: bool = False
@@ -47,21 +47,21 @@ class _SqliteTransaction:
         self.run(name, params)
 
     def run_script(self, name: str) -> None:
-        for statement in queries.statements(self._queries[name]):
+        for statement in statements.statements(self._queries[name]):
             self._cursor.execute(statement)
 
 
 def _encode_sqlite(name: str, value: Any) -> Any:
     if value is None:
         return None
-    kind = COLUMN_KINDS.get(name)
-    if kind is Kind.UUID:
+    kind = COLUMN_CODECS.get(name)
+    if kind is ColumnCodec.UUID:
         return str(value)
-    if kind is Kind.ORIGINATOR_ID:
+    if kind is ColumnCodec.ORIGINATOR_ID:
         return value.hex if isinstance(value, UUID) else value
-    if kind is Kind.TIMESTAMP:
+    if kind is ColumnCodec.TIMESTAMP:
         return (value - _EPOCH) // _MICROSECOND
-    if kind is Kind.JSON:
+    if kind is ColumnCodec.JSON:
         return json.dumps(value)
     return value
 
@@ -69,11 +69,11 @@ def _encode_sqlite(name: str, value: Any) -> Any:
 def _decode_sqlite(row: sqlite3.Row) -> Row:
     decoded: Row = {}
     for name in row.keys():  # noqa: SIM118 - sqlite3.Row is not a mapping
-        value, kind = row[name], COLUMN_KINDS.get(name)
+        value, kind = row[name], COLUMN_CODECS.get(name)
         if value is not None and kind is not None:
-            if kind in (Kind.UUID, Kind.ORIGINATOR_ID):
+            if kind in (ColumnCodec.UUID, ColumnCodec.ORIGINATOR_ID):
                 value = UUID(value)
-            elif kind is Kind.TIMESTAMP:
+            elif kind is ColumnCodec.TIMESTAMP:
                 value = _EPOCH + value * _MICROSECOND
             else:
                 value = json.loads(value)

@@ -1,5 +1,5 @@
 -- Every statement FlowForge runs, written once for both databases.
--- Blocks are "-- name: <name>"; flowforge.projections.queries loads them once per
+-- Blocks are "-- name: <name>"; flowforge.projections.statements loads them once per
 -- dialect. Parameters are :name (rendered as %(name)s for psycopg); a parameter named
 -- like a column carries that column's value.
 -- Macros in braces are filled when the statements are loaded:
@@ -13,7 +13,7 @@
 --     {events_table} {event_order}         the eventsourcing library's table
 --     {for_update} {for_update_skip_locked} row locks (PostgreSQL only)
 --     {indexed_by_retry_due} the retries' index, named where SQLite would not pick it
---   from the code (flowforge/projections/queries.py):
+--   from the code (flowforge/projections/statements.py):
 --     {task_run_states} {workflow_run_states}  the enums, so the CHECKs cannot drift
 --     {task_run_assignments} {workflow_run_assignments}  "col = :col, ..." for every
 --       column an event carries (the aggregates' MUTABLE_FIELDS)

@@ -22,7 +22,7 @@ from eventsourcing.utils import get_topic
 from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.base import Declaration, TransitionedEvent, event_from_row
 from flowforge.aggregates.machines import Transition
-from flowforge.projections import event_sql, projector, queries
+from flowforge.projections import event_sql, projector, statements
 from flowforge.projections.db.protocols import Row, Transaction
 from flowforge.projections.reads import first_row
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
@@ -127,7 +127,7 @@ class Recording:
         if not self.events_in_sql:
             return name, params
         event_params = event.parameters(self._mapper.transcoder)
-        return queries.recorded_name(name), {**params, **event_params}
+        return statements.recorded_name(name), {**params, **event_params}
 
     def recorded(
         self, row_type: type[_Recorded], rows: list[Row], event: EventRecipe

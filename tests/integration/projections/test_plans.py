@@ -30,7 +30,7 @@ import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
-from flowforge.projections import queries
+from flowforge.projections import statements
 from flowforge.projections.db.pipeline import _templates
 
 #: The tables that grow with every run.
@@ -182,10 +182,10 @@ def test_no_sqlite_statement_scans_a_big_table_whole(tmp_path: Path) -> None:
     FlowForge(f"sqlite:///{location}").close()
     scans: dict[str, set[str]] = {}
     with sqlite3.connect(location) as conn:
-        for name, sql in sorted(queries.load("sqlite").items()):
+        for name, sql in sorted(statements.load("sqlite").items()):
             if sql.lstrip().upper().startswith(("CREATE", "ALTER", "DROP", "BEGIN")):
                 continue
-            params = dict.fromkeys(queries._PARAMETER.findall(sql))
+            params = dict.fromkeys(statements._PARAMETER.findall(sql))
             plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
             scans[name] = {
                 match[1]

@@ -15,7 +15,7 @@ from flowforge.aggregates import base, task_run, workflow_run
 from flowforge.aggregates.base import Fields, Initial, Kind, Show
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
-from flowforge.projections.tables import COLUMN_KINDS, TaskRunRow, WorkflowRunRow
+from flowforge.projections.tables import COLUMN_CODECS, TaskRunRow, WorkflowRunRow
 from tests.unit.aggregates.test_task_run import T0, created
 
 LIBRARY_FIELDS = {"originator_id", "originator_version", "timestamp", "originator_topic"}
@@ -121,9 +121,9 @@ def test_every_declared_field_is_a_column_of_the_row_with_the_same_kind(
     columns = {f.name for f in dataclasses.fields(row)}
     assert set(declaration.names) <= columns
     for name, kind in declaration.kinds.items():
-        stored = COLUMN_KINDS.get(name)
+        stored = COLUMN_CODECS.get(name)
         if kind in (Kind.UUID, Kind.TIMESTAMP, Kind.JSON):
-            assert stored is not None, f"{name} is {kind} but the store has no kind for it"
+            assert stored is not None, f"{name} is {kind} but the store has no codec for it"
             assert stored.value == kind.value, name
         else:
             assert stored is None, name
