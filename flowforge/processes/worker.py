@@ -168,9 +168,7 @@ class Worker:
         admitted = self._admit(delivery)
         if isinstance(admitted, Settlement):
             return admitted
-        return self._guarded(
-            admitted, lambda: settle.done(self._claim_and_run(admitted, consumer))
-        )
+        return self._guarded(admitted, lambda: settle.ack(self._claim_and_run(admitted, consumer)))
 
     def _admit(self, delivery: Delivery) -> DispatchMessage | Settlement:
         """The delivery's dispatch if it is this deployment's; else its settlement."""
@@ -228,7 +226,7 @@ class Worker:
                 batch.settlements[i] = self._process(delivery, consumer)
             elif any(m.task_run_id == admitted.task_run_id for m in to_claim.values()):
                 # A duplicate dispatch: the claim of the first decides for both.
-                batch.settlements[i] = settle.done(self._duplicate(admitted))
+                batch.settlements[i] = settle.ack(self._duplicate(admitted))
             else:
                 to_claim[i] = admitted
         if not to_claim:
@@ -266,13 +264,13 @@ class Worker:
         """Run one task of the batch; ``None``: its outcome waits to be written."""
         claimed = self._claimed(message.task_run_id, row)
         if isinstance(claimed, str):
-            return settle.done(claimed)
+            return settle.ack(claimed)
         task, claim, lease_seconds = claimed
         waited = time.monotonic() - claimed_at >= lease_seconds * RENEW_WAITED_FRACTION
         if waited and not self.app.renew_lease(
             task.id, claim.fencing_token, lease_seconds, actor=self.worker_id
         ):
-            return settle.done(self._skipped(task, "lease lost while waiting in its batch"))
+            return settle.ack(self._skipped(task, "lease lost while waiting in its batch"))
         result, error = self._execute(
             task, claim, lease_seconds, consumer, lambda: self._flush_if_due(batch, consumer)
         )
@@ -294,7 +292,7 @@ class Worker:
                 failed = settle.for_error(result)
                 batch.settlements[i] = self._unsettled(failed, result, outcome.task_run_id)
             else:
-                batch.settlements[i] = settle.done(self._written(outcome, result))
+                batch.settlements[i] = settle.ack(self._written(outcome, result))
         batch.pending.clear()
 
     def _settle_batch(
@@ -306,7 +304,7 @@ class Worker:
         lost: errors.BrokerError | None = None
         acks: list[Delivery] = []
         for delivery, settlement in zip(batch.deliveries, batch.settlements, strict=True):
-            if settlement is not None and settlement.outcome == "ack":
+            if settlement is not None and settlement.action == "ack":
                 acks.append(delivery)
                 continue
             try:
@@ -349,13 +347,13 @@ class Worker:
     ) -> None:
         if settlement is None:
             try:
-                settle.perform(delivery, settle.UNEXPECTED.outcome)
+                settle.perform(delivery, settle.UNEXPECTED.action)
             except errors.BrokerError as exc:
                 # The connection is gone too: the broker requeues the message itself.
                 # The error on its way up is the one that matters.
                 log.debug("requeue after an error failed", extra=self._extra(error=str(exc)))
             return
-        settle.perform(delivery, settlement.outcome)
+        settle.perform(delivery, settlement.action)
         if back_off and settlement.back_off:
             self.stop.wait(POLL_INTERVAL_S)
 
