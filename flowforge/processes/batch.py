@@ -78,13 +78,13 @@ class Batch:
                 self.settlements[i] = worker._process(delivery, self.consumer)
             elif any(m.task_run_id == admitted.task_run_id for m in to_claim.values()):
                 # A duplicate dispatch: the claim of the first decides for both.
-                self.settlements[i] = settle.ack(worker.claims.duplicate(admitted))
+                self.settlements[i] = settle.ack(worker.claimer.duplicate(admitted))
             else:
                 to_claim[i] = admitted
         if not to_claim:
             return
         messages = list(to_claim.values())
-        rows = worker._guarded(messages[0], lambda: worker.claims.claim_all(messages))
+        rows = worker._guarded(messages[0], lambda: worker.claimer.claim_all(messages))
         if isinstance(rows, Settlement):  # the database failed: nothing was claimed
             for i in to_claim:
                 self.settlements[i] = rows
@@ -100,7 +100,7 @@ class Batch:
     ) -> Settlement | None:
         """Run one task of the batch; ``None``: its outcome waits to be written."""
         worker = self.worker
-        claimed = worker.claims.claimed(message.task_run_id, row)
+        claimed = worker.claimer.claimed(message.task_run_id, row)
         if isinstance(claimed, str):
             return settle.ack(claimed)
         task, claim, lease_seconds = claimed
@@ -108,7 +108,9 @@ class Batch:
         if waited and not worker.app.renew_lease(
             task.id, claim.fencing_token, lease_seconds, actor=worker.worker_id
         ):
-            return settle.ack(worker.claims.skipped(task, "lease lost while waiting in its batch"))
+            return settle.ack(
+                worker.claimer.skipped(task, "lease lost while waiting in its batch")
+            )
         outcome = worker._execute(task, claim, lease_seconds, self.consumer, self._flush_if_due)
         if not self.pending:
             self.pending_since = time.monotonic()

@@ -96,7 +96,7 @@ class Worker:
         self.outcomes = OutcomeWriter(app, self.worker_id, self.stop, patience=outcome_patience)
         #: The runs this worker has met: room for a whole batch's, claimed and read.
         self._runs = RunCache(app.definitions, max(RUN_CACHE_SIZE, 3 * self.batch))
-        self.claims = Claimer(app, self.worker_id, self._runs)
+        self.claimer = Claimer(app, self.worker_id, self._runs)
         #: One thread each for the handlers and the heartbeats, reused task after task.
         self._handlers = Lane(f"handler-{self.worker_id}")
         self._beats = Lane(f"heartbeat-{self.worker_id}")
@@ -212,7 +212,7 @@ class Worker:
             # The handler already ran here; only its outcome's write failed. Write it
             # now instead of running the handler a second time.
             return self._write(kept, consumer)
-        claimed = self.claims.claim(message.task_run_id)
+        claimed = self.claimer.claim(message.task_run_id)
         if isinstance(claimed, str):
             return claimed
         task, claim, lease_seconds = claimed
