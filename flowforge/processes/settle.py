@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from typing import Final
 
 from flowforge import errors
-from flowforge.processes.transport import Delivery, Outcome
+from flowforge.processes.transport import Delivery, SettleAction
 
 
 @dataclass(frozen=True, slots=True)
 class Settlement:
     """What to do with a delivery, and what happened (for logs and tests)."""
 
-    outcome: Outcome
+    action: SettleAction
     #: "succeed", "fail", "stale", "skipped", "dead_lettered" or "requeued".
     result: str
     #: Wait before taking the next message (the database is down: do not spin).
@@ -56,7 +56,7 @@ DATABASE_FAILED: Final = Settlement(
 UNEXPECTED: Final = Settlement("requeue", "requeued", reason="delivery abandoned by an error")
 
 
-def done(result: str) -> Settlement:
+def ack(result: str) -> Settlement:
     """The task ran to a durable outcome, or the dispatch was a duplicate: ack."""
     return Settlement("ack", result)
 
@@ -72,11 +72,11 @@ def for_error(exc: BaseException) -> Settlement:
     return UNEXPECTED
 
 
-def perform(delivery: Delivery, outcome: Outcome) -> None:
-    """Send ``outcome`` to the delivery's queue."""
-    if outcome == "ack":
+def perform(delivery: Delivery, action: SettleAction) -> None:
+    """Send ``action`` to the delivery's queue."""
+    if action == "ack":
         delivery.ack()
-    elif outcome == "requeue":
+    elif action == "requeue":
         delivery.requeue()
     else:
         delivery.dead_letter()

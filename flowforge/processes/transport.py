@@ -117,10 +117,14 @@ class ConsumerFactory(Protocol):
     def __call__(self, *, prefetch: int = 1) -> DispatchConsumer: ...
 
 
+#: How a delivery is settled (``Delivery.ack``, ``requeue``, ``dead_letter``).
+SettleAction = Literal["ack", "requeue", "dead_letter"]
+
+
 class SettleOnce:
     """What every transport's delivery shares: its body, and being settled exactly once.
 
-    A subclass says how an outcome reaches its queue (:meth:`_settle`).
+    A subclass says how a settle action reaches its queue (:meth:`_settle`).
     """
 
     def __init__(self, body: bytes, redelivered: bool) -> None:
@@ -152,18 +156,15 @@ class SettleOnce:
     def dead_letter(self) -> None:
         self._once("dead_letter")
 
-    def _once(self, outcome: Outcome) -> None:
+    def _once(self, action: SettleAction) -> None:
         self.take_settlement()
-        self._settle(outcome)
+        self._settle(action)
 
-    def _settle(self, outcome: Outcome) -> None:
+    def _settle(self, action: SettleAction) -> None:
         raise NotImplementedError
 
 
 # --- in-process implementation ---------------------------------------------------------
-
-
-Outcome = Literal["ack", "requeue", "dead_letter"]
 
 
 @dataclass
@@ -240,7 +241,7 @@ class InMemoryDispatchChannel:
             held.add(tag)
             return InMemoryDelivery(self, consumer, tag, entry.body, entry.returns > 0)
 
-    def settle(self, consumer: InMemoryDispatchConsumer, tag: int, outcome: Outcome) -> None:
+    def settle(self, consumer: InMemoryDispatchConsumer, tag: int, action: SettleAction) -> None:
         """Settle ``consumer``'s delivery ``tag``: the port its deliveries settle through."""
         with self._changed:
             entry = self._unsettled.pop(tag, None)
@@ -250,9 +251,9 @@ class InMemoryDispatchChannel:
                     "queue and will be delivered again; it can no longer be settled here."
                 )
             self._held[consumer].discard(tag)
-            if outcome == "requeue":
+            if action == "requeue":
                 self._return(entry)
-            elif outcome == "dead_letter":
+            elif action == "dead_letter":
                 self._dead.append(entry.body)
             self._changed.notify_all()
 
@@ -328,5 +329,5 @@ class InMemoryDelivery(SettleOnce):
         self._consumer = consumer
         self._tag = tag
 
-    def _settle(self, outcome: Outcome) -> None:
-        self._channel.settle(self._consumer, self._tag, outcome)
+    def _settle(self, action: SettleAction) -> None:
+        self._channel.settle(self._consumer, self._tag, action)

@@ -13,6 +13,9 @@ A broker connection lost while a handler runs does not abandon the task: the hea
 goes on, the handler's outcome is written when it returns, and only then does the
 worker notice the loss (the settle fails) and reconnect. It takes no new message while
 a handler of its still runs; the redelivered message finds the task done and is acked.
+
+The claim and its fallback are ``flowforge.processes.claim``; the batch path
+(``--batch N``) is ``flowforge.processes.batch``, which takes this worker's steps.
 """
 
 from __future__ import annotations
@@ -22,18 +25,17 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, TypeVar
 
 from flowforge import errors
 from flowforge.aggregates import failures
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
-from flowforge.aggregates.states import TaskRunState
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
 from flowforge.limits import batch_size
 from flowforge.processes import settle
+from flowforge.processes.batch import Batch
+from flowforge.processes.claim import Claimer
 from flowforge.processes.handler_call import HandlerCall, error_details
 from flowforge.processes.heartbeat import Heartbeat
 from flowforge.processes.lane import Lane
@@ -53,11 +55,6 @@ _Step = TypeVar("_Step")
 POLL_INTERVAL_S = 0.5
 #: How often the connection is serviced while a handler runs.
 PUMP_INTERVAL_S = 0.05
-#: How long a handler's outcome waits for its batch's others before it is written.
-OUTCOME_BATCH_WAIT_S = 0.05
-#: A task that waited in its batch this share of its lease has it renewed first (the
-#: heartbeat's own period).
-RENEW_WAITED_FRACTION = 1 / 3
 
 
 def heartbeat_start_after(lease_seconds: float) -> float:
@@ -99,6 +96,7 @@ class Worker:
         self.outcomes = OutcomeWriter(app, self.worker_id, self.stop, patience=outcome_patience)
         #: The runs this worker has met: room for a whole batch's, claimed and read.
         self._runs = RunCache(app.definitions, max(RUN_CACHE_SIZE, 3 * self.batch))
+        self.claimer = Claimer(app, self.worker_id, self._runs)
         #: One thread each for the handlers and the heartbeats, reused task after task.
         self._handlers = Lane(f"handler-{self.worker_id}")
         self._beats = Lane(f"heartbeat-{self.worker_id}")
@@ -148,7 +146,7 @@ class Worker:
         finally:
             consumer.close()
 
-    # --- one message ------------------------------------------------------------------
+    # --- one message, or a batch ------------------------------------------------------
 
     def handle(self, delivery: Delivery, consumer: DispatchConsumer) -> str:
         """Settle one delivery exactly once; returns what happened (for logs and tests).
@@ -164,13 +162,19 @@ class Worker:
         finally:
             self._settle(delivery, settlement)
 
+    def handle_batch(
+        self, deliveries: Sequence[Delivery], consumer: DispatchConsumer
+    ) -> list[str]:
+        """Settle each delivery exactly once, as :meth:`handle` does one, with ONE claim
+        for the batch and its outcomes written together (``processes/batch.py``); what
+        happened to each, in order."""
+        return Batch(self, consumer, list(deliveries)).handle()
+
     def _process(self, delivery: Delivery, consumer: DispatchConsumer) -> Settlement:
         admitted = self._admit(delivery)
         if isinstance(admitted, Settlement):
             return admitted
-        return self._guarded(
-            admitted, lambda: settle.done(self._claim_and_run(admitted, consumer))
-        )
+        return self._guarded(admitted, lambda: settle.ack(self._claim_and_run(admitted, consumer)))
 
     def _admit(self, delivery: Delivery) -> DispatchMessage | Settlement:
         """The delivery's dispatch if it is this deployment's; else its settlement."""
@@ -181,146 +185,6 @@ class Worker:
         if message.deployment is not None and message.deployment != self.app.deployment_id:
             return self._foreign(message)
         return message
-
-    def _guarded(self, message: DispatchMessage, step: Callable[[], _Step]) -> _Step | Settlement:
-        """What ``step`` returns, or the settlement its database error calls for."""
-        try:
-            return step()
-        except (errors.NotFoundError, errors.PersistenceError) as exc:
-            return self._unsettled(settle.for_error(exc), exc, task_run_id=message.task_run_id)
-
-    # --- a batch of messages ------------------------------------------------------------
-
-    def handle_batch(
-        self, deliveries: Sequence[Delivery], consumer: DispatchConsumer
-    ) -> list[str]:
-        """Settle each delivery exactly once, as :meth:`handle` does one, with ONE claim
-        for the batch and its outcomes written together (``OutcomeWriter.write_all``);
-        what happened to each, in order.
-
-        The handlers run one after another. A task that waited in the batch for a third
-        of its lease has it renewed before its handler starts. An outcome waits for the
-        batch's others at most :data:`OUTCOME_BATCH_WAIT_S`, written meanwhile if a
-        handler runs longer. Every settlement is performed at the end, after every
-        outcome was written: a broker lost meanwhile costs no outcome. If an error
-        nobody expected escapes, the outcomes not written yet are kept for their
-        redeliveries and every delivery not settled yet is requeued.
-        """
-        batch = _Batch(list(deliveries))
-        try:
-            self._run_batch(batch, consumer)
-            self._flush(batch, consumer)
-        except BaseException:
-            for _, outcome in batch.pending:
-                self.outcomes.keep(outcome)
-            self._settle_batch(batch, consumer, quietly=True)  # the error going up matters more
-            raise
-        self._settle_batch(batch, consumer)
-        return [settlement.result for settlement in batch.settlements if settlement is not None]
-
-    def _run_batch(self, batch: _Batch, consumer: DispatchConsumer) -> None:
-        to_claim: dict[int, DispatchMessage] = {}
-        for i, delivery in enumerate(batch.deliveries):
-            admitted = self._admit(delivery)
-            if isinstance(admitted, Settlement):
-                batch.settlements[i] = admitted
-            elif self.outcomes.kept(admitted.task_run_id) is not None:
-                batch.settlements[i] = self._process(delivery, consumer)
-            elif any(m.task_run_id == admitted.task_run_id for m in to_claim.values()):
-                # A duplicate dispatch: the claim of the first decides for both.
-                batch.settlements[i] = settle.done(self._duplicate(admitted))
-            else:
-                to_claim[i] = admitted
-        if not to_claim:
-            return
-        claimed = self._guarded(
-            next(iter(to_claim.values())),
-            lambda: self.app.claim_task_runs_and_their_runs(
-                [message.task_run_id for message in to_claim.values()],
-                self.worker_id,
-                unless_known=self._runs.latest(),
-            ),
-        )
-        if isinstance(claimed, Settlement):  # the database failed: nothing was claimed
-            for i in to_claim:
-                batch.settlements[i] = claimed
-            return
-        claimed_at = time.monotonic()
-        rows, runs = claimed
-        for run in runs:
-            self._runs.remember(run)
-        for (i, message), row in zip(to_claim.items(), rows, strict=True):
-            step = partial(self._run_claimed, batch, i, message, row, claimed_at, consumer)
-            batch.settlements[i] = self._guarded(message, step)
-            self._flush_if_due(batch, consumer)
-
-    def _run_claimed(
-        self,
-        batch: _Batch,
-        index: int,
-        message: DispatchMessage,
-        row: TaskRunRow | None,
-        claimed_at: float,
-        consumer: DispatchConsumer,
-    ) -> Settlement | None:
-        """Run one task of the batch; ``None``: its outcome waits to be written."""
-        claimed = self._claimed(message.task_run_id, row)
-        if isinstance(claimed, str):
-            return settle.done(claimed)
-        task, claim, lease_seconds = claimed
-        waited = time.monotonic() - claimed_at >= lease_seconds * RENEW_WAITED_FRACTION
-        if waited and not self.app.renew_lease(
-            task.id, claim.fencing_token, lease_seconds, actor=self.worker_id
-        ):
-            return settle.done(self._skipped(task, "lease lost while waiting in its batch"))
-        result, error = self._execute(
-            task, claim, lease_seconds, consumer, lambda: self._flush_if_due(batch, consumer)
-        )
-        batch.wait(index, _outcome(task, claim, result, error))
-        return None
-
-    def _flush_if_due(self, batch: _Batch, consumer: DispatchConsumer) -> None:
-        if batch.pending and time.monotonic() - batch.pending_since >= OUTCOME_BATCH_WAIT_S:
-            self._flush(batch, consumer)
-
-    def _flush(self, batch: _Batch, consumer: DispatchConsumer) -> None:
-        """Write the outcomes waiting in the batch, together."""
-        if not batch.pending:
-            return
-        outcomes = [outcome for _, outcome in batch.pending]
-        written = self.outcomes.write_all(outcomes, lambda s: self._service(consumer, s))
-        for (i, outcome), result in zip(batch.pending, written, strict=True):
-            if isinstance(result, errors.PersistenceError):
-                failed = settle.for_error(result)
-                batch.settlements[i] = self._unsettled(failed, result, outcome.task_run_id)
-            else:
-                batch.settlements[i] = settle.done(self._written(outcome, result))
-        batch.pending.clear()
-
-    def _settle_batch(
-        self, batch: _Batch, consumer: DispatchConsumer, *, quietly: bool = False
-    ) -> None:
-        """Perform every settlement, the acks together (``ack_all``) after the others;
-        requeue what has none. A broker error is raised once every delivery was tried
-        (the broker requeues what could not be settled), unless ``quietly``."""
-        lost: errors.BrokerError | None = None
-        acks: list[Delivery] = []
-        for delivery, settlement in zip(batch.deliveries, batch.settlements, strict=True):
-            if settlement is not None and settlement.outcome == "ack":
-                acks.append(delivery)
-                continue
-            try:
-                self._settle(delivery, settlement, back_off=False)
-            except errors.BrokerError as exc:
-                lost = lost or exc
-        try:
-            consumer.ack_all(acks)
-        except errors.BrokerError as exc:
-            lost = lost or exc
-        if lost is not None and not quietly:
-            raise lost
-        if any(s is not None and s.back_off for s in batch.settlements):
-            self.stop.wait(POLL_INTERVAL_S)
 
     def _foreign(self, message: DispatchMessage) -> Settlement:
         """A dispatch of another deployment: logged as an error naming both."""
@@ -335,29 +199,12 @@ class Worker:
         )
         return settle.FOREIGN
 
-    def _unsettled(
-        self, settlement: Settlement, exc: BaseException, task_run_id: uuid.UUID | None = None
-    ) -> Settlement:
-        fields: dict[str, Any] = {"reason": str(exc)}
-        if task_run_id is not None:
-            fields["task_run_id"] = str(task_run_id)
-        log.warning(settlement.reason, extra=self._extra(**fields))
-        return settlement
-
-    def _settle(
-        self, delivery: Delivery, settlement: Settlement | None, *, back_off: bool = True
-    ) -> None:
-        if settlement is None:
-            try:
-                settle.perform(delivery, settle.UNEXPECTED.outcome)
-            except errors.BrokerError as exc:
-                # The connection is gone too: the broker requeues the message itself.
-                # The error on its way up is the one that matters.
-                log.debug("requeue after an error failed", extra=self._extra(error=str(exc)))
-            return
-        settle.perform(delivery, settlement.outcome)
-        if back_off and settlement.back_off:
-            self.stop.wait(POLL_INTERVAL_S)
+    def _guarded(self, message: DispatchMessage, step: Callable[[], _Step]) -> _Step | Settlement:
+        """What ``step`` returns, or the settlement its database error calls for."""
+        try:
+            return step()
+        except (errors.NotFoundError, errors.PersistenceError) as exc:
+            return self._unsettled(settle.for_error(exc), exc, task_run_id=message.task_run_id)
 
     def _claim_and_run(self, message: DispatchMessage, consumer: DispatchConsumer) -> str:
         kept = self.outcomes.kept(message.task_run_id)
@@ -365,12 +212,85 @@ class Worker:
             # The handler already ran here; only its outcome's write failed. Write it
             # now instead of running the handler a second time.
             return self._write(kept, consumer)
-        claimed = self._claim(message.task_run_id)
+        claimed = self.claimer.claim(message.task_run_id)
         if isinstance(claimed, str):
             return claimed
         task, claim, lease_seconds = claimed
-        result, error = self._execute(task, claim, lease_seconds, consumer)
-        return self._write(_outcome(task, claim, result, error), consumer)
+        return self._write(self._execute(task, claim, lease_seconds, consumer), consumer)
+
+    # --- running a task ---------------------------------------------------------------
+
+    def _execute(
+        self,
+        task: TaskRunRow,
+        claim: Claim,
+        lease_seconds: float,
+        consumer: DispatchConsumer,
+        meanwhile: Callable[[], None] = lambda: None,
+    ) -> Outcome:
+        """Run the handler in a thread beside the heartbeat, servicing the connection
+        (and doing ``meanwhile``, a batch's due writes) while it runs; its outcome."""
+        try:
+            handler = self.registry.get(task.task_type)
+        except errors.UnknownTaskTypeError as exc:
+            return _outcome(task, claim, None, error_details(exc))
+        context = self._context(task, claim)
+        heartbeat = Heartbeat(
+            self.app,
+            claim,
+            lease_seconds,
+            self.worker_id,
+            self._beats,
+            start_after=heartbeat_start_after(lease_seconds),
+        )
+        call = HandlerCall(handler, context, self._handlers)
+        with heartbeat:
+            call.start()
+            while not call.join(PUMP_INTERVAL_S):
+                # Before anything that may block (a batch's due writes): the renewals
+                # never wait for the consumer thread once they are handed over.
+                heartbeat.keep_up()
+                self._pump(consumer, 0)
+                meanwhile()
+        result, error = call.outcome()
+        return _outcome(task, claim, result, error)
+
+    def _context(self, task: TaskRunRow, claim: Claim) -> TaskContext:
+        run_id = task.workflow_run_id
+        # Its own dependencies' rows only: a task of an N-task run costs O(1), not O(N);
+        # a root task asks nothing.
+        results = self.app.task_results(run_id, task.depends_on) if task.depends_on else {}
+        return TaskContext(
+            task_run_id=task.id,
+            workflow_run_id=run_id,
+            task_key=task.task_key,
+            task_type=task.task_type,
+            inputs=self._runs.facts(task.workflow_run_id).inputs,
+            upstream={key: results.get(key) for key in task.depends_on},
+            attempt=claim.attempt,
+            fencing_token=claim.fencing_token,
+            worker_id=self.worker_id,
+        )
+
+    def _service(self, consumer: DispatchConsumer, seconds: float) -> None:
+        """Service the connection for ``seconds``, or until a stop is requested."""
+        deadline = time.monotonic() + seconds
+        while not self.stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            self._pump(consumer, min(PUMP_INTERVAL_S, left))
+
+    def _pump(self, consumer: DispatchConsumer, seconds: float) -> None:
+        try:
+            consumer.pump(seconds)
+        except errors.BrokerUnavailableError as exc:
+            # The held message will be redelivered. The handler goes on (and its
+            # heartbeat), its outcome is still written, and the failed settle then
+            # reconnects; the redelivery finds the task done. Later pumps just wait.
+            log.warning(
+                "broker connection lost while a task runs; finishing the task first",
+                extra=self._extra(error=str(exc)),
+            )
+
+    # --- the outcome and the settlement -----------------------------------------------
 
     def _write(self, outcome: Outcome, consumer: DispatchConsumer) -> str:
         written = self.outcomes.write(outcome, lambda seconds: self._service(consumer, seconds))
@@ -398,153 +318,36 @@ class Worker:
         )
         return outcome.edge if written else "stale"
 
-    def _service(self, consumer: DispatchConsumer, seconds: float) -> None:
-        """Service the connection for ``seconds``, or until a stop is requested."""
-        deadline = time.monotonic() + seconds
-        while not self.stop.is_set() and (left := deadline - time.monotonic()) > 0:
-            self._pump(consumer, min(PUMP_INTERVAL_S, left))
+    def _settle(
+        self, delivery: Delivery, settlement: Settlement | None, *, back_off: bool = True
+    ) -> None:
+        if settlement is None:
+            try:
+                settle.perform(delivery, settle.UNEXPECTED.action)
+            except errors.BrokerError as exc:
+                # The connection is gone too: the broker requeues the message itself.
+                # The error on its way up is the one that matters.
+                log.debug("requeue after an error failed", extra=self._extra(error=str(exc)))
+            return
+        settle.perform(delivery, settlement.action)
+        if back_off and settlement.back_off:
+            self._back_off()
 
-    def _pump(self, consumer: DispatchConsumer, seconds: float) -> None:
-        try:
-            consumer.pump(seconds)
-        except errors.BrokerUnavailableError as exc:
-            # The held message will be redelivered. The handler goes on (and its
-            # heartbeat), its outcome is still written, and the failed settle then
-            # reconnects; the redelivery finds the task done. Later pumps just wait.
-            log.warning(
-                "broker connection lost while a task runs; finishing the task first",
-                extra=self._extra(error=str(exc)),
-            )
+    def _back_off(self) -> None:
+        """Wait before taking the next message: the database is down, do not spin."""
+        self.stop.wait(POLL_INTERVAL_S)
 
-    def _duplicate(self, message: DispatchMessage) -> str:
-        log.info(
-            "duplicate or stale dispatch acked without running",
-            extra=self._extra(task_run_id=str(message.task_run_id), reason="twice in a batch"),
-        )
-        return "skipped"
-
-    def _skipped(self, task: TaskRunRow, why: str) -> str:
-        log.info(
-            "duplicate or stale dispatch acked without running",
-            extra=self._extra(task_run_id=str(task.id), state=task.state, reason=why),
-        )
-        return "skipped"
-
-    def _execute(
-        self,
-        task: TaskRunRow,
-        claim: Claim,
-        lease_seconds: float,
-        consumer: DispatchConsumer,
-        meanwhile: Callable[[], None] = lambda: None,
-    ) -> tuple[Any, dict[str, str] | None]:
-        """Run the handler in a thread beside the heartbeat, servicing the connection
-        (and doing ``meanwhile``, a batch's due writes) while it runs."""
-        try:
-            handler = self.registry.get(task.task_type)
-        except errors.UnknownTaskTypeError as exc:
-            return None, error_details(exc)
-        context = self._context(task, claim)
-        heartbeat = Heartbeat(
-            self.app,
-            claim,
-            lease_seconds,
-            self.worker_id,
-            self._beats,
-            start_after=heartbeat_start_after(lease_seconds),
-        )
-        call = HandlerCall(handler, context, self._handlers)
-        with heartbeat:
-            call.start()
-            while not call.join(PUMP_INTERVAL_S):
-                # Before anything that may block (a batch's due writes): the renewals
-                # never wait for the consumer thread once they are handed over.
-                heartbeat.keep_up()
-                self._pump(consumer, 0)
-                meanwhile()
-        return call.outcome()
-
-    def _context(self, task: TaskRunRow, claim: Claim) -> TaskContext:
-        run_id = task.workflow_run_id
-        # Its own dependencies' rows only: a task of an N-task run costs O(1), not O(N);
-        # a root task asks nothing.
-        results = self.app.task_results(run_id, task.depends_on) if task.depends_on else {}
-        return TaskContext(
-            task_run_id=task.id,
-            workflow_run_id=run_id,
-            task_key=task.task_key,
-            task_type=task.task_type,
-            inputs=self._runs.facts(task.workflow_run_id).inputs,
-            upstream={key: results.get(key) for key in task.depends_on},
-            attempt=claim.attempt,
-            fencing_token=claim.fencing_token,
-            worker_id=self.worker_id,
-        )
-
-    def _claim(self, task_run_id: uuid.UUID) -> tuple[TaskRunRow, Claim, float] | str:
-        """Claim the task with its own lease, no read first: the claimed row, the claim
-        and the lease; or, when nothing was claimed, what happened instead. The run's
-        definition and inputs come back in the claim's round trip the first time the
-        worker meets the run."""
-        row, run = self.app.claim_task_run_and_its_run(
-            task_run_id, self.worker_id, unless_known=self._runs.latest()
-        )
-        if run is not None:
-            self._runs.remember(run)
-        return self._claimed(task_run_id, row)
-
-    def _claimed(
-        self, task_run_id: uuid.UUID, row: TaskRunRow | None
-    ) -> tuple[TaskRunRow, Claim, float] | str:
-        """What a claim that returned ``row`` gives: the row, the claim and its lease;
-        or, when nothing was claimed, what happened instead."""
-        if row is not None:
-            assert row.lease_seconds is not None  # the claim took the row's own lease
-            return row, Claim.of(row), row.lease_seconds
-        # Not claimed: a duplicate or stale dispatch, a claim lost to another worker,
-        # or a row created before tasks recorded their lease (schema version 4). Its row
-        # says which; a ready one is claimed with its definition's lease.
-        task = self._task(task_run_id)
-        if task.task_state is not TaskRunState.READY:
-            return self._skipped(task, "not ready")
-        lease_seconds = self._runs.facts(task.workflow_run_id).definition.lease_seconds_for(
-            task.task_key
-        )
-        claim = self.app.claim_task_run(task.id, self.worker_id, lease_seconds)
-        if claim is None:
-            return self._skipped(task, "claimed elsewhere")
-        return task, claim, lease_seconds
-
-    def _task(self, task_run_id: uuid.UUID) -> TaskRunRow:
-        """The task's row, when the claim claimed nothing; its run's definition and
-        inputs are read in the same round trip unless the worker knows them."""
-        task, run = self.app.task_run_and_its_run(task_run_id, unless_known=self._runs.latest())
-        if run is not None:
-            self._runs.remember(run)
-        return task
+    def _unsettled(
+        self, settlement: Settlement, exc: BaseException, task_run_id: uuid.UUID | None = None
+    ) -> Settlement:
+        fields: dict[str, Any] = {"reason": str(exc)}
+        if task_run_id is not None:
+            fields["task_run_id"] = str(task_run_id)
+        log.warning(settlement.reason, extra=self._extra(**fields))
+        return settlement
 
     def _extra(self, **fields: Any) -> dict[str, Any]:
         return {"worker_id": self.worker_id, **fields}
-
-
-@dataclass(slots=True)
-class _Batch:
-    """The deliveries a worker took at once: each one's settlement once decided, and
-    the outcomes that wait to be written together (by the delivery's position)."""
-
-    deliveries: list[Delivery]
-    settlements: list[Settlement | None] = field(default_factory=list)
-    pending: list[tuple[int, Outcome]] = field(default_factory=list)
-    #: When the oldest waiting outcome was produced (``time.monotonic()``).
-    pending_since: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.settlements = [None] * len(self.deliveries)
-
-    def wait(self, index: int, outcome: Outcome) -> None:
-        if not self.pending:
-            self.pending_since = time.monotonic()
-        self.pending.append((index, outcome))
 
 
 def _outcome(task: TaskRunRow, claim: Claim, result: Any, error: dict[str, str] | None) -> Outcome:

@@ -84,22 +84,22 @@ class RabbitDispatchConsumer:
             connection.sleep(max(seconds, 0.0))
 
     def settle(
-        self, channel: BlockingChannel, delivery_tag: int, outcome: transport.Outcome
+        self, channel: BlockingChannel, delivery_tag: int, action: transport.SettleAction
     ) -> None:
         """Settle a delivery of this consumer's (its :class:`~.delivery.Settler` port).
 
         A delivery from a connection this consumer has since dropped cannot be settled:
         the broker has already put it back on the queue.
         """
-        action = outcome.replace("_", "-")
+        verb = action.replace("_", "-")
         if channel is not self._channel or channel.is_closed:
             raise errors.BrokerUnavailableError(
-                f"Cannot {action} the delivery: its connection to RabbitMQ at "
+                f"Cannot {verb} the delivery: its connection to RabbitMQ at "
                 f"{translate.endpoint(self._config)} was lost, so the broker will deliver "
                 f"the message again."
             )
-        with self._unavailable_on_error(f"{action} a delivery on"):
-            send_settlement(channel, delivery_tag, outcome)
+        with self._unavailable_on_error(f"{verb} a delivery on"):
+            send_settlement(channel, delivery_tag, action)
         self._held.discard(delivery_tag)
 
     def ack_all(self, deliveries: Sequence[transport.Delivery]) -> None:

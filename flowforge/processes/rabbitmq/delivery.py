@@ -1,4 +1,4 @@
-"""A RabbitMQ delivery, and how each settle outcome becomes an AMQP method.
+"""A RabbitMQ delivery, and how each settle action becomes an AMQP method.
 
 The delivery does not reach into its consumer: it settles through a :class:`Settler`,
 the one public method the consumer offers for it, which knows whether the delivery's
@@ -18,17 +18,17 @@ class Settler(Protocol):
     """Settles a delivery on the channel it came from (the consumer)."""
 
     def settle(
-        self, channel: BlockingChannel, delivery_tag: int, outcome: transport.Outcome
+        self, channel: BlockingChannel, delivery_tag: int, action: transport.SettleAction
     ) -> None: ...
 
 
 def send_settlement(
-    channel: BlockingChannel, delivery_tag: int, outcome: transport.Outcome
+    channel: BlockingChannel, delivery_tag: int, action: transport.SettleAction
 ) -> None:
-    """The AMQP method for ``outcome``."""
-    if outcome == "ack":
+    """The AMQP method for ``action``."""
+    if action == "ack":
         channel.basic_ack(delivery_tag)
-    elif outcome == "requeue":
+    elif action == "requeue":
         channel.basic_nack(delivery_tag, requeue=True)
     else:
         # Reject without requeue: the queue dead-letters it to the dead-letter exchange.
@@ -60,5 +60,5 @@ class RabbitDelivery(transport.SettleOnce):
     def delivery_tag(self) -> int:
         return self._tag
 
-    def _settle(self, outcome: transport.Outcome) -> None:
-        self._settler.settle(self._channel, self._tag, outcome)
+    def _settle(self, action: transport.SettleAction) -> None:
+        self._settler.settle(self._channel, self._tag, action)

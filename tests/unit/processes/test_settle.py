@@ -8,7 +8,7 @@ import pytest
 
 from flowforge import errors
 from flowforge.processes import settle
-from flowforge.processes.transport import Outcome
+from flowforge.processes.transport import SettleAction
 
 #: The kinds ``settle.for_error`` tells apart. They must be disjoint subtrees, or the
 #: answer would depend on the order of its checks.
@@ -39,7 +39,7 @@ def test_an_unknown_run_is_dead_lettered_not_requeued_as_a_database_failure(
     exc: errors.FlowForgeError,
 ) -> None:
     settlement = settle.for_error(exc)
-    assert settlement.outcome == "dead_letter"
+    assert settlement.action == "dead_letter"
     assert not settlement.back_off
     assert settlement is not settle.DATABASE_FAILED
 
@@ -56,7 +56,7 @@ def test_an_unknown_run_is_dead_lettered_not_requeued_as_a_database_failure(
 )
 def test_a_database_failure_requeues_and_backs_off(exc: errors.FlowForgeError) -> None:
     settlement = settle.for_error(exc)
-    assert (settlement.outcome, settlement.result, settlement.back_off) == (
+    assert (settlement.action, settlement.result, settlement.back_off) == (
         "requeue",
         "requeued",
         True,
@@ -65,7 +65,7 @@ def test_a_database_failure_requeues_and_backs_off(exc: errors.FlowForgeError) -
 
 def test_a_malformed_dispatch_is_dead_lettered() -> None:
     settlement = settle.for_error(errors.MalformedDispatchError("not json"))
-    assert (settlement.outcome, settlement.result) == ("dead_letter", "dead_lettered")
+    assert (settlement.action, settlement.result) == ("dead_letter", "dead_lettered")
 
 
 @pytest.mark.parametrize(
@@ -73,12 +73,12 @@ def test_a_malformed_dispatch_is_dead_lettered() -> None:
 )
 def test_any_other_error_requeues_without_backing_off(exc: BaseException) -> None:
     assert settle.for_error(exc) == settle.UNEXPECTED
-    assert settle.UNEXPECTED.outcome == "requeue"
+    assert settle.UNEXPECTED.action == "requeue"
 
 
 def test_a_durable_outcome_or_a_duplicate_is_acked() -> None:
     for result in ("succeed", "fail", "stale", "skipped"):
-        assert settle.done(result) == settle.Settlement("ack", result)
+        assert settle.ack(result) == settle.Settlement("ack", result)
 
 
 class RecordingDelivery:
@@ -100,8 +100,8 @@ class RecordingDelivery:
         self.settled.append("dead_letter")
 
 
-@pytest.mark.parametrize("outcome", ["ack", "requeue", "dead_letter"])
-def test_perform_sends_exactly_the_outcome_it_is_given(outcome: Outcome) -> None:
+@pytest.mark.parametrize("action", ["ack", "requeue", "dead_letter"])
+def test_perform_sends_exactly_the_action_it_is_given(action: SettleAction) -> None:
     delivery = RecordingDelivery()
-    settle.perform(delivery, outcome)
-    assert delivery.settled == [outcome]
+    settle.perform(delivery, action)
+    assert delivery.settled == [action]

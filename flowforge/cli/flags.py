@@ -1,0 +1,255 @@
+"""The command line's flags as data: each one defined once, bounded, and given to
+argparse by one function (:func:`add`).
+
+A command lists the flags it takes (``flowforge/cli/parser.py``); a flag two commands
+share is the same :class:`Flag`, so its help and bounds cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from flowforge.cli.logs import LEVELS
+from flowforge.limits import MAX_BATCH, MAX_ROWS
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One argument of a command: its names, its help, and only the options it sets
+    (``None``: argparse's own default)."""
+
+    names: tuple[str, ...]
+    help: str
+    metavar: str | None = None
+    type: Callable[[str], Any] | None = None
+    default: Any = None
+    action: str | None = None
+    nargs: str | None = None
+    choices: tuple[str, ...] | None = None
+    required: bool = False
+    #: Given once per value (``action="append"``), collected in a list (default: empty).
+    repeatable: bool = False
+
+
+class _Adds(Protocol):
+    """A parser or an argument group: what :func:`add` gives flags to."""
+
+    def add_argument(self, *names: str, **options: Any) -> argparse.Action: ...
+
+
+def add(parser: _Adds, flags: Iterable[Flag]) -> None:
+    """Give each flag to ``parser``, in order (the order ``--help`` shows them in)."""
+    for flag in flags:
+        options: dict[str, Any] = {
+            "help": flag.help,
+            "metavar": flag.metavar,
+            "type": flag.type,
+            "default": flag.default,
+            "action": flag.action,
+            "nargs": flag.nargs,
+            "choices": flag.choices,
+        }
+        if flag.repeatable:
+            options.update(action="append", default=[])  # a list of its own per parser
+        if flag.required:
+            options["required"] = True
+        parser.add_argument(
+            *flag.names, **{name: value for name, value in options.items() if value is not None}
+        )
+
+
+# Every number a user gives is bounded here, before anything runs: past these a value
+# is a typo, and unbounded ones overflow a thread's wait or a database parameter.
+#: Workers in one process (threads); scale further with more processes.
+MAX_WORKERS = 256
+#: Seconds between a process's passes.
+MAX_INTERVAL_S = 3600.0
+#: Seconds `run --timeout` may wait (a week).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+#: How long a stop of `run` or `demo` waits for the tasks in hand (flowforge/cli/stopping.py).
+STOP_GRACE_S = 5.0
+
+
+def _whole_number(maximum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from 1 to {maximum}, got {text!r}"
+            ) from None
+        if not 1 <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"must be from 1 to {maximum}, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds(maximum: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a number of seconds, e.g. 2.5, got {text!r}"
+            ) from None
+        if not 0 < value <= maximum:  # also refuses nan and inf
+            raise argparse.ArgumentTypeError(
+                f"must be more than 0 and at most {maximum:g} seconds, got {text}"
+            )
+        return value
+
+    return parse
+
+
+def _grace_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds, e.g. 2.5, got {text!r}"
+        ) from None
+    if not 0 <= value <= MAX_TIMEOUT_S:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"must be from 0 to {MAX_TIMEOUT_S:g} seconds, got {text}"
+        )
+    return value
+
+
+# --- configuration: every command takes these (parser.global_options) ----------------
+
+DATABASE_URL = Flag(
+    ("--database-url",),
+    metavar="URL",
+    help="overrides FLOWFORGE_DATABASE_URL (default: sqlite:///.flowforge/flowforge.db)",
+)
+BROKER_URL = Flag(
+    ("--broker-url",),
+    metavar="URL",
+    help="overrides FLOWFORGE_BROKER_URL (default: none; embedded, in-process dispatch)",
+)
+LOG_LEVEL = Flag(
+    ("--log-level",),
+    type=str.upper,
+    choices=LEVELS,
+    help="log to stderr from this level (default: INFO for scheduler, publisher and "
+    "worker; WARNING otherwise)",
+)
+
+# --- the commands' own --------------------------------------------------------------
+
+WORKFLOW = Flag(
+    ("workflow",),
+    metavar="FILE|module:attr",
+    help="a .toml or .json workflow file, or package.module:attribute naming a definition",
+)
+INPUT = Flag(
+    ("-i", "--input"),
+    repeatable=True,
+    metavar="KEY=VALUE",
+    help="a run input (repeatable, each KEY once). A VALUE that looks like JSON (starts "
+    'with { [ or ", is true/false/null or a number) must be valid JSON; anything else '
+    "is a string: rows=8 is a number, day=2026-01-31 a string (default: no inputs)",
+)
+IDEMPOTENCY_KEY = Flag(
+    ("--idempotency-key",),
+    metavar="KEY",
+    help="a second submit with the same KEY returns the first run and creates nothing "
+    "(default: none; every submit creates a run)",
+)
+JSON = Flag(("--json",), action="store_true", help="print JSON for scripts")
+TASKS = Flag(
+    ("--tasks",),
+    repeatable=True,
+    metavar="MODULE",
+    help="import MODULE so its @task handlers are registered (repeatable)",
+)
+WORKERS = Flag(
+    ("--workers",),
+    type=_whole_number(MAX_WORKERS),
+    default=2,
+    metavar="N",
+    help="workers run in this process (default: 2)",
+)
+GRACE = Flag(
+    ("--grace",),
+    type=_grace_seconds,
+    default=STOP_GRACE_S,
+    metavar="S",
+    help="on a stop, how long the tasks in hand may take to finish before they are "
+    "abandoned; a second Ctrl-C ends the wait at once (default: %(default)s)",
+)
+RESUME = Flag(
+    ("--resume",),
+    metavar="RUN",
+    help="run an existing run (id or prefix) to the end instead of submitting one",
+)
+TIMEOUT = Flag(
+    ("--timeout",),
+    type=_seconds(MAX_TIMEOUT_S),
+    metavar="S",
+    help="stop after S seconds (the tasks in hand then get --grace seconds to finish) "
+    "(default: wait until the run finishes)",
+)
+CONCURRENCY = Flag(
+    ("--concurrency",),
+    type=_whole_number(MAX_WORKERS),
+    default=1,
+    metavar="N",
+    help="workers in this process, sharing one stop signal (default: 1)",
+)
+BATCH = Flag(
+    ("--batch",),
+    type=_whole_number(MAX_BATCH),
+    default=1,
+    metavar="N",
+    help="dispatches each worker takes at once when they are waiting: claimed in one "
+    "transaction, their outcomes written in one; handlers still run one at a time "
+    "(default: 1; docs/worker.md, 'Batches')",
+)
+WORKER_ID = Flag(
+    ("--worker-id",),
+    metavar="ID",
+    help="the worker's name in the audit log and the logs; with --concurrency N, "
+    "ID-1 ... ID-N (default: <hostname>-<random>)",
+)
+SCHEDULER_INTERVAL = Flag(
+    ("--interval",),
+    type=_seconds(MAX_INTERVAL_S),
+    default=1.0,
+    metavar="S",
+    help="seconds between passes (default: 1.0)",
+)
+BATCH_SIZE = Flag(
+    ("--batch-size",),
+    type=_whole_number(MAX_ROWS),
+    default=500,
+    metavar="N",
+    help="dispatches published per transaction, at most (default: 500)",
+)
+PUBLISHER_INTERVAL = Flag(
+    ("--interval",),
+    type=_seconds(MAX_INTERVAL_S),
+    default=0.2,
+    metavar="S",
+    help="seconds to wait after a sweep that found nothing (default: 0.2)",
+)
+LIMIT = Flag(
+    ("--limit",),
+    type=_whole_number(MAX_ROWS),
+    default=20,
+    metavar="N",
+    help="show the N most recent runs (default: 20)",
+)
+RUN = Flag(("run",), metavar="RUN", help="a run id or a unique prefix of one")
+WATCH = Flag(("--watch",), action="store_true", help="follow until the run finishes")
+RUN_OR_TASK_RUN = Flag(("id",), metavar="RUN|TASK_RUN", help="an id, id prefix or RUN/TASK_KEY")
+TASK_RUN = Flag(("task",), metavar="TASK_RUN", help="a task run id, id prefix or RUN/TASK_KEY")
+AT = Flag(
+    ("--at",),
+    metavar="TIME",
+    help="ISO 8601 time (UTC unless it carries an offset), e.g. 2026-01-31T12:03:00Z",
+)
