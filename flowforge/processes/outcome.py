@@ -26,8 +26,9 @@ from uuid import UUID
 from flowforge import errors
 from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
+from flowforge.backoff import Backoff
 from flowforge.lru import Lru
-from flowforge.processes.loop import Backoff, Stop
+from flowforge.processes.loop import Stop
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import pytest
 from flowforge import errors
 from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.app.service import FlowForge
+from flowforge.backoff import RECONNECT_BACKOFF_RESET_AFTER_S, Backoff
 from flowforge.config import BrokerConfig
-from flowforge.processes.loop import RECONNECT_BACKOFF_RESET_AFTER_S, Backoff
 from flowforge.processes.publisher import Publisher
 from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher
 from flowforge.processes.transport import Delivery, InMemoryDispatchChannel
