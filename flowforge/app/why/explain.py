@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
+from functools import partial
 from typing import Any
 from uuid import UUID
 
+from flowforge import timefmt
 from flowforge.aggregates import failures, task_run
 from flowforge.app.results import AuditEntry
 from flowforge.app.service import FlowForge
@@ -30,6 +32,9 @@ _SCHEDULER_RUNNING = "is `flowforge scheduler` (or `flowforge run`) running agai
 
 #: (reason, headline, details) of one case.
 _Answer = tuple[str, str, list[str]]
+#: A time not known reads as "?" in a sentence.
+_iso = partial(timefmt.iso, missing="?")
+_clock = partial(timefmt.clock, missing="?")
 
 
 def why(
@@ -393,16 +398,6 @@ def _all(n: int) -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def _iso(at: datetime | None) -> str:
-    if at is None:
-        return "?"
-    return at.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def _clock(at: datetime | None) -> str:
-    return "?" if at is None else at.astimezone(UTC).strftime("%H:%M:%SZ")
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> str:
