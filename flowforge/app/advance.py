@@ -27,7 +27,7 @@ from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.rules import derive_workflow_run_state
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
-from flowforge.aggregates.task_run import ACTOR_SCHEDULER
+from flowforge.aggregates.task_run import ACTOR_SCHEDULER, is_due
 from flowforge.app.results import AdvanceResult
 from flowforge.app.writer import Writer
 from flowforge.lru import Lru
@@ -340,7 +340,7 @@ def _step_tasks(
             row = writer.schedule_retry(task.id, delay.total_seconds(), actor=actor)
             if row:
                 result.retried.append(task.task_key)
-        elif task.task_state is _T.RETRYING and _is_due(task.retry_due_at, now()):
+        elif task.task_state is _T.RETRYING and is_due(task.retry_due_at, now()):
             row = writer.retry_ready(task.id, actor=actor)
             if row:
                 result.made_ready.append(task.task_key)
@@ -349,10 +349,6 @@ def _step_tasks(
         else:
             after.append(row)
     return after
-
-
-def _is_due(due_at: datetime | None, now: datetime) -> bool:
-    return due_at is None or due_at <= now
 
 
 def _finish_if_derived(
@@ -395,7 +391,7 @@ def _cancel_leftovers(
         # No edge leaves retrying but retry_ready: take it, then cancel the ready task.
         if (
             state is _T.RETRYING
-            and _is_due(task.retry_due_at, now)
+            and is_due(task.retry_due_at, now)
             and writer.retry_ready(task.id, actor=ACTOR_SCHEDULER)
         ):
             state = _T.READY
