@@ -41,3 +41,20 @@ def span(start: datetime | None, end: datetime | None, now: datetime) -> str:
     if start is None:
         return "-"
     return duration(((end or now) - start).total_seconds())
+
+
+def between(start: datetime | None, end: datetime | None, missing: str = "-") -> str:
+    """The seconds from ``start`` to ``end``, to a tenth: ``3.0s``."""
+    if start is None or end is None:
+        return missing
+    return f"{(end - start).total_seconds():.1f}s"
+
+
+def ago(then: datetime | None, now: datetime, missing: str = "-") -> str:
+    """How long before ``now`` ``then`` was: ``3.0s ago``."""
+    return missing if then is None else f"{(now - then).total_seconds():.1f}s ago"
+
+
+def until(then: datetime | None, now: datetime, missing: str = "-") -> str:
+    """How long after ``now`` ``then`` comes: ``in 3.0s``."""
+    return missing if then is None else f"in {(then - now).total_seconds():.1f}s"

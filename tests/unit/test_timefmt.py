@@ -58,3 +58,13 @@ def test_a_span_runs_to_its_end_or_while_it_lasts_to_now() -> None:
     assert timefmt.span(start, start + timedelta(seconds=3), now) == "3.00s"
     assert timefmt.span(start, None, now) == "5m00s"
     assert timefmt.span(None, None, now) == "-"
+
+
+def test_why_s_relative_times_are_in_tenths_of_a_second() -> None:
+    start = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)
+    later = start + timedelta(seconds=3.04)
+    assert timefmt.between(start, later) == "3.0s"
+    assert timefmt.ago(start, later) == "3.0s ago"
+    assert timefmt.until(later, start) == "in 3.0s"
+    assert timefmt.between(start, None, missing="") == ""
+    assert (timefmt.ago(None, later), timefmt.until(None, later, missing="?")) == ("-", "?")

@@ -32,9 +32,12 @@ _SCHEDULER_RUNNING = "is `flowforge scheduler` (or `flowforge run`) running agai
 
 #: (reason, headline, details) of one case.
 _Answer = tuple[str, str, list[str]]
-#: A time not known reads as "?" in a sentence.
+#: A time not known reads as "?" in a sentence (a duration not known is left out).
 _iso = partial(timefmt.iso, missing="?")
 _clock = partial(timefmt.clock, missing="?")
+_ago = partial(timefmt.ago, missing="?")
+_until = partial(timefmt.until, missing="?")
+_seconds = partial(timefmt.between, missing="")
 
 
 def why(
@@ -398,17 +401,3 @@ def _all(n: int) -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def _seconds(start: datetime | None, end: datetime | None) -> str:
-    if start is None or end is None:
-        return ""
-    return f"{(end - start).total_seconds():.1f}s"
-
-
-def _ago(then: datetime | None, now: datetime) -> str:
-    return "?" if then is None else f"{(now - then).total_seconds():.1f}s ago"
-
-
-def _until(then: datetime | None, now: datetime) -> str:
-    return "?" if then is None else f"in {(then - now).total_seconds():.1f}s"
