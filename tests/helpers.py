@@ -1,6 +1,7 @@
-"""Helpers the test modules share, written once: claiming, waiting on the database's
-clock, holding a run's row, polling for something asynchronous, handing a worker one
-message, and driving ``rabbitmqctl``.
+"""Helpers the test modules share, written once: a one-task workflow, a run's task
+states, claiming and working a task, waiting on the database's clock, holding a run's
+row, polling for something asynchronous, handing a worker one message, and driving
+``rabbitmqctl``.
 
 Waits poll until the thing happens and stop at once; the deadline only ends a broken
 test. None of them widens a race window.
@@ -46,6 +47,29 @@ CLOCK_DEADLINE_S = 5.0
 POLL_S = 0.01
 #: ``rabbitmqctl stop_app`` / ``start_app`` can take a while on a loaded machine.
 RABBITMQCTL_TIMEOUT_S = 180
+
+
+def one_task(key: str = "only", task_type: str = "work", **fields: Any) -> dict[str, Any]:
+    """The workflow ``one``: a single task, ``key`` of ``task_type``; ``fields`` add to
+    the definition (``retry=...``, ``lease_seconds=...``)."""
+    return {"name": "one", **fields, "tasks": [{"key": key, "type": task_type}]}
+
+
+def task_id(app: FlowForge, run_id: UUID, key: str) -> UUID:
+    return next(t.id for t in app.task_runs(run_id) if t.task_key == key)
+
+
+def states(app: FlowForge, run_id: UUID) -> dict[str, str]:
+    """Each task's state by key."""
+    return {t.task_key: t.state for t in app.task_runs(run_id)}
+
+
+def work(app: FlowForge, run_id: UUID, key: str, outcome: str = "succeed") -> None:
+    """Claim and finish one task as a worker would (``outcome``: ``succeed`` or ``fail``)."""
+    claim = app.claim_task_run(task_id(app, run_id, key), "test-worker", LEASE_S)
+    assert claim is not None, f"{key} was not claimable: {states(app, run_id)}"
+    error = {"type": "Boom", "message": f"{key} failed"} if outcome == "fail" else None
+    assert app.finish_task_run(claim.task_run_id, claim.fencing_token, outcome, error=error)
 
 
 def claim(app: FlowForge, task_run_id: UUID, worker: str, lease_s: float = LEASE_S) -> Claim:

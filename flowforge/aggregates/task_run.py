@@ -135,7 +135,7 @@ class TaskRun(base.MachineAggregate, TaskRunFixed, TaskRunChanges):
             return self.schedule_retry(delay=timedelta(0), at=at, actor=actor)
         if self.state != edge.source:
             return False
-        if edge.name == "retry_ready" and not _is_due(self.retry_due_at, at):
+        if edge.name == "retry_ready" and not is_due(self.retry_due_at, at):
             return False
         terminal = TASK_RUN_MACHINE.is_terminal(edge.target)
         return self._take(
@@ -229,7 +229,8 @@ class TaskRun(base.MachineAggregate, TaskRunFixed, TaskRunChanges):
         )
 
 
-def _is_due(due_at: datetime | None, at: datetime) -> bool:
+def is_due(due_at: datetime | None, at: datetime) -> bool:
+    """Whether a retry due at ``due_at`` may be made ready at ``at`` (no due time: at once)."""
     return due_at is None or due_at <= at
 
 

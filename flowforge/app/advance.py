@@ -18,7 +18,6 @@ path, where every command is still one conditional write that the database decid
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from uuid import UUID
@@ -28,8 +27,9 @@ from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.rules import derive_workflow_run_state
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
-from flowforge.aggregates.task_run import ACTOR_SCHEDULER
+from flowforge.aggregates.task_run import ACTOR_SCHEDULER, is_due
 from flowforge.app.results import AdvanceResult
+from flowforge.lru import Lru
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import Leaf, Writes
 
@@ -60,25 +60,21 @@ class Definitions:
     advance does not re-parse an N-task definition each time its run is woken."""
 
     def __init__(self, size: int = 1024) -> None:
-        self._size = size
-        self._parsed: OrderedDict[UUID, WorkflowDefinition] = OrderedDict()
+        self._parsed: Lru[UUID, WorkflowDefinition] = Lru(size)
         self._lock = threading.Lock()
 
     def cached(self, run_id: UUID) -> WorkflowDefinition | None:
         with self._lock:
-            return self._parsed.get(run_id)
+            return self._parsed.peek(run_id)
 
     def of(self, run: WorkflowRunRow) -> WorkflowDefinition:
         with self._lock:
             parsed = self._parsed.get(run.id)
-            if parsed is not None:
-                self._parsed.move_to_end(run.id)
-                return parsed
+        if parsed is not None:
+            return parsed
         parsed = WorkflowDefinition.model_validate(run.definition)
         with self._lock:
-            self._parsed[run.id] = parsed
-            if len(self._parsed) > self._size:
-                self._parsed.popitem(last=False)
+            self._parsed.put(run.id, parsed)
         return parsed
 
 
@@ -89,19 +85,16 @@ class Claims:
     fell out) takes the general path."""
 
     def __init__(self, size: int = 4096) -> None:
-        self._size = size
-        self._claimed: OrderedDict[tuple[UUID, int], TaskRunRow] = OrderedDict()
+        self._claimed: Lru[tuple[UUID, int], TaskRunRow] = Lru(size)
         self._lock = threading.Lock()
 
     def remember(self, row: TaskRunRow) -> None:
         with self._lock:
-            self._claimed[(row.id, row.fencing_token)] = row
-            if len(self._claimed) > self._size:
-                self._claimed.popitem(last=False)
+            self._claimed.put((row.id, row.fencing_token), row)
 
     def take(self, task_run_id: UUID, fencing_token: int) -> TaskRunRow | None:
         with self._lock:
-            return self._claimed.pop((task_run_id, fencing_token), None)
+            return self._claimed.pop((task_run_id, fencing_token))
 
 
 def leaf_of(claimed: TaskRunRow | None, definitions: Definitions) -> Leaf | None:
@@ -348,7 +341,7 @@ def _step_tasks(
             row = writes.tasks.schedule_retry(task.id, delay.total_seconds(), actor=actor)
             if row:
                 result.retried.append(task.task_key)
-        elif task.task_state is _T.RETRYING and _is_due(task.retry_due_at, now()):
+        elif task.task_state is _T.RETRYING and is_due(task.retry_due_at, now()):
             row = writes.tasks.retry_ready(task.id, actor=actor)
             if row:
                 result.made_ready.append(task.task_key)
@@ -357,10 +350,6 @@ def _step_tasks(
         else:
             after.append(row)
     return after
-
-
-def _is_due(due_at: datetime | None, now: datetime) -> bool:
-    return due_at is None or due_at <= now
 
 
 def _finish_if_derived(
@@ -403,7 +392,7 @@ def _cancel_leftovers(
         # No edge leaves retrying but retry_ready: take it, then cancel the ready task.
         if (
             state is _T.RETRYING
-            and _is_due(task.retry_due_at, now)
+            and is_due(task.retry_due_at, now)
             and writes.tasks.retry_ready(task.id, actor=ACTOR_SCHEDULER)
         ):
             state = _T.READY

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from flowforge import timefmt
 from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app import why as explain_task
@@ -46,8 +47,8 @@ def runs(args: argparse.Namespace) -> int:
             str(run.id),
             run.workflow_name,
             run.state,
-            render.iso(run.created_at),
-            render.span(run.started_at, run.finished_at, now),
+            timefmt.iso(run.created_at),
+            timefmt.span(run.started_at, run.finished_at, now),
             render.counts(tasks),
         ]
         for run, tasks in recent
@@ -87,9 +88,9 @@ def _watch(app: FlowForge, run_id: Any, *, quiet: bool) -> WorkflowRunRow:
 def _print_status(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> None:
     print(f"run {run.id}  {run.workflow_name}  {run.state}")
     print(
-        f"  created {render.iso(run.created_at)}  started {render.iso(run.started_at)}  "
-        f"finished {render.iso(run.finished_at)}  "
-        f"took {render.span(run.started_at, run.finished_at, now)}"
+        f"  created {timefmt.iso(run.created_at)}  started {timefmt.iso(run.started_at)}  "
+        f"finished {timefmt.iso(run.finished_at)}  "
+        f"took {timefmt.span(run.started_at, run.finished_at, now)}"
     )
     if run.inputs:
         print(f"  inputs {render.compact_json(run.inputs)}")

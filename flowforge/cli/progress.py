@@ -21,6 +21,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
+from flowforge import timefmt
 from flowforge.cli import render
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
@@ -120,7 +121,7 @@ class Progress:
             return
         self._seen[key] = (state, attempt)
         change = state if before is None else f"{before[0]} -> {state}"
-        self.stream.write(f"{render.clock(now)} {label}: {change}{suffix}\n")
+        self.stream.write(f"{timefmt.clock(now)} {label}: {change}{suffix}\n")
 
 
 def block(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> list[Text]:
@@ -130,7 +131,7 @@ def block(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> li
     summary = Text(f"run {str(run.id)[:8]} {run.workflow_name}: ")
     summary.append(run.state, STATE_STYLES.get(run.state, ""))
     summary.append(
-        f"  {render.span(run.created_at, run.finished_at, now)}  ({render.counts(tasks)})"
+        f"  {timefmt.span(run.created_at, run.finished_at, now)}  ({render.counts(tasks)})"
     )
     # The error goes on a line of its own under its task: as a last column it would get
     # whatever width the other columns leave, often none.

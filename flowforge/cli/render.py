@@ -1,7 +1,5 @@
-"""How the CLI shows values: times, durations, tables, task lines and JSON.
-
-Times are UTC, written ``2026-01-31T12:03:04.123456Z``: the form ``why --at`` reads back, so
-a time can be copied from any output into a question about that moment.
+"""How the CLI shows values: tables, task lines and JSON; times and durations are
+written by ``flowforge.timefmt``.
 """
 
 from __future__ import annotations
@@ -9,47 +7,16 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import Enum
 from typing import Any
 from uuid import UUID
 
+from flowforge import timefmt
 from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.app.results import AuditEntry
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-
-
-def iso(at: datetime | None) -> str:
-    if at is None:
-        return "-"
-    # Microseconds: the log's own precision, so a time pasted into `why --at` answers
-    # as of that transition, not as of just before it.
-    return at.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def clock(at: datetime | None) -> str:
-    """Just the time of day, for headlines; ``iso`` in details."""
-    return "-" if at is None else at.astimezone(UTC).strftime("%H:%M:%SZ")
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
-def span(start: datetime | None, end: datetime | None, now: datetime) -> str:
-    """How long from ``start`` to ``end`` (or to ``now``, while it lasts)."""
-    if start is None:
-        return "-"
-    return duration(((end or now) - start).total_seconds())
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -103,7 +70,7 @@ def task_rows(tasks: Sequence[TaskRunRow], now: datetime) -> list[list[str]]:
             t.task_key,
             t.state,
             f"{t.attempt}/{t.max_attempts}",
-            span(t.started_at, t.finished_at, now),
+            timefmt.span(t.started_at, t.finished_at, now),
             t.lease_owner or "",
             outcome_cell(t),
         ]
@@ -124,7 +91,7 @@ def counts(tasks: Sequence[TaskRunRow]) -> str:
 def history_rows(entries: Sequence[AuditEntry]) -> list[list[str]]:
     return [
         [
-            iso(e.at),
+            timefmt.iso(e.at),
             e.task_key or "(run)",
             "" if e.attempt is None else str(e.attempt),
             "" if e.fencing_token is None else str(e.fencing_token),
@@ -147,9 +114,9 @@ def _history_note(entry: AuditEntry) -> str:
     if entry.transition == "succeed" and entry.result is not None:
         return f"result {failures.short_value(entry.result, RESULT_CELL)}"
     if entry.lease_expires_at is not None and entry.transition in ("claim", "renew_lease"):
-        return f"lease until {iso(entry.lease_expires_at)}"
+        return f"lease until {timefmt.iso(entry.lease_expires_at)}"
     if entry.retry_due_at is not None and entry.transition == "schedule_retry":
-        return f"retry due {iso(entry.retry_due_at)}"
+        return f"retry due {timefmt.iso(entry.retry_due_at)}"
     return ""
 
 
@@ -164,7 +131,7 @@ def to_json(value: Any) -> str:
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
-        return iso(value)
+        return timefmt.iso(value)
     if isinstance(value, UUID):
         return str(value)
     if isinstance(value, Enum):

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from uuid import UUID
 
-from flowforge import bootstrap
+from flowforge import bootstrap, timefmt
 from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
@@ -220,7 +220,7 @@ def report_outcome(
     app: FlowForge, run: WorkflowRunRow, stopped_by: str, timeout: float | None, rerun: str
 ) -> int:
     """Say how the run stands in the database, and exit accordingly."""
-    elapsed = render.span(run.created_at, run.finished_at, datetime.now(UTC))
+    elapsed = timefmt.span(run.created_at, run.finished_at, datetime.now(UTC))
     tasks = render.task_order(run, app.task_runs(run.id))
     if run.state == "succeeded":
         attempts = sum(t.attempt for t in tasks)
@@ -248,7 +248,7 @@ def report_outcome(
         if task.state == "running":
             print(
                 f"  {task.task_key} was left running on {task.lease_owner}: its lease "
-                f"expires at {render.iso(task.lease_expires_at)}, then a scheduler's "
+                f"expires at {timefmt.iso(task.lease_expires_at)}, then a scheduler's "
                 f"reaper makes it ready and it runs again",
                 file=sys.stderr,
             )

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,9 @@ from uuid import UUID
 from flowforge import errors
 from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
-from flowforge.processes.loop import Backoff, Stop
+from flowforge.backoff import Backoff
+from flowforge.lru import Lru
+from flowforge.processes.loop import Stop
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,11 @@ class OutcomeWriter:
         self._stop = stop
         self._patience = patience
         self._clock = clock
-        self._kept: OrderedDict[UUID, Outcome] = OrderedDict()
+        self._kept: Lru[UUID, Outcome] = Lru(KEPT_OUTCOMES)
 
     def kept(self, task_run_id: UUID) -> Outcome | None:
         """The outcome of ``task_run_id`` this worker could not write yet, if any."""
-        return self._kept.get(task_run_id)
+        return self._kept.peek(task_run_id)
 
     def write(self, outcome: Outcome, wait: Callable[[float], None]) -> bool:
         """Write ``outcome``; True if it was recorded, False if its claim is stale.
@@ -109,7 +110,7 @@ class OutcomeWriter:
                 wait(delay)
                 continue
             # Written, or refused as stale: either way there is nothing left to write.
-            self._kept.pop(outcome.task_run_id, None)
+            self._kept.pop(outcome.task_run_id)
             return written
 
     def write_all(
@@ -140,7 +141,7 @@ class OutcomeWriter:
             )
             return self._write_each(outcomes, wait)
         for outcome in outcomes:
-            self._kept.pop(outcome.task_run_id, None)
+            self._kept.pop(outcome.task_run_id)
         return written
 
     def _write_each(
@@ -167,10 +168,7 @@ class OutcomeWriter:
         self._keep(outcome)
 
     def _keep(self, outcome: Outcome) -> None:
-        self._kept[outcome.task_run_id] = outcome
-        self._kept.move_to_end(outcome.task_run_id)
-        while len(self._kept) > KEPT_OUTCOMES:
-            self._kept.popitem(last=False)
+        self._kept.put(outcome.task_run_id, outcome)
         log.warning(
             "outcome not written; kept for the redelivery",
             extra=self._extra(outcome, kept=len(self._kept)),

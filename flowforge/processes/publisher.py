@@ -7,7 +7,8 @@ from collections.abc import Callable, Collection
 
 from flowforge import errors
 from flowforge.app.service import FlowForge
-from flowforge.processes.loop import LISTEN_READY_S, Backoff, Stop
+from flowforge.backoff import Backoff
+from flowforge.processes.loop import LISTEN_READY_S, Stop
 from flowforge.processes.transport import DispatchPublisher
 from flowforge.projections.wakeups import Bell
 

@@ -8,15 +8,14 @@ known, so their definitions are not sent again. Parsed into the service's cache
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any
 from uuid import UUID
 
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.app.advance import Definitions
+from flowforge.lru import Lru
 from flowforge.projections.tables import WorkflowRunRow
 
 #: How many runs' definitions and inputs a worker keeps in memory (at least its batch).
@@ -37,21 +36,19 @@ class RunCache:
 
     def __init__(self, definitions: Definitions, size: int = RUN_CACHE_SIZE) -> None:
         self._definitions = definitions
-        self._size = size
-        self._runs: OrderedDict[UUID, RunFacts] = OrderedDict()
+        self._runs: Lru[UUID, RunFacts] = Lru(size)
 
     def latest(self) -> list[UUID]:
         """The runs a claim or read names as known (their definitions are not sent)."""
-        return list(islice(reversed(self._runs), KNOWN_RUNS_SENT))
+        return self._runs.latest(KNOWN_RUNS_SENT)
 
     def remember(self, run: WorkflowRunRow) -> None:
-        self._runs[run.id] = RunFacts(self._definitions.of(run), run.inputs)
-        self._runs.move_to_end(run.id)
-        if len(self._runs) > self._size:
-            self._runs.popitem(last=False)
+        self._runs.put(run.id, RunFacts(self._definitions.of(run), run.inputs))
 
     def facts(self, run_id: UUID) -> RunFacts:
         """A run remembered since the worker took its task: the cache holds at least a
         batch's runs, so none of them has been dropped yet."""
-        self._runs.move_to_end(run_id)
-        return self._runs[run_id]
+        facts = self._runs.get(run_id)
+        if facts is None:
+            raise KeyError(run_id)
+        return facts

@@ -32,6 +32,7 @@ from flowforge.aggregates import failures
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
+from flowforge.backoff import Backoff
 from flowforge.limits import batch_size
 from flowforge.processes import settle
 from flowforge.processes.batch import Batch
@@ -39,7 +40,7 @@ from flowforge.processes.claim import Claimer
 from flowforge.processes.handler_call import HandlerCall, error_details
 from flowforge.processes.heartbeat import Heartbeat
 from flowforge.processes.lane import Lane
-from flowforge.processes.loop import Backoff, Stop
+from flowforge.processes.loop import Stop
 from flowforge.processes.outcome import OUTCOME_WRITE_PATIENCE_S, Outcome, OutcomeWriter
 from flowforge.processes.registry import TaskContext, TaskRegistry, default_registry
 from flowforge.processes.run_cache import RUN_CACHE_SIZE, RunCache

@@ -31,12 +31,16 @@ from typing import Any
 
 import psycopg
 
+from flowforge.backoff import Backoff
 from flowforge.projections import statements
 
 log = logging.getLogger(__name__)
 
 #: How long the listener blocks for a notification before checking for a stop.
 LISTEN_POLL_S = 0.25
+#: The listener's reconnect waits: doubling from the base up to the cap, each the
+#: ceiling (not jittered), so the first retry comes after the base.
+RECONNECT_BASE_S = 0.2
 RECONNECT_CAP_S = 5.0
 #: The least time between two NOTIFYs of one process. A request after a quiet spell is
 #: sent at once; requests during a burst wait out the interval and share one NOTIFY
@@ -114,15 +118,14 @@ class PostgresListener:
             self._thread.join()
 
     def _run(self) -> None:
-        failures = 0
+        backoff = Backoff(base=RECONNECT_BASE_S, cap=RECONNECT_CAP_S, rand=lambda: 1.0)
         while not self._stopped.is_set():
             try:
-                self._listen(reconnected=failures > 0)
-                failures = 0
+                self._listen(reconnected=backoff.failures > 0)
+                backoff.reset()
             except psycopg.Error as exc:
                 self._listening.clear()
-                failures += 1
-                delay = min(RECONNECT_CAP_S, 0.1 * 2**failures)
+                delay = backoff.next_delay()
                 log.warning(
                     "wake-up listener lost its connection; the periodic pass covers",
                     extra={"error": str(exc).strip().splitlines()[0:1], "retry_in_s": delay},

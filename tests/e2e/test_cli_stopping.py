@@ -11,12 +11,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.test_cli import Cli
+from tests.helpers import wait_until
 
 #: A task that runs until the file named by its input `release` exists.
 BLOCKING_MODULE = """
@@ -36,6 +37,8 @@ def wait(ctx):
 """
 #: Generous: a loaded CI machine starts Python slowly. What a test bounds is the stop.
 STARTUP_S = 15.0
+#: Bounds a wait for what the run should reach; polling stops as soon as it does.
+WAIT_S = 60.0
 
 
 @pytest.fixture
@@ -50,13 +53,6 @@ def task_running(cli: Cli) -> bool:
     done = cli("runs", "--json")
     runs = json.loads(done.stdout) if done.returncode == 0 else []
     return bool(runs) and runs[0]["task_states"].get("running") == 1
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -77,7 +73,7 @@ def started(blocking: tuple[Cli, Path]) -> Iterator[tuple[Cli, Path, subprocess.
             text=True,
         )
     try:
-        wait_until(lambda: task_running(cli), "the task to be claimed")
+        wait_until(lambda: task_running(cli), WAIT_S, "the task to be claimed")
         yield cli, release, process, log
     finally:
         if process.poll() is None:
@@ -89,7 +85,7 @@ def first_ctrl_c(process: subprocess.Popen[str], log: Path) -> None:
     """SIGINT, then wait for the process to say it is stopping and how to hurry it."""
     process.send_signal(signal.SIGINT)
     message = "stopping (SIGINT); waiting up to 60s for wait to finish (press Ctrl-C again"
-    wait_until(lambda: message in log.read_text(), "the stop message")
+    wait_until(lambda: message in log.read_text(), WAIT_S, "the stop message")
 
 
 def run_state(cli: Cli) -> str:

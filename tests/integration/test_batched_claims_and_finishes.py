@@ -21,11 +21,11 @@ from flowforge import Finish, errors
 from flowforge.app.service import FlowForge
 from flowforge.limits import MAX_BATCH
 from flowforge.projections.tables import TaskRunRow
-from tests.helpers import RoundTrip, run_edges
+from tests.helpers import RoundTrip, one_task, run_edges
 from tests.integration.test_concurrent_transitions import race
 from tests.integration.test_leaf_finish import TWO_LEAVES, agrees_with_its_events
 
-ONE_TASK: dict[str, Any] = {"name": "one", "tasks": [{"key": "t", "type": "w"}]}
+ONE_TASK: dict[str, Any] = one_task("t", "w")
 CHAIN: dict[str, Any] = {
     "name": "chain",
     "tasks": [{"key": "a", "type": "w"}, {"key": "b", "type": "w", "depends_on": ["a"]}],

@@ -30,7 +30,7 @@ from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.app.service import FlowForge
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.projections.tables import TaskRunRow
-from tests.helpers import claim, wait_until_expired
+from tests.helpers import claim, wait_until, wait_until_expired
 
 LEASE_S = 30.0
 #: A lease that has run out by the time the next statement runs, or a few polls later.
@@ -540,10 +540,7 @@ class TestTaskRunEdges:
         assert app.schedule_retry(failed, delay_seconds=0.2)
         due_at = app.get_task_run(failed).retry_due_at
         assert due_at is not None
-        deadline = time.monotonic() + CLOCK_DEADLINE_S
-        while not app.retry_ready(failed):
-            assert time.monotonic() < deadline, "the retry never became due"
-            time.sleep(POLL_S)
+        wait_until(lambda: app.retry_ready(failed), CLOCK_DEADLINE_S, "the retry became due")
         made_ready = app.history(failed)[-1]
         assert made_ready.transition == "retry_ready"
         # The event's time is the database's clock at the write that won.

@@ -18,9 +18,9 @@ from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
 from flowforge.projections.tables import TaskRunRow
-from tests.helpers import handle_next
+from tests.helpers import handle_next, one_task
 
-ONE = {"name": "one", "tasks": [{"key": "only", "type": "work"}]}
+ONE = one_task()
 
 
 def work(ctx: TaskContext) -> str:

@@ -19,12 +19,12 @@ import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
-from tests.helpers import marks, run_edges, run_row_held
+from tests.helpers import marks, one_task, run_edges, run_row_held, states, task_id
 from tests.integration.test_concurrent_transitions import race
 from tests.integration.test_scheduler import DIAMOND
 
 ACTOR = "worker-7"
-ONE = {"name": "one", "tasks": [{"key": "t", "type": "work"}]}
+ONE = one_task("t")
 FLAKY = {
     "name": "flaky",
     "retry": {"max_attempts": 2, "backoff_seconds": 60, "jitter": 0.0},
@@ -37,14 +37,6 @@ def started(app: FlowForge, definition: Mapping[str, Any]) -> UUID:
     run_id = app.start_workflow_run(definition)
     assert app.advance_workflow_run(run_id).started
     return run_id
-
-
-def task_id(app: FlowForge, run_id: UUID, key: str) -> UUID:
-    return next(t.id for t in app.task_runs(run_id) if t.task_key == key)
-
-
-def states(app: FlowForge, run_id: UUID) -> dict[str, str]:
-    return {t.task_key: t.state for t in app.task_runs(run_id)}
 
 
 def claimed(app: FlowForge, run_id: UUID, key: str) -> tuple[UUID, int]:

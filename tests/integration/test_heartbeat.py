@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import statistics
 import threading
-import time
 from collections.abc import Iterator
 from uuid import UUID
 
@@ -20,8 +19,9 @@ from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
 from flowforge.processes.heartbeat import Heartbeat
 from tests.conftest import empty_postgres
+from tests.helpers import one_task, wait_until
 
-ONE = {"name": "one", "tasks": [{"key": "only", "type": "work"}]}
+ONE = one_task()
 #: Long enough that a renewal's own cost (a transaction) is small beside lease/3.
 LEASE_S = 3.0
 RENEWALS = 4
@@ -66,20 +66,13 @@ def claimed(app: FlowForge, lease_s: float) -> Claim:
     return claim
 
 
-def wait_until(done: object, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not done() and time.monotonic() < deadline:  # type: ignore[operator]
-        time.sleep(0.02)
-    assert done(), "timed out"  # type: ignore[operator]
-
-
 def test_the_heartbeat_renews_every_third_of_the_lease_so_the_lease_never_lapses(
     counting_app: CountingFlowForge,
 ) -> None:
     app = counting_app
     claim = claimed(app, LEASE_S)
     with Heartbeat(app, claim, LEASE_S, "w-1") as heartbeat:
-        wait_until(lambda: heartbeat.renewals >= RENEWALS)
+        wait_until(lambda: heartbeat.renewals >= RENEWALS, WAIT_S, f"{RENEWALS} renewals")
     log = [e for e in app.history(claim.task_run_id) if e.transition in ("claim", "renew_lease")]
     assert [e.transition for e in log[:2]] == ["claim", "renew_lease"]
     times = [e.at for e in log]
@@ -101,11 +94,11 @@ def test_the_heartbeat_stops_for_good_once_its_lease_is_lost(
     lease_s = 0.6  # a renewal every 0.2 s
     claim = claimed(app, lease_s)
     with Heartbeat(app, claim, lease_s, "w-1") as heartbeat:
-        wait_until(lambda: heartbeat.renewals >= 1)
+        wait_until(lambda: heartbeat.renewals >= 1, WAIT_S, "a renewal")
         # The attempt ends behind the heartbeat's back (as a reap would end it): the
         # token no longer holds a running row, so the next renewal is refused.
         assert app.finish_task_run(claim.task_run_id, claim.fencing_token, "cancel_running")
-        wait_until(lambda: heartbeat.lost)
+        wait_until(lambda: heartbeat.lost, WAIT_S, "the lease lost")
         calls = app.renew_calls
         app.renewed.clear()
         # Five renewal intervals: a heartbeat that kept beating would call again.

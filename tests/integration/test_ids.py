@@ -5,8 +5,9 @@ to the right-hand edge of each B-tree (docs/architecture.md, "Ids")."""
 from __future__ import annotations
 
 from flowforge.app.service import FlowForge
+from tests.helpers import one_task
 
-ONE = {"name": "one", "tasks": [{"key": "t", "type": "work"}]}
+ONE = one_task("t")
 
 
 def test_runs_task_runs_and_dispatches_get_uuid7_ids_in_creation_order(

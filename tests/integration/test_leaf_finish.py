@@ -18,7 +18,14 @@ import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
-from tests.helpers import RoundTrip, marks, run_edges, run_row_held, wait_until_expired
+from tests.helpers import (
+    RoundTrip,
+    marks,
+    one_task,
+    run_edges,
+    run_row_held,
+    wait_until_expired,
+)
 from tests.integration.test_concurrent_transitions import race
 
 pytestmark = pytest.mark.postgres
@@ -77,7 +84,7 @@ def test_the_last_leaf_succeeds_its_running_run_in_one_round_trip(
 def test_a_leaf_of_a_run_its_claim_could_not_start_starts_and_succeeds_it(
     pg_app: FlowForge,
 ) -> None:
-    run_id = pg_app.start_workflow_run({"name": "one", "tasks": [{"key": "t", "type": "w"}]})
+    run_id = pg_app.start_workflow_run(one_task("t", "w"))
     with run_row_held(pg_app, run_id):
         task = claimed_by_a_worker(pg_app, run_id, "t")
     assert pg_app.get_workflow_run(run_id).state == "pending"
@@ -88,7 +95,7 @@ def test_a_leaf_of_a_run_its_claim_could_not_start_starts_and_succeeds_it(
 
 
 def test_a_leaf_of_a_run_its_claim_started_succeeds_it(pg_app: FlowForge) -> None:
-    run_id = pg_app.start_workflow_run({"name": "one", "tasks": [{"key": "t", "type": "w"}]})
+    run_id = pg_app.start_workflow_run(one_task("t", "w"))
     assert succeed(pg_app, claimed_by_a_worker(pg_app, run_id, "t"))
     assert run_edges(pg_app, run_id) == [("create", "user"), ("start", "w"), ("succeed", ACTOR)]
     agrees_with_its_events(pg_app, run_id)
@@ -114,7 +121,7 @@ def test_a_leaf_whose_run_row_is_held_only_marks_the_run(
 def test_a_leaf_finish_that_loses_writes_nothing_and_marks_nothing(
     pg_app: FlowForge, postgres_url: str
 ) -> None:
-    run_id = pg_app.start_workflow_run({"name": "one", "tasks": [{"key": "t", "type": "w"}]})
+    run_id = pg_app.start_workflow_run(one_task("t", "w"))
     assert pg_app.advance_workflow_run(run_id).started  # parses its definition here
     task = next(iter(pg_app.task_runs(run_id))).id
     stale = pg_app.claim_task_run(task, "w1", TINY_LEASE_S)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from flowforge import errors
+from flowforge import backoff, errors
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig
@@ -292,5 +292,5 @@ def test_rows_committed_during_a_broker_outage_are_dispatched_within_seconds_of_
 
     assert not thread.is_alive()
     assert resumed_after < RESUMED_WITHIN_S, f"dispatch resumed {resumed_after:.1f} s late"
-    assert max(stop.waits) <= loop.RECONNECT_BACKOFF_CAP_S
+    assert max(stop.waits) <= backoff.RECONNECT_BACKOFF_CAP_S
     assert len({m.dispatch_id for m in drain_queue(broker)}) == 2 * len(WIDE["tasks"])

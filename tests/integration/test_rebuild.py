@@ -36,7 +36,7 @@ from flowforge import errors
 from flowforge.aggregates import task_run
 from flowforge.app import rebuild as rebuild_module
 from flowforge.app.service import FlowForge
-from tests.helpers import succeed_leaving_a_mark, wait_until
+from tests.helpers import one_task, succeed_leaving_a_mark, wait_until
 
 TABLES = ("workflow_runs", "task_runs", "dispatch_outbox")
 #: A lease that has expired by the next command, and one that never does in a test.
@@ -735,7 +735,7 @@ LOOKALIKES = [
     pytest.param({"_type_": "csv_row", "_data_": [1, 2]}, id="unregistered_name"),
     pytest.param({"rows": [{"_type_": "decimal_str", "_data_": "1.5"}]}, id="nested"),
 ]
-ONE_TASK: dict[str, Any] = {"name": "one", "tasks": [{"key": "only", "type": "work"}]}
+ONE_TASK: dict[str, Any] = one_task()
 
 
 @pytest.mark.parametrize("result", LOOKALIKES)

@@ -9,7 +9,6 @@ these tests check what the run looks like after each step, whoever took it.
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from uuid import UUID
 
@@ -17,7 +16,14 @@ import pytest
 
 from flowforge import errors
 from flowforge.app.service import FlowForge
-from tests.helpers import succeed_leaving_a_mark
+from tests.helpers import (
+    states,
+    succeed_leaving_a_mark,
+    task_id,
+    wait_until,
+    wait_until_expired,
+    work,
+)
 
 DIAMOND = {
     "name": "diamond",
@@ -39,22 +45,6 @@ FAN = {
         {"key": "join", "type": "work", "depends_on": [f"leaf{i}" for i in range(4)]},
     ],
 }
-
-
-def states(app: FlowForge, run_id: UUID) -> dict[str, str]:
-    return {t.task_key: t.state for t in app.task_runs(run_id)}
-
-
-def task_id(app: FlowForge, run_id: UUID, key: str) -> UUID:
-    return next(t.id for t in app.task_runs(run_id) if t.task_key == key)
-
-
-def work(app: FlowForge, run_id: UUID, key: str, outcome: str = "succeed") -> None:
-    """Claim and finish one task as a worker would."""
-    claim = app.claim_task_run(task_id(app, run_id, key), "test-worker", 30)
-    assert claim is not None, f"{key} was not claimable: {states(app, run_id)}"
-    error = {"type": "Boom", "message": f"{key} failed"} if outcome == "fail" else None
-    assert app.finish_task_run(claim.task_run_id, claim.fencing_token, outcome, error=error)
 
 
 def test_a_diamond_promotes_each_task_once_its_dependencies_all_succeed(app: FlowForge) -> None:
@@ -105,12 +95,9 @@ def test_a_fan_out_retries_a_failed_leaf_with_backoff_and_then_fans_in(app: Flow
 
 def wait_until_made_ready(app: FlowForge, run_id: UUID) -> list[str]:
     """Advance (bounded) until the database clock passes a retry's due time."""
-    for _ in range(200):
-        made_ready = app.advance_workflow_run(run_id).made_ready
-        if made_ready:
-            return made_ready
-        threading.Event().wait(0.02)
-    pytest.fail("no retry became due within 4 s")
+    return wait_until(
+        lambda: app.advance_workflow_run(run_id).made_ready, 4.0, "a retry became due"
+    )
 
 
 def test_a_retry_is_not_made_ready_before_it_is_due(app: FlowForge) -> None:
@@ -195,9 +182,7 @@ def test_schedule_once_reaps_an_expired_lease_and_the_reclaimed_task_then_finish
     app.advance_workflow_run(run_id)
     lost = app.claim_task_run(task_id(app, run_id, "only"), "crashed-worker", 0.05)
     assert lost is not None
-    deadline = time.monotonic() + 10  # the database's clock decides, not ours
-    while not app.expired_leases() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until_expired(app, lost.task_run_id)  # the database's clock decides, not ours
     summary = app.schedule_once()
     assert summary.reaped == 1
     task = app.get_task_run(lost.task_run_id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
@@ -28,9 +28,11 @@ from flowforge.processes.scheduler import Scheduler
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.projections import statements
 from flowforge.projections.wakeups import PostgresNotifier, Wakeups
-from tests.helpers import marks
+from tests.helpers import marks, one_task, wait_until, work
 
 HOUR = 3600.0
+#: How long a test waits for what a wake-up (or a periodic pass) should bring about.
+WAIT_S = 10.0
 CHAIN = {
     "name": "chain",
     "retry": {"max_attempts": 1},
@@ -39,7 +41,7 @@ CHAIN = {
         {"key": "b", "type": "work", "depends_on": ["a"]},
     ],
 }
-ONE = {"name": "one", "retry": {"max_attempts": 1}, "tasks": [{"key": "t", "type": "work"}]}
+ONE = one_task("t", retry={"max_attempts": 1})
 FLAKY = {
     "name": "flaky",
     "retry": {"max_attempts": 2, "backoff_seconds": 0.2, "jitter": 0.0},
@@ -77,23 +79,8 @@ def running(loop: Scheduler | Publisher) -> Iterator[Stop]:
         assert not thread.is_alive()
 
 
-def eventually(probe: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.01)
-
-
 def task_state(app: FlowForge, run_id: UUID, key: str) -> str:
     return next(t.state for t in app.task_runs(run_id) if t.task_key == key)
-
-
-def work(app: FlowForge, run_id: UUID, key: str, outcome: str = "succeed") -> None:
-    task = next(t for t in app.task_runs(run_id) if t.task_key == key)
-    claim = app.claim_task_run(task.id, "test-worker", 30)
-    assert claim is not None
-    error = {"type": "Boom", "message": "boom"} if outcome == "fail" else None
-    assert app.finish_task_run(task.id, claim.fencing_token, outcome, error=error)
 
 
 def test_a_run_is_advanced_by_wake_ups_alone_with_the_periodic_pass_disabled(
@@ -105,7 +92,7 @@ def test_a_run_is_advanced_by_wake_ups_alone_with_the_periodic_pass_disabled(
         work(app, run_id, "a")  # its claim started the run, its finish promoted b
         assert task_state(app, run_id, "b") == "ready"
         work(app, run_id, "b", "fail")  # for good: marked, only a scheduler ends the run
-        eventually(lambda: app.get_workflow_run(run_id).state == "failed", "run finished")
+        wait_until(lambda: app.get_workflow_run(run_id).state == "failed", WAIT_S, "run finished")
     assert marks(app) == 0
 
 
@@ -116,9 +103,11 @@ def test_a_retry_falls_due_without_waiting_for_the_periodic_pass(
         run_id = app.start_workflow_run(FLAKY)
         work(app, run_id, "t", "fail")
         # retried on the wake-up, made ready when the scheduler's timer (0.2 s) fires
-        eventually(lambda: task_state(app, run_id, "t") == "ready", "retry made ready")
+        wait_until(lambda: task_state(app, run_id, "t") == "ready", WAIT_S, "retry made ready")
         work(app, run_id, "t")
-        eventually(lambda: app.get_workflow_run(run_id).state == "succeeded", "run finished")
+        wait_until(
+            lambda: app.get_workflow_run(run_id).state == "succeeded", WAIT_S, "run finished"
+        )
 
 
 def test_a_lost_wake_up_is_recovered_by_the_periodic_pass(
@@ -128,10 +117,10 @@ def test_a_lost_wake_up_is_recovered_by_the_periodic_pass(
     monkeypatch.setattr(other, "listening", lambda **_: _yielding(deaf))
     scheduler = Scheduler(other, interval=0.3)
     with running(scheduler):
-        eventually(lambda: scheduler._next_pass > 0, "first pass done")
+        wait_until(lambda: scheduler._next_pass > 0, WAIT_S, "first pass done")
         run_id = app.start_workflow_run(ONE)
         work(app, run_id, "t", "fail")  # marked; its notification is lost
-        eventually(lambda: app.get_workflow_run(run_id).state == "failed", "run finished")
+        wait_until(lambda: app.get_workflow_run(run_id).state == "failed", WAIT_S, "run finished")
     assert marks(app) == 0
 
 
@@ -267,9 +256,9 @@ def test_the_publisher_is_woken_by_an_outbox_row_with_its_poll_disabled(
     publisher = Publisher(other, channel.publisher, interval=HOUR)
     with running(publisher):
         app.start_workflow_run(ONE)  # maybe published by the first sweep
-        eventually(lambda: channel.ready_count == 1, "first dispatch published")
+        wait_until(lambda: channel.ready_count == 1, WAIT_S, "first dispatch published")
         app.start_workflow_run(ONE)  # the publisher sleeps: only the wake-up publishes it
-        eventually(lambda: channel.ready_count == 2, "second dispatch published")
+        wait_until(lambda: channel.ready_count == 2, WAIT_S, "second dispatch published")
     assert app.pending_dispatch_count() == 0
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from contextlib import closing
@@ -24,9 +23,9 @@ from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext
 from flowforge.processes.transport import Delivery, InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
-from tests.helpers import Recorder, handle_next
+from tests.helpers import Recorder, handle_next, one_task, wait_until
 
-ONE = {"name": "one", "retry": {"max_attempts": 1}, "tasks": [{"key": "only", "type": "work"}]}
+ONE = one_task(retry={"max_attempts": 1})
 PAIR = {
     "name": "pair",
     "tasks": [
@@ -145,10 +144,11 @@ def test_a_handler_that_outlives_a_renewal_interval_has_its_lease_renewed(
     run_id = app.start_workflow_run(long)
 
     def until_renewed(ctx: TaskContext) -> None:
-        deadline = time.monotonic() + 10 * lease
-        while "renew_lease" not in [e.transition for e in app.history(ctx.task_run_id)]:
-            assert time.monotonic() < deadline, "the lease was never renewed"
-            time.sleep(0.05)
+        wait_until(
+            lambda: "renew_lease" in [e.transition for e in app.history(ctx.task_run_id)],
+            10 * lease,
+            "the lease was never renewed",
+        )
 
     recorder.behaviour["only"] = until_renewed
     assert deliver_one(app, channel, worker) == "succeed"

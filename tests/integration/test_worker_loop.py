@@ -8,7 +8,6 @@ mismatch use a real RabbitMQ (an unreachable port, a real classic queue).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -18,20 +17,21 @@ import pytest
 from flowforge import errors
 from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.app.service import FlowForge
+from flowforge.backoff import RECONNECT_BACKOFF_RESET_AFTER_S, Backoff
 from flowforge.config import BrokerConfig
-from flowforge.processes.loop import RECONNECT_BACKOFF_RESET_AFTER_S, Backoff
 from flowforge.processes.publisher import Publisher
 from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher
 from flowforge.processes.transport import Delivery, InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
 from tests import topology
+from tests.helpers import one_task, wait_until
 
 #: A backoff no test may sit out: a loop that does not wake on stop hangs far past
 #: ``JOIN_S`` instead of failing by a hair.
 HUGE_S = 3600.0
 #: How long a stopped loop may take to return (generous: it returns at once).
 JOIN_S = 30.0
-ONE = {"name": "one", "tasks": [{"key": "only", "type": "work"}]}
+ONE = one_task()
 UNREACHABLE = "amqp://guest:guest@127.0.0.1:1/%2F"
 
 
@@ -260,9 +260,7 @@ def test_the_publisher_rides_out_an_outage_and_drains_a_backlog_without_waiting_
     )
     thread, failures = run_in_thread(publisher.run)
     try:
-        deadline = time.monotonic() + JOIN_S
-        while channel.ready_count < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: channel.ready_count >= 3, JOIN_S, "the backlog drained")
         assert channel.ready_count == 3, "the backlog did not drain batch after batch"
     finally:
         publisher.stop.set("test")
@@ -283,9 +281,7 @@ def test_a_publisher_built_without_a_backoff_rides_out_an_outage_with_the_defaul
     publisher = Publisher(sqlite_app, lambda: flaky)
     thread, failures = run_in_thread(publisher.run)
     try:
-        deadline = time.monotonic() + JOIN_S
-        while channel.ready_count < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: channel.ready_count >= 1, JOIN_S, "the dispatch published")
         assert channel.ready_count == 1
     finally:
         publisher.stop.set("test")

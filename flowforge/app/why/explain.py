@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
+from functools import partial
 from typing import Any
 from uuid import UUID
 
+from flowforge import timefmt
 from flowforge.aggregates import failures, task_run
 from flowforge.app.results import AuditEntry
 from flowforge.app.service import FlowForge
@@ -30,6 +32,12 @@ _SCHEDULER_RUNNING = "is `flowforge scheduler` (or `flowforge run`) running agai
 
 #: (reason, headline, details) of one case.
 _Answer = tuple[str, str, list[str]]
+#: A time not known reads as "?" in a sentence (a duration not known is left out).
+_iso = partial(timefmt.iso, missing="?")
+_clock = partial(timefmt.clock, missing="?")
+_ago = partial(timefmt.ago, missing="?")
+_until = partial(timefmt.until, missing="?")
+_seconds = partial(timefmt.between, missing="")
 
 
 def why(
@@ -393,27 +401,3 @@ def _all(n: int) -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def _iso(at: datetime | None) -> str:
-    if at is None:
-        return "?"
-    return at.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def _clock(at: datetime | None) -> str:
-    return "?" if at is None else at.astimezone(UTC).strftime("%H:%M:%SZ")
-
-
-def _seconds(start: datetime | None, end: datetime | None) -> str:
-    if start is None or end is None:
-        return ""
-    return f"{(end - start).total_seconds():.1f}s"
-
-
-def _ago(then: datetime | None, now: datetime) -> str:
-    return "?" if then is None else f"{(now - then).total_seconds():.1f}s ago"
-
-
-def _until(then: datetime | None, now: datetime) -> str:
-    return "?" if then is None else f"in {(then - now).total_seconds():.1f}s"

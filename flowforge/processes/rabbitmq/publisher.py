@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 #: (a missed heartbeat between sweeps) is only discovered by using it, and failing the
 #: sweep for that would turn every idle period into an error. A fresh connection that
 #: fails is not retried here; the publisher loop backs off
-#: (``flowforge.processes.loop.backoff_delay``).
+#: (``flowforge.backoff.backoff_delay``).
 MAX_PUBLISH_ATTEMPTS: Final = 2
 #: How long a batch may wait for its confirms before it counts as not confirmed.
 PUBLISH_CONFIRM_TIMEOUT_S: Final = 30.0

@@ -10,7 +10,6 @@ return ``None``, one transaction commits all or nothing), not the one rule's.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,6 +28,7 @@ from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import TASK_EDGE_METHODS, Leaf, LeafSuccess, Writes
 from flowforge.projections.writes.tasks import TaskWrites
 from tests.conftest import empty_postgres
+from tests.helpers import wait_until
 
 LEASE_S = 30.0
 TINY_S = 0.05
@@ -105,13 +105,12 @@ def claim_while_run_held(store: Store, run_id: UUID, task_id: UUID) -> TaskRunRo
 
 def wait_for_clock(store: Store, moment: datetime) -> None:
     """Poll the database's clock (the one that decides) until it passes ``moment``."""
-    deadline = time.monotonic() + CLOCK_DEADLINE_S
-    while True:
+
+    def passed() -> bool:
         with store.read() as reads:
-            if reads.now() > moment:
-                return
-        assert time.monotonic() < deadline, "the database clock did not advance"
-        time.sleep(0.01)
+            return reads.now() > moment
+
+    wait_until(passed, CLOCK_DEADLINE_S, "the database clock passed the moment")
 
 
 class StoreContract:

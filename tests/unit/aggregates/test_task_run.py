@@ -431,6 +431,13 @@ def test_retry_ready_waits_until_the_retry_is_due() -> None:
     assert task.attempt == 2
 
 
+def test_a_retry_is_due_from_its_due_time_on_and_at_once_without_one() -> None:
+    # The one rule both the aggregate's retry_ready and the scheduler's advance ask.
+    assert not task_run.is_due(T0, T0 - TICK)
+    assert task_run.is_due(T0, T0)
+    assert task_run.is_due(None, T0)
+
+
 # --- heartbeats ---------------------------------------------------------------------------
 
 
