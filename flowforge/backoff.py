@@ -14,8 +14,8 @@ from collections.abc import Callable
 #: Reconnect backoff: exponential from the base, capped, with full jitter. The cap is
 #: what bounds how late a returning broker is noticed, so it is low: a probe of a broker
 #: that is down is one refused TCP connect, and even a fleet of a hundred processes
-#: probing about twice a second each is nothing to a broker node. (It was 30 s: dispatch
-#: then resumed up to 30 s after the broker came back.)
+#: probing about twice a second each is nothing to a broker node; a higher cap delays
+#: noticing a returned broker by up to the cap.
 RECONNECT_BACKOFF_BASE_S = 0.25
 RECONNECT_BACKOFF_CAP_S = 1.0
 #: A connection that stayed up this long was healthy: the next outage starts the

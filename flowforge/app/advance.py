@@ -17,7 +17,6 @@ path, where every command is still one conditional write that the database decid
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from uuid import UUID
@@ -28,8 +27,8 @@ from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.rules import derive_workflow_run_state
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import ACTOR_SCHEDULER, is_due
+from flowforge.app.caches import DefinitionCache
 from flowforge.app.results import AdvanceResult
-from flowforge.lru import Lru
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import Leaf, Writes
 
@@ -55,49 +54,7 @@ _CANCEL_LEFTOVER = {
 }
 
 
-class Definitions:
-    """Parsed definitions by run id, bounded (a run's definition never changes), so an
-    advance does not re-parse an N-task definition each time its run is woken."""
-
-    def __init__(self, size: int = 1024) -> None:
-        self._parsed: Lru[UUID, WorkflowDefinition] = Lru(size)
-        self._lock = threading.Lock()
-
-    def cached(self, run_id: UUID) -> WorkflowDefinition | None:
-        with self._lock:
-            return self._parsed.peek(run_id)
-
-    def of(self, run: WorkflowRunRow) -> WorkflowDefinition:
-        with self._lock:
-            parsed = self._parsed.get(run.id)
-        if parsed is not None:
-            return parsed
-        parsed = WorkflowDefinition.model_validate(run.definition)
-        with self._lock:
-            self._parsed.put(run.id, parsed)
-        return parsed
-
-
-class Claims:
-    """The rows of the tasks this process claimed and has not finished yet, by id and
-    fencing token, bounded: a finish then knows its task's run and key without a read
-    (``leaf_of``). A finish whose claim is not here (another process claimed it, or it
-    fell out) takes the general path."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self._claimed: Lru[tuple[UUID, int], TaskRunRow] = Lru(size)
-        self._lock = threading.Lock()
-
-    def remember(self, row: TaskRunRow) -> None:
-        with self._lock:
-            self._claimed.put((row.id, row.fencing_token), row)
-
-    def take(self, task_run_id: UUID, fencing_token: int) -> TaskRunRow | None:
-        with self._lock:
-            return self._claimed.pop((task_run_id, fencing_token))
-
-
-def leaf_of(claimed: TaskRunRow | None, definitions: Definitions) -> Leaf | None:
+def leaf_of(claimed: TaskRunRow | None, definitions: DefinitionCache) -> Leaf | None:
     """The claimed task as a :class:`Leaf` if no task of its run depends on it (its run's
     definition already parsed here); else ``None``: its finish may have dependents to
     promote, which only the general advance does."""
@@ -113,15 +70,15 @@ def advance(
     writes: Writes,
     run_id: UUID,
     rand: Callable[[], float],
-    definitions: Definitions | None = None,
+    definitions: DefinitionCache | None = None,
 ) -> AdvanceResult:
     """Advance the run, waiting for another advance of it to finish first."""
     run = load_run(writes, run_id, lock=True)
-    return _advance_locked(writes, run, rand, definitions or Definitions(1))
+    return _advance_locked(writes, run, rand, definitions or DefinitionCache(1))
 
 
 def advance_woken(
-    writes: Writes, run_id: UUID, rand: Callable[[], float], definitions: Definitions
+    writes: Writes, run_id: UUID, rand: Callable[[], float], definitions: DefinitionCache
 ) -> AdvanceResult | None:
     """Advance a marked run, or ``None`` at once if another scheduler is advancing it
     (or it no longer exists): schedulers divide the woken runs instead of queueing.
@@ -155,7 +112,7 @@ def advance_after_finish(
     writes: Writes,
     task: TaskRunRow,
     run_state: WorkflowRunState | None,
-    definitions: Definitions,
+    definitions: DefinitionCache,
     rand: Callable[[], float],
     *,
     actor: str,
@@ -210,7 +167,7 @@ def advance_changes(
     writes: Writes,
     run_id: UUID,
     changed_keys: Collection[str],
-    definitions: Definitions,
+    definitions: DefinitionCache,
     rand: Callable[[], float],
     result: AdvanceResult,
     *,
@@ -249,7 +206,7 @@ def _step_changes(
     writes: Writes,
     run_id: UUID,
     keys: set[str],
-    definitions: Definitions,
+    definitions: DefinitionCache,
     rand: Callable[[], float],
     result: AdvanceResult,
     actor: str,
@@ -275,7 +232,7 @@ def _advance_locked(
     writes: Writes,
     run: WorkflowRunRow,
     rand: Callable[[], float],
-    definitions: Definitions,
+    definitions: DefinitionCache,
     result: AdvanceResult | None = None,
 ) -> AdvanceResult:
     # The marks go first, before any task row is read. A writer commits its change and

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
-from flowforge.app.advance import Claims, Definitions
+from flowforge.app.caches import ClaimCache, DefinitionCache
 from flowforge.app.event_store import Persistence
 from flowforge.projections.db.protocols import Database
 from flowforge.projections.reads import Reads
@@ -30,9 +30,9 @@ class ServiceCore:
             #: (``BrokerConfig.for_deployment``) and is stamped on every dispatch.
             self.deployment_id = reads.deployment_id()
         #: Parsed definitions of the runs this process advances (``app/advance.py``).
-        self.definitions = Definitions()
+        self.definitions = DefinitionCache()
         #: The tasks this process claimed and has not finished (``app/advance.py``).
-        self.claims = Claims()
+        self.claims = ClaimCache()
 
     @property
     def database(self) -> Database:

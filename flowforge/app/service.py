@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from flowforge.app import rebuild
-from flowforge.app.advance import Claims, Definitions
+from flowforge.app.caches import ClaimCache, DefinitionCache
 from flowforge.app.commands import Commands
 from flowforge.app.core import ServiceCore
 from flowforge.app.event_store import EventStore, open_persistence
@@ -125,11 +125,11 @@ class FlowForge:
         return self.core.deployment_id
 
     @property
-    def definitions(self) -> Definitions:
+    def definitions(self) -> DefinitionCache:
         return self.core.definitions
 
     @property
-    def claims(self) -> Claims:
+    def claims(self) -> ClaimCache:
         return self.core.claims
 
     listening = _on("core", ServiceCore.listening)

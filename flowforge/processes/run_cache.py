@@ -3,7 +3,7 @@
 A run's definition and inputs never change, so a worker reads them once per run (in the
 claim's round trip) and keeps the most recent ones; a claim names the latest few as
 known, so their definitions are not sent again. Parsed into the service's cache
-(``advance.Definitions``): the finish that advances the run finds it there.
+(``caches.DefinitionCache``): the finish that advances the run finds it there.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from flowforge.aggregates.definition import WorkflowDefinition
-from flowforge.app.advance import Definitions
+from flowforge.app.caches import DefinitionCache
 from flowforge.lru import Lru
 from flowforge.projections.tables import WorkflowRunRow
 
@@ -34,7 +34,7 @@ class RunFacts:
 class RunCache:
     """The most recent runs' facts, by run id; one worker's, used from its thread."""
 
-    def __init__(self, definitions: Definitions, size: int = RUN_CACHE_SIZE) -> None:
+    def __init__(self, definitions: DefinitionCache, size: int = RUN_CACHE_SIZE) -> None:
         self._definitions = definitions
         self._runs: Lru[UUID, RunFacts] = Lru(size)
 

@@ -11,7 +11,8 @@ The NOTIFY is sent after the commit, on a connection of the notifier's own, and
 coalesced (one NOTIFY covers every commit that asked while the previous one was being
 sent), never inside the writing transaction: PostgreSQL holds a cluster-wide lock from a
 notifying transaction's pre-commit until its commit is flushed, which serialises every
-notifying commit behind the disk (docs/performance.md has the numbers).
+notifying commit behind the disk (docs/performance.md, "Design choices that buy the
+speed").
 
 A bell is only a hint to look now: the rows are the truth. A notification lost (a crash
 between the commit and the NOTIFY, a listener reconnecting) costs a poll interval, never
@@ -44,8 +45,8 @@ RECONNECT_BASE_S = 0.2
 RECONNECT_CAP_S = 5.0
 #: The least time between two NOTIFYs of one process. A request after a quiet spell is
 #: sent at once; requests during a burst wait out the interval and share one NOTIFY
-#: (measured: a producer starting runs back to back sent one NOTIFY per run, a commit
-#: each, one in four of a one-task run's commits). Small beside the periodic passes.
+#: (a producer starting runs back to back would otherwise send one NOTIFY, a commit,
+#: per run). Small beside the periodic passes.
 NOTIFY_MIN_INTERVAL_S = 0.005
 
 
@@ -179,8 +180,7 @@ class PostgresNotifier:
                 self._thread.start()
             # Only the first request of a NOTIFY wakes the thread: one made while it
             # waits out the interval goes with that NOTIFY anyway, and waking it for
-            # each (a thread switch per commit) cost the committing process ~100 µs
-            # of CPU per commit.
+            # each would cost the committing process a thread switch per commit.
             if not self._pending:
                 self._condition.notify()
             self._pending.add(statement)

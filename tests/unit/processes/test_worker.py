@@ -10,7 +10,7 @@ import pytest
 
 from flowforge import errors
 from flowforge.aggregates.dispatch import DispatchMessage
-from flowforge.app.advance import Definitions
+from flowforge.app.caches import DefinitionCache
 from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskRegistry
 from flowforge.processes.transport import InMemoryDispatchChannel
@@ -22,7 +22,7 @@ class FailingApp:
 
     def __init__(self, error: BaseException) -> None:
         self.error = error
-        self.definitions = Definitions()
+        self.definitions = DefinitionCache()
 
     def claim_task_run_and_its_run(self, task_run_id: uuid.UUID, *_: Any, **__: Any) -> Any:
         raise self.error

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from uuid import UUID, uuid4
 
 from flowforge.aggregates.definition import WorkflowDefinition
-from flowforge.app.advance import Claims, Definitions, leaf_of
+from flowforge.app.advance import leaf_of
+from flowforge.app.caches import ClaimCache, DefinitionCache
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import Leaf
 from tests.unit.projections.writes.test_tasks import task_row
@@ -24,8 +25,8 @@ def claimed(run_id: UUID, key: str, token: int = 1) -> TaskRunRow:
     return dataclasses.replace(row, workflow_run_id=run_id, task_key=key)
 
 
-def parsed(run_id: UUID) -> Definitions:
-    definitions = Definitions()
+def parsed(run_id: UUID) -> DefinitionCache:
+    definitions = DefinitionCache()
     definitions.of(
         WorkflowRunRow(
             id=run_id,
@@ -45,7 +46,7 @@ def parsed(run_id: UUID) -> Definitions:
 
 
 def test_a_claim_is_taken_once_and_only_with_its_own_token() -> None:
-    claims, row = Claims(), claimed(uuid4(), "a", token=3)
+    claims, row = ClaimCache(), claimed(uuid4(), "a", token=3)
     claims.remember(row)
     assert claims.take(row.id, 2) is None  # a stale token is not this claim
     assert claims.take(row.id, 3) == row
@@ -53,7 +54,7 @@ def test_a_claim_is_taken_once_and_only_with_its_own_token() -> None:
 
 
 def test_claims_are_bounded_oldest_first() -> None:
-    claims = Claims(size=2)
+    claims = ClaimCache(size=2)
     rows = [claimed(uuid4(), "a") for _ in range(3)]
     for row in rows:
         claims.remember(row)
