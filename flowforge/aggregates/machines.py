@@ -161,6 +161,11 @@ TASK_RUN_MACHINE = StateMachine(
         Transition("reap_lease", _T.RUNNING, _T.READY),
         Transition("schedule_retry", _T.FAILED, _T.RETRYING),
         Transition("retry_ready", _T.RETRYING, _T.READY),
+        # FlowForge's extension of the spec's ten edges, in the spirit of its three
+        # cancels: a run that ends ends every unfinished task in the same transaction,
+        # including one waiting for a retry (docs/execution-model.md, "A run ends whole").
+        Transition("cancel_failed", _T.FAILED, _T.CANCELLED),
+        Transition("cancel_retrying", _T.RETRYING, _T.CANCELLED),
     ),
 )
 

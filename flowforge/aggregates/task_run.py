@@ -117,6 +117,12 @@ class TaskRun(base.MachineAggregate, TaskRunFixed, TaskRunChanges):
     class RetryReady(Transitioned):
         TRANSITION = "retry_ready"
 
+    class FailedCancelled(Transitioned):
+        TRANSITION = "cancel_failed"
+
+    class RetryingCancelled(Transitioned):
+        TRANSITION = "cancel_retrying"
+
     class LeaseRenewed(Transitioned):
         """A heartbeat: not an edge (running to running), but a fact for the log."""
 

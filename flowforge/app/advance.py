@@ -23,7 +23,7 @@ from uuid import UUID
 
 from flowforge import errors
 from flowforge.aggregates.definition import WorkflowDefinition
-from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
+from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE, Transition
 from flowforge.aggregates.rules import derive_workflow_run_state
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import ACTOR_SCHEDULER, is_due
@@ -46,12 +46,22 @@ _ADVANCED_BY_A_FINISH = frozenset({WorkflowRunState.PENDING, WorkflowRunState.RU
 #: A changed task in one of these (effective) states decides the run's fate: only the
 #: full advance, which reads every task, judges it.
 _ENDS_THE_RUN = frozenset({_T.FAILED, _T.CANCELLED})
-#: How a terminal run cancels a leftover task, by the task's state.
+#: How a terminal run cancels a leftover task, by the task's state: every unfinished
+#: task, a failed one waiting for its retry included (docs/execution-model.md, "A run
+#: ends whole"). A task that failed for good is no leftover: it stays failed, the reason
+#: its run failed.
 _CANCEL_LEFTOVER = {
     _T.PENDING: TASK_RUN_MACHINE.get("cancel_pending"),
     _T.READY: TASK_RUN_MACHINE.get("cancel_ready"),
     _T.RUNNING: TASK_RUN_MACHINE.get("cancel_running"),
+    _T.FAILED: TASK_RUN_MACHINE.get("cancel_failed"),
+    _T.RETRYING: TASK_RUN_MACHINE.get("cancel_retrying"),
 }
+#: A leftover's cancel that lost to another writer (a worker's finish, the reaper) is
+#: tried again on the row as that writer left it, in the same transaction; each loss
+#: means the row moved on, so a few tries end it. Past them the row is left to the next
+#: advance, which that writer's own mark of the run asks for.
+_LEFTOVER_TRIES = 4
 
 
 def leaf_of(claimed: TaskRunRow | None, definitions: DefinitionCache) -> Leaf | None:
@@ -246,13 +256,13 @@ def _advance_locked(
         started = writes.runs.move(run.id, _START, actor=ACTOR_SCHEDULER)
         result.started = result.started or started is not None
         run = started or load_run(writes, run.id)
-    now = writes.now()
     if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
-        _cancel_leftovers(writes, _tasks(writes, run.id), now, result)
+        _cancel_leftovers(writes, _tasks(writes, run.id), result)
         return result
     definition = definitions.of(run)
+    now = writes.now()
     tasks = _step_tasks(writes, _tasks(writes, run.id), definition, lambda: now, rand, result)
-    _finish_if_derived(writes, run, tasks, now, result)
+    _finish_if_derived(writes, run, tasks, result)
     return result
 
 
@@ -313,7 +323,6 @@ def _finish_if_derived(
     writes: Writes,
     run: WorkflowRunRow,
     stepped: list[TaskRunRow] | None,
-    now: datetime,
     result: AdvanceResult,
 ) -> None:
     # Re-read only if a step above lost to another writer, whose change we must see
@@ -329,7 +338,7 @@ def _finish_if_derived(
     if writes.runs.move(run.id, edge, actor=ACTOR_SCHEDULER):
         result.finished_as = derived.value
         # The run's terminal state is fixed first; cancelling what is left cannot change it.
-        _cancel_leftovers(writes, tasks, now, result)
+        _cancel_leftovers(writes, tasks, result)
 
 
 def _effective_state(task: TaskRunRow) -> TaskRunState:
@@ -339,28 +348,31 @@ def _effective_state(task: TaskRunRow) -> TaskRunState:
     return task.task_state
 
 
-def _cancel_leftovers(
-    writes: Writes, tasks: list[TaskRunRow], now: datetime, result: AdvanceResult
-) -> None:
-    """Cancel what can no longer run. A row read before another writer moved it only
-    makes its conditional write lose; nothing here needs a fresher read."""
+def _cancel_leftovers(writes: Writes, tasks: list[TaskRunRow], result: AdvanceResult) -> None:
+    """Cancel what can no longer run, each task in the run's own transaction. A row read
+    before another writer moved it makes its conditional write lose; it is read again
+    and cancelled as it now is (the run's row lock keeps other advances out)."""
     for task in tasks:
-        state = task.task_state
-        # No edge leaves retrying but retry_ready: take it, then cancel the ready task.
-        if (
-            state is _T.RETRYING
-            and is_due(task.retry_due_at, now)
-            and writes.tasks.retry_ready(task.id, actor=ACTOR_SCHEDULER)
-        ):
-            state = _T.READY
-        edge = _CANCEL_LEFTOVER.get(state)
-        if edge is None:
-            continue
-        if edge.requires_lease:
-            cancelled = writes.tasks.finish(
-                task.id, edge, task.fencing_token, actor=ACTOR_SCHEDULER
-            )
-        else:
-            cancelled = writes.tasks.move(task.id, edge, actor=ACTOR_SCHEDULER)
-        if cancelled:
-            result.cancelled.append(task.task_key)
+        row: TaskRunRow | None = task
+        for _ in range(_LEFTOVER_TRIES):
+            edge = None if row is None else _leftover_cancel(row)
+            if row is None or edge is None:
+                break
+            if edge.requires_lease:
+                cancelled = writes.tasks.finish(
+                    row.id, edge, row.fencing_token, actor=ACTOR_SCHEDULER
+                )
+            else:
+                cancelled = writes.tasks.move(row.id, edge, actor=ACTOR_SCHEDULER)
+            if cancelled:
+                result.cancelled.append(task.task_key)
+                break
+            row = writes.task_run(task.id)
+
+
+def _leftover_cancel(task: TaskRunRow) -> Transition | None:
+    """The edge that cancels ``task`` as a leftover of its ended run; ``None`` for a
+    task that is finished (succeeded, cancelled, or failed for good)."""
+    if task.task_state is _T.FAILED and task.attempt >= task.max_attempts:
+        return None
+    return _CANCEL_LEFTOVER.get(task.task_state)

@@ -12,7 +12,8 @@ where the DAG rule puts it:
   it);
 - no pending task of a running run has all its dependencies succeeded (nothing stuck);
 - a run is terminal exactly when the rule derives a terminal state from its tasks, and
-  then no task of it is left unfinished;
+  then no task of it is left unfinished (a task that failed for good stays failed), and
+  that holds as soon as the run ends, before any scheduler pass;
 - each task was promoted at most once, and has one dispatch per move into ready.
 """
 
@@ -115,6 +116,10 @@ class Advancement(RuleBasedStateMachine):
 
     @invariant()
     def every_run_is_where_the_dag_rule_puts_it(self) -> None:
+        # An ended run ended its tasks in its own transaction: no pass needed for that.
+        for run_id in self.runs:
+            if self.app.get_workflow_run(run_id).run_state in TERMINAL:
+                self._check_ended(self.app.task_runs(run_id))
         self.settle()
         for run_id in self.runs:
             run = self.app.get_workflow_run(run_id)
@@ -129,8 +134,7 @@ class Advancement(RuleBasedStateMachine):
         effective = [_effective(t) for t in tasks]
         snapshot = {t.task_key: t.state for t in tasks}
         if state in TERMINAL:
-            # What was left is cancelled (a failed task stays failed).
-            assert not {t.state for t in tasks} & UNFINISHED - {"failed"}, snapshot
+            self._check_ended(tasks)
             if state is WorkflowRunState.SUCCEEDED:
                 assert set(effective) == {TaskRunState.SUCCEEDED}, snapshot
             if state is WorkflowRunState.FAILED:
@@ -142,6 +146,15 @@ class Advancement(RuleBasedStateMachine):
             t.task_key for t in tasks if t.state == "pending" and succeeded >= set(t.depends_on)
         ]
         assert not stuck, f"eligible but pending: {stuck} in {snapshot}"
+
+    def _check_ended(self, tasks: list[TaskRunRow]) -> None:
+        """What was left is cancelled; a task that failed for good stays failed."""
+        alive = {
+            t.task_key: t.state
+            for t in tasks
+            if t.state in UNFINISHED and not (t.state == "failed" and t.attempt >= t.max_attempts)
+        }
+        assert alive == {}, {t.task_key: t.state for t in tasks}
 
     def _check_task(self, task: TaskRunRow) -> None:
         history = [entry.transition for entry in self.app.history(task.id)]

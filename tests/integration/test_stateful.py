@@ -66,7 +66,13 @@ REFUSED_EDGES: dict[str, type[Exception]] = {
     "cancel_running": errors.LeaseRequiredError,
     "reap_lease": errors.ReaperOnlyTransitionError,
 }
-MOVES = ("dependencies_satisfied", "cancel_pending", "cancel_ready")
+MOVES = (
+    "dependencies_satisfied",
+    "cancel_pending",
+    "cancel_ready",
+    "cancel_failed",
+    "cancel_retrying",
+)
 RESULTS = st.one_of(
     st.none(),
     st.integers(-(2**40), 2**40),

@@ -292,8 +292,8 @@ def _run_state_then(s: Situation, at: datetime) -> str:
 def _leftover(s: Situation) -> _Answer:
     return (
         "run_finished",
-        f"{s.task.task_key} is still {s.task.state}, but {_run_end(s)}: a scheduler "
-        f"cancels it on its next pass",
+        f"{s.task.task_key} is still {s.task.state}, but {_run_end(s)}: it will not run; "
+        f"the next advance of its run cancels it",
         [],
     )
 

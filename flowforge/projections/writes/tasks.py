@@ -34,7 +34,15 @@ from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
 
 #: The edges ``move`` takes: no lease, no token, no clock condition.
-MOVE_EDGES = frozenset({"dependencies_satisfied", "cancel_pending", "cancel_ready"})
+MOVE_EDGES = frozenset(
+    {
+        "dependencies_satisfied",
+        "cancel_pending",
+        "cancel_ready",
+        "cancel_failed",
+        "cancel_retrying",
+    }
+)
 CLAIM = TASK_RUN_MACHINE.get("claim")
 SCHEDULE_RETRY = TASK_RUN_MACHINE.get("schedule_retry")
 RETRY_READY = TASK_RUN_MACHINE.get("retry_ready")

@@ -34,6 +34,8 @@ TOPICS = {
     "flowforge.aggregates.task_run:TaskRun.LeaseReaped",
     "flowforge.aggregates.task_run:TaskRun.RetryScheduled",
     "flowforge.aggregates.task_run:TaskRun.RetryReady",
+    "flowforge.aggregates.task_run:TaskRun.FailedCancelled",
+    "flowforge.aggregates.task_run:TaskRun.RetryingCancelled",
     "flowforge.aggregates.task_run:TaskRun.LeaseRenewed",
     "flowforge.aggregates.workflow_run:WorkflowRun.Created",
     "flowforge.aggregates.workflow_run:WorkflowRun.Started",

@@ -39,12 +39,18 @@ SPEC_TASK_RUN_TABLE = {
     ("schedule_retry", "failed", "retrying", False),
     ("retry_ready", "retrying", "ready", False),
 }
+#: FlowForge's two further cancels (docs/execution-model.md, "A run ends whole").
+EXTENDED_TASK_RUN_TABLE = {
+    *SPEC_TASK_RUN_TABLE,
+    ("cancel_failed", "failed", "cancelled", False),
+    ("cancel_retrying", "retrying", "cancelled", False),
+}
 
 MACHINES = [
     pytest.param(
         WORKFLOW_RUN_MACHINE, WorkflowRunState, SPEC_WORKFLOW_RUN_TABLE, id="WorkflowRun"
     ),
-    pytest.param(TASK_RUN_MACHINE, TaskRunState, SPEC_TASK_RUN_TABLE, id="TaskRun"),
+    pytest.param(TASK_RUN_MACHINE, TaskRunState, EXTENDED_TASK_RUN_TABLE, id="TaskRun"),
 ]
 
 
@@ -66,9 +72,9 @@ def test_the_table_is_exactly_the_specs_table(
     assert sorted(rows(machine)) == sorted(spec_table)
 
 
-def test_the_workflow_run_machine_has_five_edges_and_the_task_run_machine_ten() -> None:
+def test_the_workflow_run_machine_has_five_edges_and_the_task_run_machine_twelve() -> None:
     assert len(WORKFLOW_RUN_MACHINE) == 5
-    assert len(TASK_RUN_MACHINE) == 10
+    assert len(TASK_RUN_MACHINE) == 12  # the spec's ten and FlowForge's two cancels
 
 
 @pytest.mark.parametrize(("machine", "states", "spec_table"), MACHINES)
@@ -182,13 +188,18 @@ def test_the_reaper_transition_is_reap_lease_from_running_back_to_ready() -> Non
     assert REAPER_TRANSITION.name not in FINISH_TRANSITIONS
 
 
-def test_cancellation_is_three_task_run_edges_one_per_cancellable_state() -> None:
+def test_cancellation_is_one_task_run_edge_per_unfinished_state() -> None:
     cancels = {t.name: t.source for t in TASK_RUN_MACHINE if t.target is TaskRunState.CANCELLED}
     assert cancels == {
         "cancel_pending": TaskRunState.PENDING,
         "cancel_ready": TaskRunState.READY,
         "cancel_running": TaskRunState.RUNNING,
+        "cancel_failed": TaskRunState.FAILED,
+        "cancel_retrying": TaskRunState.RETRYING,
     }
+    # Every state a task can still leave has a cancel: a run that ends can end it.
+    unfinished = set(TaskRunState) - TASK_RUN_MACHINE.terminal
+    assert set(cancels.values()) == unfinished
 
 
 # --- validation: every rule has a bad table ---------------------------------------------
