@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -175,3 +176,38 @@ class Recorder:
         if callable(behaviour):
             return behaviour(ctx)
         return behaviour if behaviour is not None else {"done": ctx.task_key}
+
+
+#: How long a racer may wait at the barrier or a test for its racers, before it fails.
+RACE_TIMEOUT_S = 30.0
+
+
+def race(*calls: Callable[[], Any]) -> list[Any]:
+    """Run each call on its own thread, all released at once; their results, in order.
+
+    An exception in any racer is raised here (all of them, as an ExceptionGroup).
+    """
+    barrier = threading.Barrier(len(calls), timeout=RACE_TIMEOUT_S)
+    results: list[Any] = [None] * len(calls)
+    failures: list[Exception] = []
+
+    def racer(index: int, call: Callable[[], Any]) -> None:
+        try:
+            barrier.wait()
+            results[index] = call()
+        except Exception as exc:
+            failures.append(exc)
+            barrier.abort()
+
+    threads = [
+        threading.Thread(target=racer, args=(i, call), name=f"racer-{i}")
+        for i, call in enumerate(calls)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(RACE_TIMEOUT_S)
+    assert not any(t.is_alive() for t in threads), "a racer never finished"
+    if failures:
+        raise ExceptionGroup("a racing thread raised", failures)
+    return results

@@ -26,7 +26,7 @@ from flowforge.projections.db.postgres import LISTENER_APPLICATION_NAME
 from tests import servers, topology
 from tests.e2e.cluster import admin
 from tests.e2e.pgbouncer import pgbouncer
-from tests.integration.test_concurrent_transitions import race
+from tests.helpers import race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.rabbitmq]
 

@@ -21,8 +21,7 @@ from flowforge import Finish, errors
 from flowforge.app.service import FlowForge
 from flowforge.limits import MAX_BATCH
 from flowforge.projections.tables import TaskRunRow
-from tests.helpers import RoundTrip, one_task, run_edges
-from tests.integration.test_concurrent_transitions import race
+from tests.helpers import RoundTrip, one_task, race, run_edges
 from tests.integration.test_leaf_finish import TWO_LEAVES, agrees_with_its_events
 
 ONE_TASK: dict[str, Any] = one_task("t", "w")

@@ -16,8 +16,7 @@ import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
-from tests.helpers import marks, run_edges
-from tests.integration.test_concurrent_transitions import race
+from tests.helpers import marks, race, run_edges
 
 TWO = {
     "name": "two",

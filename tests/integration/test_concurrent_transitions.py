@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
 from uuid import UUID
 
 import pytest
@@ -25,7 +24,7 @@ import pytest
 from flowforge.app.service import FlowForge
 from flowforge.projections.db.protocols import Transaction
 from flowforge.projections.reads import Reads
-from tests.helpers import claim, succeed_leaving_a_mark, wait_until_expired
+from tests.helpers import claim, race, succeed_leaving_a_mark, wait_until_expired
 
 pytestmark = pytest.mark.postgres
 
@@ -46,37 +45,6 @@ CHAIN = {
 }
 SINGLE = {"name": "cancel_finish_race", "tasks": [{"key": "only", "type": "t"}]}
 ERROR = {"type": "TimeoutError", "message": "slow", "traceback": ""}
-
-
-def race(*calls: Callable[[], Any]) -> list[Any]:
-    """Run each call on its own thread, all released at once; their results, in order.
-
-    An exception in any racer is raised here (all of them, as an ExceptionGroup).
-    """
-    barrier = threading.Barrier(len(calls), timeout=RACE_TIMEOUT_S)
-    results: list[Any] = [None] * len(calls)
-    failures: list[Exception] = []
-
-    def racer(index: int, call: Callable[[], Any]) -> None:
-        try:
-            barrier.wait()
-            results[index] = call()
-        except Exception as exc:
-            failures.append(exc)
-            barrier.abort()
-
-    threads = [
-        threading.Thread(target=racer, args=(i, call), name=f"racer-{i}")
-        for i, call in enumerate(calls)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(RACE_TIMEOUT_S)
-    assert not any(t.is_alive() for t in threads), "a racer never finished"
-    if failures:
-        raise ExceptionGroup("a racing thread raised", failures)
-    return results
 
 
 def start_tasks(app: FlowForge, count: int) -> list[UUID]:

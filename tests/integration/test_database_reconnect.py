@@ -23,8 +23,7 @@ from flowforge import errors
 from flowforge.app.service import FlowForge
 from flowforge.projections.db.protocols import Database
 from tests.e2e.cluster import admin
-from tests.helpers import claim, wait_until
-from tests.integration.test_concurrent_transitions import race
+from tests.helpers import claim, race, wait_until
 
 pytestmark = pytest.mark.postgres
 

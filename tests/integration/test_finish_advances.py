@@ -19,8 +19,7 @@ import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
-from tests.helpers import marks, one_task, run_edges, run_row_held, states, task_id
-from tests.integration.test_concurrent_transitions import race
+from tests.helpers import marks, one_task, race, run_edges, run_row_held, states, task_id
 from tests.integration.test_scheduler import DIAMOND
 
 ACTOR = "worker-7"

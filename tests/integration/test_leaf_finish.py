@@ -22,11 +22,11 @@ from tests.helpers import (
     RoundTrip,
     marks,
     one_task,
+    race,
     run_edges,
     run_row_held,
     wait_until_expired,
 )
-from tests.integration.test_concurrent_transitions import race
 
 pytestmark = pytest.mark.postgres
 

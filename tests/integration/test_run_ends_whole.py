@@ -8,8 +8,6 @@ released by one ``threading.Barrier``; nothing sleeps to widen a window.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -20,7 +18,7 @@ from flowforge import errors
 from flowforge.app import advance
 from flowforge.app.service import FlowForge
 from flowforge.projections.writes.tasks import TaskWrites
-from tests.helpers import claim, states, task_id, work
+from tests.helpers import claim, race, states, task_id, work
 
 #: Retries an hour away: a retrying task is not due while a test runs.
 LATER = {"max_attempts": 3, "backoff_seconds": 3600.0, "backoff_cap_seconds": 3600.0}
@@ -44,7 +42,6 @@ ENDED_BY = {
     "ready": "cancel_ready",
     "pending": "cancel_pending",
 }
-RACE_TIMEOUT_S = 30.0
 ROUNDS = 8
 
 
@@ -166,31 +163,6 @@ def test_a_leftover_that_fails_while_its_run_ends_is_cancelled_as_it_now_is(
     monkeypatch.undo()
     assert looks_alive(pg_app, run_id) == {}
     assert [e.transition for e in pg_app.history(running)][-2:] == ["fail", "cancel_failed"]
-
-
-def race(*calls: Callable[[], Any]) -> list[Any]:
-    """Each call on its own thread, all released at once; their results, in order."""
-    barrier = threading.Barrier(len(calls), timeout=RACE_TIMEOUT_S)
-    results: list[Any] = [None] * len(calls)
-    failures: list[BaseException] = []
-
-    def racer(index: int, call: Callable[[], Any]) -> None:
-        try:
-            barrier.wait()
-            results[index] = call()
-        except BaseException as exc:
-            failures.append(exc)
-            barrier.abort()
-
-    threads = [threading.Thread(target=racer, args=(i, c)) for i, c in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(RACE_TIMEOUT_S)
-    assert not any(t.is_alive() for t in threads), "a racer never finished"
-    if failures:
-        raise ExceptionGroup("racers failed", [e for e in failures if isinstance(e, Exception)])
-    return results
 
 
 def test_a_cancel_raced_by_a_failing_worker_and_a_scheduler_leaves_nothing_alive(
