@@ -6,7 +6,8 @@ only commands that change the schema; every other command checks the version and
 refuses with the command to run.
 
 The rebuild is checked, not trusted: after the tables are rebuilt from the log, every
-row is compared with its aggregate reconstituted from the log, field by field. The
+row is compared with its aggregate reconstituted from the log, field by field, its
+``created_at`` and ``updated_at`` included (the times of its first and last events). The
 rebuild and the write path share one apply function, so a difference means a bug or a
 database edited by hand, and is reported rather than hidden.
 """
@@ -15,8 +16,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
+from flowforge import timefmt
+from flowforge.aggregates.base import MachineAggregate
 from flowforge.app.service import FlowForge
 from flowforge.cli import common
 from flowforge.cli.exits import EXIT_FAILED
@@ -68,22 +72,49 @@ def verify(app: FlowForge) -> tuple[int, list[str]]:
     were checked, and each difference."""
     checked, problems = 0, []
     for run in app.every_run():
-        aggregate = app.workflow_run_aggregate(run.id).snapshot()
+        aggregate = logged_row(app.workflow_run_aggregate(run.id))
         problems += differences(f"workflow run {run.id}", aggregate, run.as_dict())
         checked += 1
         for task in app.task_runs(run.id):
-            snapshot = app.task_run_aggregate(task.id).snapshot()
+            expected = logged_row(app.task_run_aggregate(task.id))
             problems += differences(
-                f"task run {task.id} ({task.task_key})", snapshot, task.as_dict()
+                f"task run {task.id} ({task.task_key})", expected, task.as_dict()
             )
             checked += 1
     return checked, problems
 
 
+def logged_row(aggregate: MachineAggregate) -> dict[str, Any]:
+    """The row ``aggregate``, reconstituted from the log, projects to: its fields
+    (``snapshot``), and its first and last events' times as ``created_at`` and
+    ``updated_at``.
+
+    ``snapshot`` leaves the times out: they are not the aggregate's declared fields but
+    the library's (``created_on``, ``modified_on``), and an aggregate still in memory can
+    carry a stand-in (``projector.TRANSACTION_NOW``, until PostgreSQL writes now() in
+    its place). Read back from the log they are the stored times, and they compare
+    exactly, with no tolerance: the log keeps each as ISO text to the microsecond with
+    its offset, the rebuild writes it to the row as it is, and both backends keep
+    microseconds (PostgreSQL's timestamptz; SQLite's integer microseconds, whose clock
+    ticks in whole milliseconds, so nothing is rounded on the way). Times in another
+    session time zone are the same instants and compare equal.
+    """
+    row = aggregate.snapshot()
+    row["created_at"] = aggregate.created_on
+    row["updated_at"] = aggregate.modified_on
+    return row
+
+
 def differences(label: str, from_log: Mapping[str, Any], row: Mapping[str, Any]) -> list[str]:
     """Each field where the row disagrees with the aggregate (pure)."""
     return [
-        f"{label}: {name} is {row.get(name)!r} in the table but {value!r} in the log"
+        f"{label}: {name} is {_shown(row.get(name))} in the table but {_shown(value)} in the log"
         for name, value in from_log.items()
         if row.get(name) != value
     ]
+
+
+def _shown(value: Any) -> str:
+    # A time in UTC to the microsecond (a row read in another session time zone is the
+    # same instant); anything else as Python writes it.
+    return timefmt.iso(value) if isinstance(value, datetime) else repr(value)

@@ -16,7 +16,9 @@ import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ import pika
 import psycopg
 import pytest
 
+from flowforge import timefmt
 from flowforge.app.definition_files import load_definition
 from flowforge.cli import demo, exits
 from flowforge.projections.schema import SCHEMA_VERSION
@@ -295,6 +298,67 @@ def test_db_rebuild_rebuilds_and_verifies_the_tables(finished: tuple[Cli, str]) 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 workflow runs and 5 task runs" in done.stdout
     assert "verified 6 rows against the log: all match" in done.stdout
+
+
+#: A database edited behind FlowForge's back: a trigger that changes one column of one
+#: row as the rebuild writes it (the stored unit: a count, or integer microseconds).
+#: Each: the table, the trigger's event and condition, the column, the change.
+HAND_EDITS = {
+    "attempt": ("task_runs", "UPDATE", "NEW.task_key = 'load'", "attempt", 1),
+    "updated_at": ("task_runs", "UPDATE", "NEW.task_key = 'load'", "updated_at", 1),
+    "created_at": ("workflow_runs", "INSERT", "1", "created_at", -1),
+}
+
+
+def shown(value: int, column: str) -> str:
+    """How the verifier writes a stored value of ``column`` (SQLite's unit)."""
+    if column.endswith("_at"):
+        return timefmt.iso(datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=value))
+    return repr(value)
+
+
+@pytest.mark.parametrize("edit", list(HAND_EDITS))
+def test_db_rebuild_exits_1_naming_the_row_and_field_the_log_disagrees_with(
+    finished: tuple[Cli, str], tmp_path: Path, edit: str
+) -> None:
+    """The verification is not a formality: a row the rebuild wrote that is not its
+    log's, by one attempt or by one microsecond of its created_at or updated_at, is
+    named with its field, and the command fails."""
+    source, _ = finished
+    cli = make_cli(tmp_path)
+    path = tmp_path / "flowforge.db"
+    table, when, condition, column, change = HAND_EDITS[edit]
+    with (
+        closing(sqlite3.connect(source.cwd / "flowforge.db")) as original,
+        closing(sqlite3.connect(path)) as copy,
+    ):
+        original.backup(copy)  # the shared run's database, edited in a copy of its own
+        # As the log has it: the rows agree with the log before the edit.
+        (row_id, logged) = copy.execute(
+            f"SELECT id, {column} FROM {table} WHERE {condition.replace('NEW.', '')}"
+        ).fetchone()
+        # Fired once per row the rebuild writes: after each of the row's events for an
+        # UPDATE trigger (the last one's change stays), and not by its own UPDATE,
+        # which leaves the version as it is.
+        guard = " AND NEW.version <> OLD.version" if when == "UPDATE" else ""
+        with copy:
+            copy.execute(
+                f"CREATE TRIGGER hand_edit AFTER {when} ON {table} WHEN {condition}{guard} "
+                f"BEGIN UPDATE {table} SET {column} = NEW.{column} + {change} "
+                "WHERE id = NEW.id; END"
+            )
+
+    done = cli("db", "rebuild")
+
+    assert done.returncode == exits.EXIT_FAILED, done.stdout + done.stderr
+    assert "rebuilt 1 workflow runs and 5 task runs" in done.stdout
+    assert "verified 6 rows against the log: 1 differences" in done.stdout, done.stdout
+    row = f"workflow run {row_id}" if table == "workflow_runs" else f"task run {row_id} (load)"
+    expected = (
+        f"  {row}: {column} is {shown(logged + change, column)} in the table but "
+        f"{shown(logged, column)} in the log"
+    )
+    assert expected in done.stdout.splitlines(), done.stdout
 
 
 def test_a_failed_run_exits_1_with_the_task_errors(cli: Cli) -> None:

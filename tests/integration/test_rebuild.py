@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import closing
+from datetime import timedelta
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -32,10 +33,11 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from flowforge import errors
+from flowforge import errors, timefmt
 from flowforge.aggregates import task_run
 from flowforge.app import rebuild as rebuild_module
 from flowforge.app.service import FlowForge
+from flowforge.cli import db
 from tests.helpers import one_task, succeed_leaving_a_mark, wait_until
 
 TABLES = ("workflow_runs", "task_runs", "dispatch_outbox")
@@ -885,3 +887,80 @@ def replace_stored_event(backend: str, url: str, stored: Any) -> None:
         with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as lite, lite:
             # The SQLite recorder stores the id as its hex string (no dashes).
             assert lite.execute(sql, (*params[:2], params[2].hex, params[3])).rowcount == 1
+
+
+# --- `flowforge db rebuild`'s verifier: every field, the times too -------------------------
+# The command itself, through its real process, is in tests/e2e/test_cli.py (a row the
+# rebuild wrote that disagrees with the log: exit 1, the field named).
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_every_row_matches_the_log_to_the_microsecond_before_and_after_a_rebuild(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Exact on both backends: every row's times, as the write path and then the rebuild
+    wrote them, are its first and last events' timestamps, not a rounding of them."""
+    app, _ = on_backend(backend, request)
+    workload = prepared_workload(app, seed=6, runs=5)
+    rng = random.Random(6)
+    for _ in range(600):
+        workload.step(rng)
+    assert_the_workload_did_its_job(workload)
+    rows = len(workload.runs) + len(workload.tasks)
+
+    assert db.verify(app) == (rows, [])
+    app.rebuild_projections()
+    assert db.verify(app) == (rows, [])
+
+    # The times were compared, and they are not all one time (nor one millisecond's).
+    task = app.get_task_run(workload.tasks[0])
+    expected = db.logged_row(app.task_run_aggregate(task.id))
+    assert (expected["created_at"], expected["updated_at"]) == (task.created_at, task.updated_at)
+    times = {t.updated_at for t in map(app.get_task_run, workload.tasks)}
+    assert len(times) > 1
+
+
+def shift_time(backend: str, url: str, table: str, column: str, row_id: UUID, micros: int) -> None:
+    """Move one row's ``column`` by ``micros`` microseconds, by hand, behind FlowForge."""
+    if backend == "postgres":
+        with psycopg.connect(url, autocommit=True) as conn:
+            changed = conn.execute(
+                f"UPDATE {table} SET {column} = {column} + %s * interval '1 microsecond'"
+                " WHERE id = %s",
+                (micros, row_id),
+            ).rowcount
+    else:
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as lite, lite:
+            # SQLite stores a time as integer microseconds since the epoch.
+            changed = lite.execute(
+                f"UPDATE {table} SET {column} = {column} + ? WHERE id = ?", (micros, str(row_id))
+            ).rowcount
+    assert changed == 1
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_the_verifier_names_each_row_whose_time_is_one_microsecond_off_the_log(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    app, url = on_backend(backend, request)
+    run_id = app.start_workflow_run(SINGLE)
+    (task,) = app.task_runs(run_id)
+    claim = app.claim_task_run(task.id, "w1", LONG)
+    assert claim is not None
+    assert app.finish_task_run(task.id, claim.fencing_token, "succeed", {"n": 1})
+    run, task = app.get_workflow_run(run_id), app.get_task_run(task.id)
+    assert db.verify(app) == (2, [])
+
+    shift_time(backend, url, "workflow_runs", "created_at", run_id, -1)
+    shift_time(backend, url, "task_runs", "updated_at", task.id, 1)
+
+    micro = timedelta(microseconds=1)
+    assert db.verify(app) == (
+        2,
+        [
+            f"workflow run {run_id}: created_at is {timefmt.iso(run.created_at - micro)} in "
+            f"the table but {timefmt.iso(run.created_at)} in the log",
+            f"task run {task.id} (only): updated_at is {timefmt.iso(task.updated_at + micro)} "
+            f"in the table but {timefmt.iso(task.updated_at)} in the log",
+        ],
+    )

@@ -1,6 +1,7 @@
 """The worker through real faults while a handler runs: a database outage during the
-outcome write (PostgreSQL refusing and terminating connections) and a broker connection
-killed mid-handler (RabbitMQ closing every connection of the test's own vhost).
+outcome write (PostgreSQL refusing and terminating connections), of one delivery and of a
+batch (``--batch``), and a broker connection killed mid-handler (RabbitMQ closing every
+connection of the test's own vhost).
 
 What each proves is in docs/worker.md ("Faults while a task runs"). The worker runs in a
 thread of the test process; the handlers count their calls outside the engine.
@@ -21,11 +22,16 @@ import pika
 import psycopg
 import pytest
 
+from flowforge.aggregates.dispatch import decode_dispatch
 from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig
 from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher
 from flowforge.processes.registry import TaskContext, TaskRegistry
-from flowforge.processes.transport import InMemoryDispatchChannel
+from flowforge.processes.transport import (
+    InMemoryDispatchChannel,
+    InMemoryDispatchConsumer,
+    SettleAction,
+)
 from flowforge.processes.worker import Worker
 from tests import servers, topology
 from tests.helpers import rabbitmqctl, wait_until
@@ -215,6 +221,88 @@ def test_an_outcome_not_written_in_time_is_requeued_and_written_by_its_redeliver
     assert held.calls == {"only": 1}  # the redelivery wrote the outcome; it did not re-run
     assert transitions(pg_app, task_id) == ["create", "claim", "succeed"]
     assert channel.ready_count == 0
+
+
+class SettlementsNoted(InMemoryDispatchChannel):
+    """The in-process channel, noting each settlement it performed: (task run, action),
+    in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settled: list[tuple[UUID, SettleAction]] = []
+
+    def settle(self, consumer: InMemoryDispatchConsumer, tag: int, action: SettleAction) -> None:
+        entry = self._unsettled.get(tag)
+        super().settle(consumer, tag, action)
+        if entry is not None:
+            self.settled.append((decode_dispatch(entry.body).task_run_id, action))
+
+    def actions(self, task_run_id: UUID) -> list[SettleAction]:
+        return [action for task, action in list(self.settled) if task == task_run_id]
+
+
+PAIR_HELD = {
+    "name": "pair",
+    "retry": {"max_attempts": 3},
+    "tasks": [{"key": "a", "type": "held"}, {"key": "b", "type": "held"}],
+}
+
+
+@pytest.mark.postgres
+def test_a_batch_not_written_in_time_is_requeued_whole_and_written_once_by_its_redeliveries(
+    pg_app: FlowForge, outage: Outage, held: Held, caplog: pytest.LogCaptureFixture
+) -> None:
+    channel = SettlementsNoted()
+    run_id = pg_app.start_workflow_run(PAIR_HELD)
+    tasks = {task.task_key: task.id for task in pg_app.task_runs(run_id)}
+    # Both dispatches wait when the worker takes its first: they are one batch of two.
+    assert pg_app.publish_pending_dispatches(channel.publisher()) == 2
+    worker = WorkerThread(
+        Worker(
+            pg_app,
+            lambda: channel.consumer(prefetch=2),
+            registry=held.registry,
+            worker_id="w-batch",
+            outcome_patience=0.2,  # shorter than the outage: the batch must give up
+            batch=2,
+        )
+    )
+    try:
+        assert held.started.wait(WAIT_S)
+        outage.begin()
+        held.release.set()  # both handlers return; the database refuses both outcomes
+        wait_until(
+            lambda: all(channel.actions(task) for task in tasks.values()),
+            WAIT_S,
+            "the batch's deliveries were never settled",
+        )
+        # Requeued, never acked: each outcome is kept for its dispatch's redelivery.
+        assert {key: channel.actions(task)[0] for key, task in tasks.items()} == {
+            "a": "requeue",
+            "b": "requeue",
+        }
+        assert logged(caplog, "batched outcome write failed; writing each on its own")
+        assert logged(caplog, "outcome not written; kept for the redelivery")
+        outage.end()
+        wait_until(
+            quietly(lambda: {t.state for t in pg_app.task_runs(run_id)} == {"succeeded"}),
+            WAIT_S,
+            "the outcomes were never written",
+        )
+        wait_until(
+            lambda: channel.unsettled_count == channel.ready_count == 0,
+            WAIT_S,
+            "the redeliveries were never acked",
+        )
+    finally:
+        held.release.set()
+        worker.stop()
+    assert held.calls == {"a": 1, "b": 1}  # the redeliveries wrote the outcomes, not re-ran
+    for key, task in tasks.items():
+        assert transitions(pg_app, task) == ["create", "claim", "succeed"], key
+        actions = channel.actions(task)
+        assert actions[-1] == "ack" and set(actions[:-1]) == {"requeue"}, (key, actions)
+    assert channel.dead_letters == []
 
 
 @pytest.mark.postgres
