@@ -28,12 +28,19 @@ from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import TASK_EDGE_METHODS, Leaf, LeafSuccess, Writes
 from flowforge.projections.writes.tasks import TaskWrites
 from tests.conftest import empty_postgres
-from tests.helpers import wait_until
+from tests.helpers import (
+    FORGED_TOPIC,
+    TASK_CREATED_TOPIC,
+    forge_event,
+    logged,
+    wait_until,
+)
 
 LEASE_S = 30.0
 TINY_S = 0.05
 CLOCK_DEADLINE_S = 5.0
 ACTOR = "store-test"
+CLAIMED_TOPIC = "flowforge.aggregates.task_run:TaskRun.Claimed"
 
 edge = TASK_RUN_MACHINE.get
 run_edge = WORKFLOW_RUN_MACHINE.get
@@ -212,6 +219,35 @@ class StoreContract:
                 s.topic for s in writes.rebuild.stored_events() if s.originator_id == task_id
             ] == ["flowforge.aggregates.task_run:TaskRun.Created"]
             assert writes.tasks.claim(task_id, "w1", LEASE_S) is not None  # the row is usable
+
+    def test_an_edge_whose_event_version_is_taken_fails_and_leaves_its_row_as_it_was(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        # An event already at the version the finish would record: the finish's own
+        # event insert must fail it whole (PostgreSQL: inside the finish's statement),
+        # never skip the conflict and commit the row with no event.
+        run_id, task_id = run_and_task
+        with store.write() as writes:
+            claimed = writes.tasks.claim(task_id, "w1", LEASE_S)
+        assert claimed is not None
+        forge_event(store, task_id, claimed.version + 1)
+        with store.read() as reads:
+            before = (reads.task_run(task_id), reads.workflow_run(run_id), reads.wakeup_count())
+
+        def finish() -> None:
+            with store.write() as writes:
+                succeed = edge("succeed")
+                writes.tasks.finish(task_id, succeed, claimed.fencing_token, actor=ACTOR, result=1)
+
+        with pytest.raises(errors.PersistenceError):
+            finish()
+        with store.read() as reads:
+            after = (reads.task_run(task_id), reads.workflow_run(run_id), reads.wakeup_count())
+        assert after == before
+        task = after[0]
+        assert task is not None and (task.state, task.fencing_token) == ("running", 1)
+        topics = [topic for _, topic in logged(store, task_id)]
+        assert topics == [TASK_CREATED_TOPIC, CLAIMED_TOPIC, FORGED_TOPIC]
 
     # --- the event log and creation ----------------------------------------------------
 
