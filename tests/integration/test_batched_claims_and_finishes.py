@@ -20,8 +20,15 @@ import pytest
 from flowforge import Finish, errors
 from flowforge.app.service import FlowForge
 from flowforge.limits import MAX_BATCH
-from flowforge.projections.tables import TaskRunRow
-from tests.helpers import RoundTrip, one_task, run_edges
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from tests.helpers import (
+    TASK_CREATED_TOPIC,
+    RoundTrip,
+    forge_event,
+    logged,
+    one_task,
+    run_edges,
+)
 from tests.integration.test_concurrent_transitions import race
 from tests.integration.test_leaf_finish import TWO_LEAVES, agrees_with_its_events
 
@@ -31,6 +38,7 @@ CHAIN: dict[str, Any] = {
     "tasks": [{"key": "a", "type": "w"}, {"key": "b", "type": "w", "depends_on": ["a"]}],
 }
 BATCH = 5
+RUN_CREATED_TOPIC = "flowforge.aggregates.workflow_run:WorkflowRun.Created"
 RACE_ROUNDS = 5
 
 
@@ -78,6 +86,34 @@ def test_a_batched_claim_that_loses_one_task_claims_the_others(app: FlowForge) -
     assert len(runs) == 3  # the lost task's run too: the worker reads the task to tell why
     assert app.get_task_run(ids[1]).lease_owner == "first"
     assert app.task_run_aggregate(ids[1]).version == app.get_task_run(ids[1]).version
+
+
+def test_a_batched_claim_that_fails_at_a_later_task_claims_none_of_its_tasks(
+    app: FlowForge, round_trips: list[RoundTrip]
+) -> None:
+    """A batch is one transaction, on PostgreSQL one round trip with no BEGIN that its
+    Sync commits: an error at its later task (that task's run cannot record its start,
+    an event is already at the run's next version) undoes the claim and the run's start
+    before it, not only its own."""
+    ids = sorted(ready_tasks(app, ONE_TASK, 2))  # the order the batch claims them in
+    runs = [app.get_task_run(i).workflow_run_id for i in ids]
+    forge_event(app.store, runs[1], 2)
+
+    def rows() -> list[tuple[TaskRunRow, WorkflowRunRow]]:
+        pairs = zip(ids, runs, strict=True)
+        return [(app.get_task_run(i), app.get_workflow_run(r)) for i, r in pairs]
+
+    before = rows()
+    round_trips.clear()
+    with pytest.raises(errors.PersistenceError):
+        app.claim_task_runs_and_their_runs(ids, "w")
+    if app.store.dialect == "postgres":
+        (trip,) = round_trips
+        assert not trip.text.startswith(b"BEGIN")
+    assert rows() == before
+    assert before[0][0].state == "ready" and before[0][1].state == "pending"
+    assert logged(app.store, ids[0]) == [(1, TASK_CREATED_TOPIC)]
+    assert logged(app.store, runs[0]) == [(1, RUN_CREATED_TOPIC)]
 
 
 def test_a_batched_claim_reads_a_known_run_not_again(app: FlowForge) -> None:

@@ -31,6 +31,7 @@ from tests.conftest import empty_postgres
 from tests.helpers import (
     FORGED_TOPIC,
     TASK_CREATED_TOPIC,
+    RoundTrip,
     forge_event,
     logged,
     wait_until,
@@ -248,6 +249,40 @@ class StoreContract:
         assert task is not None and (task.state, task.fencing_token) == ("running", 1)
         topics = [topic for _, topic in logged(store, task_id)]
         assert topics == [TASK_CREATED_TOPIC, CLAIMED_TOPIC, FORGED_TOPIC]
+
+    def test_a_transaction_sent_whole_that_fails_in_a_later_statement_writes_nothing(
+        self, store: Store, run_and_task: tuple[UUID, UUID], round_trips: list[RoundTrip]
+    ) -> None:
+        # A transaction nothing of which was sent before its last statement goes in ONE
+        # round trip with no BEGIN on PostgreSQL: its pipeline's Sync commits it. Here a
+        # deferred mark, then the service's claim (the claim, then its run's start), and
+        # the start fails (an event is already at the run's next version): the mark and
+        # the claim before it must be undone with it, not committed each on its own.
+        run_id, task_id = run_and_task
+        forge_event(store, run_id, 2)
+        with store.read() as reads:
+            before = (reads.task_run(task_id), reads.workflow_run(run_id), reads.wakeup_count())
+        round_trips.clear()
+
+        def mark_and_claim() -> None:
+            with store.write() as writes:
+                writes.marks.mark(run_id)
+                writes.tasks.claim(task_id, "w1", LEASE_S, last=True)
+
+        with pytest.raises(errors.PersistenceError):
+            mark_and_claim()
+        sent = [trip.text.split(b";\n") for trip in round_trips]
+        with store.read() as reads:
+            after = (reads.task_run(task_id), reads.workflow_run(run_id), reads.wakeup_count())
+        assert after == before
+        task = after[0]
+        assert task is not None and (task.state, task.fencing_token) == ("ready", 0)
+        assert [topic for _, topic in logged(store, task_id)] == [TASK_CREATED_TOPIC]
+        if store.dialect == "postgres":
+            # It was the implicit transaction: the mark, the claim and the run's start in
+            # one round trip, no BEGIN, no COMMIT.
+            assert len(sent) == 1 and len(sent[0]) == 3, sent
+            assert b"BEGIN" not in sent[0] and b"COMMIT" not in sent[0]
 
     # --- the event log and creation ----------------------------------------------------
 
