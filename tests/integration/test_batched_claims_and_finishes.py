@@ -30,7 +30,11 @@ from tests.helpers import (
     run_edges,
 )
 from tests.integration.test_concurrent_transitions import race
-from tests.integration.test_leaf_finish import TWO_LEAVES, agrees_with_its_events
+from tests.integration.test_leaf_finish import (
+    TWO_LEAVES,
+    agrees_with_its_events,
+    recorded_success,
+)
 
 ONE_TASK: dict[str, Any] = one_task("t", "w")
 CHAIN: dict[str, Any] = {
@@ -140,6 +144,7 @@ def test_a_batch_of_leaf_successes_is_one_round_trip(
     assert len(round_trips) == 1 and round_trips[0].committed
     for i, row in enumerate(rows):
         assert pg_app.get_task_run(row.id).result == {"n": i}
+        recorded_success(pg_app, (row.id, row.fencing_token), {"n": i}, "batcher")
         run_id = row.workflow_run_id
         assert pg_app.get_workflow_run(run_id).state == "succeeded"
         assert run_edges(pg_app, run_id)[1:] == [("start", "w"), ("succeed", "batcher")]
@@ -162,6 +167,8 @@ def test_two_leaves_of_one_run_in_one_batch_succeed_it_once(pg_app: FlowForge) -
     run_id = pg_app.start_workflow_run(TWO_LEAVES)
     rows = claimed(pg_app, [t.id for t in pg_app.task_runs(run_id)])
     assert pg_app.finish_task_runs(successes(rows), actor="batcher") == [True, True]
+    for i, row in enumerate(rows):
+        recorded_success(pg_app, (row.id, row.fencing_token), {"n": i}, "batcher")
     assert pg_app.get_workflow_run(run_id).state == "succeeded"
     assert [t for t, _ in run_edges(pg_app, run_id)].count("succeed") == 1
     agrees_with_its_events(pg_app, run_id)

@@ -505,6 +505,13 @@ class StoreContract:
             run = reads.workflow_run(run_id)
             assert run is not None and run.state == "succeeded" and run.started_at is not None
             assert reads.wakeup_count() == 0  # settled: nobody to wake
+        # Every row written has its event, at the row's version.
+        task_events = [(v, topic.rsplit(".", 1)[1]) for v, topic in logged(store, task_id)]
+        assert task_events == [(1, "Created"), (2, "Claimed"), (3, "Succeeded")]
+        assert done.version == 3
+        run_events = [(v, topic.rsplit(".", 1)[1]) for v, topic in logged(store, run_id)]
+        assert run_events == [(1, "Created"), (2, "Started"), (3, "Succeeded")]
+        assert run.version == 3
 
     def test_start_run_starts_a_pending_run_and_says_whether_its_tasks_moved(
         self, store: Store, run_and_task: tuple[UUID, UUID]
