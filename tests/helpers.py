@@ -1,7 +1,7 @@
 """Helpers the test modules share, written once: a one-task workflow, a run's task
 states, claiming and working a task, waiting on the database's clock, holding a run's
-row, polling for something asynchronous, handing a worker one message, and driving
-``rabbitmqctl``.
+row, forging an event in the log and reading the log raw, polling for something
+asynchronous, handing a worker one message, and driving ``rabbitmqctl``.
 
 Waits poll until the thing happens and stop at once; the deadline only ends a broken
 test. None of them widens a race window.
@@ -26,6 +26,7 @@ from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
+from flowforge.projections.store import Store
 
 T = TypeVar("T")
 
@@ -40,6 +41,11 @@ class RoundTrip:
     text: bytes
     committed: bool = False
 
+
+#: The topic of an event :func:`forge_event` stores: no FlowForge event has it.
+FORGED_TOPIC = "tests:Forged"
+#: The topic of a task run's creation event.
+TASK_CREATED_TOPIC = "flowforge.aggregates.task_run:TaskRun.Created"
 
 #: A lease nobody expects to expire during a test.
 LEASE_S = 30.0
@@ -97,6 +103,27 @@ def marks(app: FlowForge) -> int:
 def run_edges(app: FlowForge, run_id: UUID) -> list[tuple[str, str]]:
     """The run's own transitions (not its tasks') and who took them."""
     return [(e.transition, e.actor) for e in app.run_history(run_id) if e.aggregate_id == run_id]
+
+
+def forge_event(store: Store, originator_id: UUID, version: int) -> None:
+    """An event at ``version`` of ``originator_id`` in the event log's table, committed,
+    as another writer or a tool could leave it: a bare row (topic :data:`FORGED_TOPIC`),
+    nothing else changed. A transition that would record its event at that version must
+    then fail whole: the events' primary key is the second guard."""
+    params = {"originator_id": originator_id, "originator_version": version}
+    with store.write() as writes:
+        writes.recording.tx.defer(
+            "insert_stored_event", {**params, "topic": FORGED_TOPIC, "state": b"{}"}
+        )
+
+
+def logged(store: Store, originator_id: UUID) -> list[tuple[int, str]]:
+    """The (version, topic) of every event of ``originator_id`` in the log, raw: read
+    without decoding them (a forged one does not decode)."""
+    with store.write() as writes:
+        stored = writes.rebuild.stored_events()
+    found = [(s.originator_version, s.topic) for s in stored if s.originator_id == originator_id]
+    return sorted(found)
 
 
 @contextmanager

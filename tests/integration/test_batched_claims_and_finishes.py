@@ -20,9 +20,21 @@ import pytest
 from flowforge import Finish, errors
 from flowforge.app.service import FlowForge
 from flowforge.limits import MAX_BATCH
-from flowforge.projections.tables import TaskRunRow
-from tests.helpers import RoundTrip, one_task, race, run_edges
-from tests.integration.test_leaf_finish import TWO_LEAVES, agrees_with_its_events
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from tests.helpers import (
+    TASK_CREATED_TOPIC,
+    RoundTrip,
+    forge_event,
+    logged,
+    one_task,
+    race,
+    run_edges,
+)
+from tests.integration.test_leaf_finish import (
+    TWO_LEAVES,
+    agrees_with_its_events,
+    recorded_success,
+)
 
 ONE_TASK: dict[str, Any] = one_task("t", "w")
 CHAIN: dict[str, Any] = {
@@ -30,6 +42,7 @@ CHAIN: dict[str, Any] = {
     "tasks": [{"key": "a", "type": "w"}, {"key": "b", "type": "w", "depends_on": ["a"]}],
 }
 BATCH = 5
+RUN_CREATED_TOPIC = "flowforge.aggregates.workflow_run:WorkflowRun.Created"
 RACE_ROUNDS = 5
 
 
@@ -79,6 +92,34 @@ def test_a_batched_claim_that_loses_one_task_claims_the_others(app: FlowForge) -
     assert app.task_run_aggregate(ids[1]).version == app.get_task_run(ids[1]).version
 
 
+def test_a_batched_claim_that_fails_at_a_later_task_claims_none_of_its_tasks(
+    app: FlowForge, round_trips: list[RoundTrip]
+) -> None:
+    """A batch is one transaction, on PostgreSQL one round trip with no BEGIN that its
+    Sync commits: an error at its later task (that task's run cannot record its start,
+    an event is already at the run's next version) undoes the claim and the run's start
+    before it, not only its own."""
+    ids = sorted(ready_tasks(app, ONE_TASK, 2))  # the order the batch claims them in
+    runs = [app.get_task_run(i).workflow_run_id for i in ids]
+    forge_event(app.store, runs[1], 2)
+
+    def rows() -> list[tuple[TaskRunRow, WorkflowRunRow]]:
+        pairs = zip(ids, runs, strict=True)
+        return [(app.get_task_run(i), app.get_workflow_run(r)) for i, r in pairs]
+
+    before = rows()
+    round_trips.clear()
+    with pytest.raises(errors.PersistenceError):
+        app.claim_task_runs_and_their_runs(ids, "w")
+    if app.store.dialect == "postgres":
+        (trip,) = round_trips
+        assert not trip.text.startswith(b"BEGIN")
+    assert rows() == before
+    assert before[0][0].state == "ready" and before[0][1].state == "pending"
+    assert logged(app.store, ids[0]) == [(1, TASK_CREATED_TOPIC)]
+    assert logged(app.store, runs[0]) == [(1, RUN_CREATED_TOPIC)]
+
+
 def test_a_batched_claim_reads_a_known_run_not_again(app: FlowForge) -> None:
     run_id = app.start_workflow_run(TWO_LEAVES)
     ids = [t.id for t in app.task_runs(run_id)]
@@ -103,6 +144,7 @@ def test_a_batch_of_leaf_successes_is_one_round_trip(
     assert len(round_trips) == 1 and round_trips[0].committed
     for i, row in enumerate(rows):
         assert pg_app.get_task_run(row.id).result == {"n": i}
+        recorded_success(pg_app, (row.id, row.fencing_token), {"n": i}, "batcher")
         run_id = row.workflow_run_id
         assert pg_app.get_workflow_run(run_id).state == "succeeded"
         assert run_edges(pg_app, run_id)[1:] == [("start", "w"), ("succeed", "batcher")]
@@ -125,6 +167,8 @@ def test_two_leaves_of_one_run_in_one_batch_succeed_it_once(pg_app: FlowForge) -
     run_id = pg_app.start_workflow_run(TWO_LEAVES)
     rows = claimed(pg_app, [t.id for t in pg_app.task_runs(run_id)])
     assert pg_app.finish_task_runs(successes(rows), actor="batcher") == [True, True]
+    for i, row in enumerate(rows):
+        recorded_success(pg_app, (row.id, row.fencing_token), {"n": i}, "batcher")
     assert pg_app.get_workflow_run(run_id).state == "succeeded"
     assert [t for t, _ in run_edges(pg_app, run_id)].count("succeed") == 1
     agrees_with_its_events(pg_app, run_id)

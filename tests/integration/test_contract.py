@@ -30,7 +30,16 @@ from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.app.service import FlowForge
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.projections.tables import TaskRunRow
-from tests.helpers import claim, wait_until, wait_until_expired
+from tests.helpers import (
+    FORGED_TOPIC,
+    TASK_CREATED_TOPIC,
+    claim,
+    forge_event,
+    logged,
+    marks,
+    wait_until,
+    wait_until_expired,
+)
 
 LEASE_S = 30.0
 #: A lease that has run out by the time the next statement runs, or a few polls later.
@@ -748,6 +757,10 @@ class TestWorkflowRunEdges:
 
 # --- what the database itself enforces ---------------------------------------------------
 
+#: The event log's primary key (originator_id, originator_version) refusing an event, as
+#: each database words it.
+EVENTS_KEY_REFUSED = r"flowforge_events_pkey|UNIQUE constraint failed: stored_events"
+
 CONSTRAINT_VIOLATIONS = [
     pytest.param(
         "UPDATE task_runs SET state = 'running' WHERE id = %(id)s",
@@ -822,6 +835,28 @@ class TestDatabaseConstraints:
         copy = uuid4()
         direct.execute(COPY_TASK_RUN_WITH_NEW_KEY, {"id": ready, "new_id": copy, "suffix": "_2"})
         assert app.get_task_run(copy).task_key == f"{ROOT}_2"
+
+    @pytest.mark.parametrize("transition", ["claim", "cancel_ready"])
+    def test_a_transition_whose_event_version_is_taken_raises_and_leaves_its_row_unchanged(
+        self, app: FlowForge, direct: DirectDatabase, transition: str
+    ) -> None:
+        # The events' primary key is the second guard: with an event already at the
+        # version the transition would record (another writer's, a tool's), the
+        # transition fails whole. An event insert that skipped the conflict quietly would
+        # commit the row (running, cancelled) with no event of its own. A claim goes in
+        # one round trip with no BEGIN on PostgreSQL; a cancel_ready with BEGIN.
+        ready, _ = task_in(app, "ready")
+        row = app.get_task_run(ready)
+        run = app.get_workflow_run(row.workflow_run_id)
+        forge_event(app.store, ready, row.version + 1)
+        events, dispatches, wakeups = direct.count_events(), app.dispatches_of(ready), marks(app)
+        with pytest.raises(errors.PersistenceError, match=EVENTS_KEY_REFUSED):
+            take_task_edge(app, transition, ready, 0)
+        assert app.get_task_run(ready) == row  # same state, token, version
+        assert app.get_workflow_run(run.id) == run  # a claim did not start the run either
+        assert logged(app.store, ready) == [(1, TASK_CREATED_TOPIC), (2, FORGED_TOPIC)]
+        assert direct.count_events() == events
+        assert (app.dispatches_of(ready), marks(app)) == (dispatches, wakeups)
 
 
 class TestRedispatch:

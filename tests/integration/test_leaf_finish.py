@@ -12,6 +12,7 @@ general path's outcome (``advance.advance_after_finish``, whose tests are in
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -55,11 +56,26 @@ def succeed(app: FlowForge, task: tuple[UUID, int]) -> bool:
 
 
 def agrees_with_its_events(app: FlowForge, run_id: UUID) -> None:
-    """The run's row is what its events say (the events the statements built in SQL)."""
+    """The run's row, and each of its tasks' rows, is what its events say (the events
+    the statements built in SQL): a row written without its event is not."""
     row = app.get_workflow_run(run_id)
     aggregate = app.workflow_run_aggregate(run_id)
     assert (aggregate.state.value, aggregate.version) == (row.state, row.version)
     assert (aggregate.started_at, aggregate.finished_at) == (row.started_at, row.finished_at)
+    for task in app.task_runs(run_id):
+        snapshot = app.task_run_aggregate(task.id).snapshot()
+        columns = task.as_dict()
+        assert {k: columns[k] for k in snapshot} == snapshot, task.task_key
+
+
+def recorded_success(app: FlowForge, task: tuple[UUID, int], result: Any, actor: str) -> None:
+    """The task's own log ends in its success, as the audit log shows it: the result,
+    the claim's fencing token and the actor, at the row's version."""
+    task_run_id, fencing_token = task
+    *_, last = app.history(task_run_id)
+    assert (last.transition, last.source, last.target) == ("succeed", "running", "succeeded")
+    assert (last.result, last.fencing_token, last.actor) == (result, fencing_token, actor)
+    assert last.version == app.get_task_run(task_run_id).version
 
 
 def test_the_last_leaf_succeeds_its_running_run_in_one_round_trip(
@@ -71,11 +87,13 @@ def test_the_last_leaf_succeeds_its_running_run_in_one_round_trip(
     round_trips.clear()
     assert succeed(pg_app, a)
     assert len(round_trips) == 1 and round_trips[0].committed
+    recorded_success(pg_app, a, {"ok": True}, ACTOR)
     # A task still to finish: the run stays running and nobody is woken for it.
     assert (pg_app.get_workflow_run(run_id).state, marks(pg_app)) == ("running", 0)
     round_trips.clear()
     assert succeed(pg_app, b)
     assert len(round_trips) == 1
+    recorded_success(pg_app, b, {"ok": True}, ACTOR)
     assert (pg_app.get_workflow_run(run_id).state, marks(pg_app)) == ("succeeded", 0)
     assert run_edges(pg_app, run_id)[-1] == ("succeed", ACTOR)
     agrees_with_its_events(pg_app, run_id)
@@ -89,6 +107,7 @@ def test_a_leaf_of_a_run_its_claim_could_not_start_starts_and_succeeds_it(
         task = claimed_by_a_worker(pg_app, run_id, "t")
     assert pg_app.get_workflow_run(run_id).state == "pending"
     assert succeed(pg_app, task)
+    recorded_success(pg_app, task, {"ok": True}, ACTOR)
     assert run_edges(pg_app, run_id) == [("create", "user"), ("start", ACTOR), ("succeed", ACTOR)]
     agrees_with_its_events(pg_app, run_id)
     assert marks(pg_app) == 0  # settled: nobody to wake
@@ -96,7 +115,9 @@ def test_a_leaf_of_a_run_its_claim_could_not_start_starts_and_succeeds_it(
 
 def test_a_leaf_of_a_run_its_claim_started_succeeds_it(pg_app: FlowForge) -> None:
     run_id = pg_app.start_workflow_run(one_task("t", "w"))
-    assert succeed(pg_app, claimed_by_a_worker(pg_app, run_id, "t"))
+    task = claimed_by_a_worker(pg_app, run_id, "t")
+    assert succeed(pg_app, task)
+    recorded_success(pg_app, task, {"ok": True}, ACTOR)
     assert run_edges(pg_app, run_id) == [("create", "user"), ("start", "w"), ("succeed", ACTOR)]
     agrees_with_its_events(pg_app, run_id)
     assert marks(pg_app) == 0

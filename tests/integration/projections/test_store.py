@@ -28,12 +28,20 @@ from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import TASK_EDGE_METHODS, Leaf, LeafSuccess, Writes
 from flowforge.projections.writes.tasks import TaskWrites
 from tests.conftest import empty_postgres
-from tests.helpers import wait_until
+from tests.helpers import (
+    FORGED_TOPIC,
+    TASK_CREATED_TOPIC,
+    RoundTrip,
+    forge_event,
+    logged,
+    wait_until,
+)
 
 LEASE_S = 30.0
 TINY_S = 0.05
 CLOCK_DEADLINE_S = 5.0
 ACTOR = "store-test"
+CLAIMED_TOPIC = "flowforge.aggregates.task_run:TaskRun.Claimed"
 
 edge = TASK_RUN_MACHINE.get
 run_edge = WORKFLOW_RUN_MACHINE.get
@@ -212,6 +220,69 @@ class StoreContract:
                 s.topic for s in writes.rebuild.stored_events() if s.originator_id == task_id
             ] == ["flowforge.aggregates.task_run:TaskRun.Created"]
             assert writes.tasks.claim(task_id, "w1", LEASE_S) is not None  # the row is usable
+
+    def test_an_edge_whose_event_version_is_taken_fails_and_leaves_its_row_as_it_was(
+        self, store: Store, run_and_task: tuple[UUID, UUID]
+    ) -> None:
+        # An event already at the version the finish would record: the finish's own
+        # event insert must fail it whole (PostgreSQL: inside the finish's statement),
+        # never skip the conflict and commit the row with no event.
+        run_id, task_id = run_and_task
+        with store.write() as writes:
+            claimed = writes.tasks.claim(task_id, "w1", LEASE_S)
+        assert claimed is not None
+        forge_event(store, task_id, claimed.version + 1)
+        with store.read() as reads:
+            before = (reads.task_run(task_id), reads.workflow_run(run_id), reads.wakeup_count())
+
+        def finish() -> None:
+            with store.write() as writes:
+                succeed = edge("succeed")
+                writes.tasks.finish(task_id, succeed, claimed.fencing_token, actor=ACTOR, result=1)
+
+        with pytest.raises(errors.PersistenceError):
+            finish()
+        with store.read() as reads:
+            after = (reads.task_run(task_id), reads.workflow_run(run_id), reads.wakeup_count())
+        assert after == before
+        task = after[0]
+        assert task is not None and (task.state, task.fencing_token) == ("running", 1)
+        topics = [topic for _, topic in logged(store, task_id)]
+        assert topics == [TASK_CREATED_TOPIC, CLAIMED_TOPIC, FORGED_TOPIC]
+
+    def test_a_transaction_sent_whole_that_fails_in_a_later_statement_writes_nothing(
+        self, store: Store, run_and_task: tuple[UUID, UUID], round_trips: list[RoundTrip]
+    ) -> None:
+        # A transaction nothing of which was sent before its last statement goes in ONE
+        # round trip with no BEGIN on PostgreSQL: its pipeline's Sync commits it. Here a
+        # deferred mark, then the service's claim (the claim, then its run's start), and
+        # the start fails (an event is already at the run's next version): the mark and
+        # the claim before it must be undone with it, not committed each on its own.
+        run_id, task_id = run_and_task
+        forge_event(store, run_id, 2)
+        with store.read() as reads:
+            before = (reads.task_run(task_id), reads.workflow_run(run_id), reads.wakeup_count())
+        round_trips.clear()
+
+        def mark_and_claim() -> None:
+            with store.write() as writes:
+                writes.marks.mark(run_id)
+                writes.tasks.claim(task_id, "w1", LEASE_S, last=True)
+
+        with pytest.raises(errors.PersistenceError):
+            mark_and_claim()
+        sent = [trip.text.split(b";\n") for trip in round_trips]
+        with store.read() as reads:
+            after = (reads.task_run(task_id), reads.workflow_run(run_id), reads.wakeup_count())
+        assert after == before
+        task = after[0]
+        assert task is not None and (task.state, task.fencing_token) == ("ready", 0)
+        assert [topic for _, topic in logged(store, task_id)] == [TASK_CREATED_TOPIC]
+        if store.dialect == "postgres":
+            # It was the implicit transaction: the mark, the claim and the run's start in
+            # one round trip, no BEGIN, no COMMIT.
+            assert len(sent) == 1 and len(sent[0]) == 3, sent
+            assert b"BEGIN" not in sent[0] and b"COMMIT" not in sent[0]
 
     # --- the event log and creation ----------------------------------------------------
 
@@ -434,6 +505,13 @@ class StoreContract:
             run = reads.workflow_run(run_id)
             assert run is not None and run.state == "succeeded" and run.started_at is not None
             assert reads.wakeup_count() == 0  # settled: nobody to wake
+        # Every row written has its event, at the row's version.
+        task_events = [(v, topic.rsplit(".", 1)[1]) for v, topic in logged(store, task_id)]
+        assert task_events == [(1, "Created"), (2, "Claimed"), (3, "Succeeded")]
+        assert done.version == 3
+        run_events = [(v, topic.rsplit(".", 1)[1]) for v, topic in logged(store, run_id)]
+        assert run_events == [(1, "Created"), (2, "Started"), (3, "Succeeded")]
+        assert run.version == 3
 
     def test_start_run_starts_a_pending_run_and_says_whether_its_tasks_moved(
         self, store: Store, run_and_task: tuple[UUID, UUID]

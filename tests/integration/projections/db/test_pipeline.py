@@ -10,6 +10,7 @@ from uuid import uuid4
 
 import psycopg
 import pytest
+from psycopg import pq
 
 from flowforge.app.service import FlowForge
 from flowforge.projections.db import pipeline
@@ -65,6 +66,27 @@ def test_a_failing_statement_undoes_its_pipeline_and_a_parse_it_skipped_is_sent_
     # ...and is prepared when next sent (noted as prepared, it would not exist).
     assert _rows(conn, ("select_task_run", {"id": after})) == []
     assert b"flowforge_select_task_run" in _prepared(conn)
+
+
+def test_a_pipeline_sent_without_begin_is_one_transaction_a_later_error_undoes_whole(
+    conn: psycopg.Connection,
+) -> None:
+    # A write transaction sent whole (a claim, a finish, a run's creation) goes with no
+    # BEGIN and no COMMIT: its statements up to the one Sync are one implicit
+    # transaction. Two writes, then an error: both writes are undone, the session is
+    # left with no transaction open, and the same writes alone commit.
+    first, second = uuid4(), uuid4()
+    writes: list[pipeline.Statement] = [_event(first, b"{}"), _event(second, b"{}")]
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        pipeline.send_batch(conn, [*writes, b"SELECT 1/0"], prepared=True)
+    assert conn.info.transaction_status == pq.TransactionStatus.IDLE
+    events = _rows(conn, ("select_stored_events", None))
+    assert [e for e in events if e["originator_id"] in (first, second)] == []
+    pipeline.send_batch(conn, writes, prepared=True)  # the control: sound writes commit
+    events = _rows(conn, ("select_stored_events", None))
+    assert sorted(e["originator_id"] for e in events if e["topic"] == TOPIC) == sorted(
+        [first, second]
+    )
 
 
 def test_a_statement_twice_in_one_pipeline_is_prepared_once_and_bytes_arrive_exactly(
