@@ -882,3 +882,58 @@ class TestRedispatch:
         app.publish_pending_dispatches(InMemoryDispatchChannel().publisher())
         assert app.claim_task_run(task.id, "w", 30) is not None
         assert app.redispatch_stalled(0) == []
+
+
+class TestEachEdgesEventRecordsWhoAndWhat:
+    """Every task edge's event carries the actor that took it, and a finish's event the
+    result and error its row got: the audit log says what the row says."""
+
+    def test_every_task_edge_records_its_actor_and_a_finish_its_result_and_error(
+        self, app: FlowForge
+    ) -> None:
+        actor = "the-actor"
+        _, tasks = start_run(app)
+        root, child = tasks[ROOT].id, tasks[CHILD].id
+        succeed, fail = TASK_RUN_MACHINE.get("succeed"), TASK_RUN_MACHINE.get("fail")
+        with app.store.write() as writes:
+            (claimed,), _ = writes.tasks.claims_with_runs([root], actor, [])
+            assert claimed is not None
+            token = claimed.fencing_token
+            _, failed = writes.tasks.finish_trying_run(
+                root, fail, token, try_run=False, actor=actor, error=ERROR
+            )
+            assert failed is not None and failed.error == ERROR
+            assert writes.tasks.take_edge(
+                TASK_RUN_MACHINE.get("schedule_retry"), root, actor=actor
+            )
+            assert writes.tasks.take_edge(TASK_RUN_MACHINE.get("retry_ready"), root, actor=actor)
+            claimed = writes.tasks.claim(root, actor, LEASE_S)
+            assert claimed is not None
+            token = claimed.fencing_token
+            assert writes.tasks.renew_lease(root, token, LEASE_S, actor=actor)
+            _, done = writes.tasks.finish_trying_run(
+                root, succeed, token, try_run=True, actor=actor, result=RESULT
+            )
+            assert done is not None and done.result == RESULT
+            satisfied = TASK_RUN_MACHINE.get("dependencies_satisfied")
+            assert writes.tasks.take_edge(satisfied, child, actor=actor)
+            claimed = writes.tasks.claim(child, actor, LEASE_S)
+            assert claimed is not None
+            error = {"type": "Stopped", "message": "cancelled by the test"}
+            assert writes.tasks.finish(
+                child,
+                TASK_RUN_MACHINE.get("cancel_running"),
+                claimed.fencing_token,
+                actor=actor,
+                error=error,
+            )
+        entries = [e for e in app.history(root) + app.history(child) if e.transition != "create"]
+        assert {e.actor for e in entries} == {actor}, [(e.transition, e.actor) for e in entries]
+        by_edge = {e.transition: e for e in entries}
+        assert by_edge["fail"].error == ERROR and by_edge["succeed"].result == RESULT
+        assert by_edge["cancel_running"].error == error
+        assert app.get_task_run(root).result == RESULT
+        (start,) = [
+            e for e in run_entries(app, tasks[ROOT].workflow_run_id) if e.transition == "start"
+        ]
+        assert start.actor == actor  # the claim started the run
