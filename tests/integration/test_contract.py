@@ -892,48 +892,65 @@ class TestEachEdgesEventRecordsWhoAndWhat:
         self, app: FlowForge
     ) -> None:
         actor = "the-actor"
+        # Values shaped like the transcoder's own encodings: the event's copy must be
+        # escaped as the log's transcoder escapes it to read back exactly.
+        look_alike = {"_type_": "datetime_iso", "_data_": "2026-01-01T00:00:00+00:00"}
+        result, error = {"rows": [look_alike]}, {"type": "E", "message": "_type_"}
         _, tasks = start_run(app)
+        other_run, others = start_run(app)
         root, child = tasks[ROOT].id, tasks[CHILD].id
         succeed, fail = TASK_RUN_MACHINE.get("succeed"), TASK_RUN_MACHINE.get("fail")
         with app.store.write() as writes:
-            (claimed,), _ = writes.tasks.claims_with_runs([root], actor, [])
+            claimed = writes.tasks.claim(root, actor, LEASE_S)  # starts its run
             assert claimed is not None
-            token = claimed.fencing_token
             _, failed = writes.tasks.finish_trying_run(
-                root, fail, token, try_run=False, actor=actor, error=ERROR
+                root,
+                fail,
+                claimed.fencing_token,
+                try_run=False,
+                actor=actor,
+                result={"partial": [1]},
+                error=error,
             )
-            assert failed is not None and failed.error == ERROR
-            assert writes.tasks.take_edge(
-                TASK_RUN_MACHINE.get("schedule_retry"), root, actor=actor
+            assert failed is not None and (failed.result, failed.error) == (
+                {"partial": [1]},
+                error,
             )
+            retry = TASK_RUN_MACHINE.get("schedule_retry")
+            assert writes.tasks.take_edge(retry, root, actor=actor)
             assert writes.tasks.take_edge(TASK_RUN_MACHINE.get("retry_ready"), root, actor=actor)
-            claimed = writes.tasks.claim(root, actor, LEASE_S)
+            (claimed,), _ = writes.tasks.claims_with_runs([root], actor, [])
             assert claimed is not None
             token = claimed.fencing_token
             assert writes.tasks.renew_lease(root, token, LEASE_S, actor=actor)
             _, done = writes.tasks.finish_trying_run(
-                root, succeed, token, try_run=True, actor=actor, result=RESULT
+                root, succeed, token, try_run=True, actor=actor, result=result
             )
-            assert done is not None and done.result == RESULT
+            assert done is not None and done.result == result
             satisfied = TASK_RUN_MACHINE.get("dependencies_satisfied")
             assert writes.tasks.take_edge(satisfied, child, actor=actor)
             claimed = writes.tasks.claim(child, actor, LEASE_S)
             assert claimed is not None
-            error = {"type": "Stopped", "message": "cancelled by the test"}
             assert writes.tasks.finish(
                 child,
                 TASK_RUN_MACHINE.get("cancel_running"),
                 claimed.fencing_token,
                 actor=actor,
+                result=result,
                 error=error,
             )
+            (other,), _ = writes.tasks.claims_with_runs([others[ROOT].id], actor, [])
+            assert other is not None  # starts the other run
         entries = [e for e in app.history(root) + app.history(child) if e.transition != "create"]
         assert {e.actor for e in entries} == {actor}, [(e.transition, e.actor) for e in entries]
         by_edge = {e.transition: e for e in entries}
-        assert by_edge["fail"].error == ERROR and by_edge["succeed"].result == RESULT
-        assert by_edge["cancel_running"].error == error
-        assert app.get_task_run(root).result == RESULT
-        (start,) = [
-            e for e in run_entries(app, tasks[ROOT].workflow_run_id) if e.transition == "start"
-        ]
-        assert start.actor == actor  # the claim started the run
+        assert (by_edge["fail"].result, by_edge["fail"].error) == ({"partial": [1]}, error)
+        assert by_edge["succeed"].result == result
+        assert (by_edge["cancel_running"].result, by_edge["cancel_running"].error) == (
+            result,
+            error,
+        )
+        assert app.get_task_run(root).result == result
+        for run_id in (tasks[ROOT].workflow_run_id, other_run):
+            (start,) = [e for e in run_entries(app, run_id) if e.transition == "start"]
+            assert start.actor == actor  # a claim started the run
