@@ -16,7 +16,7 @@ its ``except`` clauses::
 
 A class's docstring is its default message; each message says what was attempted and
 what to do about it. Driver errors are translated in one place per adapter
-(``projections/db/errors.py`` for the databases, ``processes/rabbitmq/errors.py`` for
+(``projections/db/errors.py`` for the databases, ``processes/rabbitmq/translate.py`` for
 pika) and chained (``raise ... from exc``), so the original is never lost.
 
 This module imports nothing but the standard library: the pure core raises these too.
