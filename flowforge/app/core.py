@@ -22,13 +22,18 @@ class ServiceCore:
     """The service's persistence, opened by ``FlowForge.__init__``."""
 
     def __init__(self, opened: Persistence) -> None:
+        self._opened = opened
         self.events = opened.events
         self.store = opened.store
         self.schema_version = opened.schema_version
-        with self.reads() as reads:
-            #: The deployment this database is: it names the dispatch topology
-            #: (``BrokerConfig.for_deployment``) and is stamped on every dispatch.
-            self.deployment_id = reads.deployment_id()
+        try:
+            with self.reads() as reads:
+                #: The deployment this database is: it names the dispatch topology
+                #: (``BrokerConfig.for_deployment``) and is stamped on every dispatch.
+                self.deployment_id = reads.deployment_id()
+        except BaseException:
+            opened.close()
+            raise
         #: Parsed definitions of the runs this process advances (``app/advance.py``).
         self.definitions = DefinitionCache()
         #: The tasks this process claimed and has not finished (``app/advance.py``).
@@ -60,5 +65,4 @@ class ServiceCore:
         return self.store.read()
 
     def close(self) -> None:
-        self.store.close()
-        self.events.close()
+        self._opened.close()

@@ -73,6 +73,10 @@ class Persistence:
     store: Store
     schema_version: int
 
+    def close(self) -> None:
+        self.store.close()
+        self.events.close()
+
 
 def migrates_by_default(location: DatabaseLocation) -> bool:
     """The embedded default (SQLite) sets itself up; a shared server is migrated on

@@ -82,12 +82,7 @@ class FlowForge:
             listen_database_url=listen_database_url,
             prepared_statements=prepared_statements,
         )
-        try:
-            self.core = ServiceCore(opened)
-        except BaseException:
-            opened.store.close()
-            opened.events.close()
-            raise
+        self.core = ServiceCore(opened)
         self.queries = Queries(self.core)
         self.commands = Commands(self.core)
         self.outbox = Outbox(self.core)

@@ -48,5 +48,5 @@ class Writes(Reads):
         self.outbox = OutboxWrites(tx)
         self.tasks = TaskWrites(self.recording, self.marks, self.outbox)
         self.leaves = LeafWrites(self.recording, self.marks)
-        self.runs = RunWrites(self.recording, self.marks, self.tasks)
+        self.runs = RunWrites(self.recording, self.marks, self.tasks, now=self.now)
         self.rebuild = RebuildWrites(tx)

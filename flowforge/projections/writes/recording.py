@@ -8,7 +8,7 @@ row the statement returned and inserted through the library's mapper.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -112,15 +112,11 @@ class Recording:
                 "insert_stored_event_at_now", {**params, "state_head": head, "state_tail": tail}
             )
 
-    def creation_time(self) -> datetime:
-        """The time to create runs at: the database's clock. Where SQL builds events
-        (PostgreSQL) that is the transaction's own now(), written by SQL in the rows and
-        events (``projector.TRANSACTION_NOW``): no round trip to ask it first."""
-        if self.events_in_sql:
-            return projector.TRANSACTION_NOW
-        (row,) = self.tx.run("db_now")
-        now: datetime = row["db_now"]
-        return now
+    def creation_time(self, now: Callable[[], datetime]) -> datetime:
+        """The time to create runs at: the database's clock (``now``). Where SQL builds
+        events (PostgreSQL) that is the transaction's own now(), written by SQL in the
+        rows and events (``projector.TRANSACTION_NOW``): no round trip to ask it first."""
+        return projector.TRANSACTION_NOW if self.events_in_sql else now()
 
     def statement(self, name: str, params: dict[str, Any], event: EventRecipe) -> Statement:
         """The transition's statement: on PostgreSQL its variant that stores ``event``."""

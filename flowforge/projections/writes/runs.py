@@ -6,7 +6,8 @@ and the run's mark for a scheduler in the same transaction (``marks.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -36,8 +37,17 @@ if {e.target for e in _CANCEL_RUN_FROM.values()} != {WorkflowRunState.CANCELLED}
 class RunWrites:
     """The workflow-run writes of one write transaction."""
 
-    def __init__(self, recording: Recording, marks: RunMarks, tasks: TaskWrites) -> None:
+    def __init__(
+        self,
+        recording: Recording,
+        marks: RunMarks,
+        tasks: TaskWrites,
+        *,
+        now: Callable[[], datetime],
+    ) -> None:
         self._recording = recording
+        #: The database's clock (``Reads.now``), asked only where SQL does not build events.
+        self._now = now
         self._tx = recording.tx
         self._marks = marks
         self._tasks = tasks
@@ -52,7 +62,7 @@ class RunWrites:
     ) -> tuple[UUID, bool]:
         """Create the run and its task runs; ``(id, False)`` and nothing written if a
         run already has the idempotency key."""
-        at, run_id = self._recording.creation_time(), new_id()
+        at, run_id = self._recording.creation_time(self._now), new_id()
         created = workflow_run.created_event(
             run_id,
             at=at,
