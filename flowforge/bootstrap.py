@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from uuid import UUID
 
+from flowforge import errors
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig, Settings
@@ -52,7 +53,8 @@ class Transport:
     """How the processes reach the dispatch queue."""
 
     connect_publisher: Callable[[], DispatchPublisher]
-    #: A new consumer; ``prefetch=N`` lets it hold N deliveries at once (a worker's batch).
+    #: A new consumer of some task types' dispatches; ``prefetch=N`` lets it hold N
+    #: deliveries of each type at once (a worker's batch).
     connect_consumer: ConsumerFactory
     #: Whether queued dispatches outlive this process (a broker's queue does).
     durable: bool = True
@@ -130,17 +132,40 @@ class Processes:
             task_types=task_types,
         )
 
-    def worker(self, worker_id: str | None = None, *, batch: int = 1) -> Worker:
-        """A worker; ``batch`` > 1 lets it take that many dispatches at once (one claim,
-        one write of their outcomes: ``Worker.handle_batch``)."""
+    def worker(
+        self,
+        worker_id: str | None = None,
+        *,
+        batch: int = 1,
+        task_types: Collection[str] | None = None,
+    ) -> Worker:
+        """A worker of ``task_types`` (default: every type its registry has a handler
+        for, read when it connects); ``batch`` > 1 lets it take that many dispatches at
+        once (one claim, one write of their outcomes: ``Worker.handle_batch``)."""
+        consumed = self._consumed(task_types)
+        connect = self._transport().connect_consumer
         return Worker(
             self.app,
-            partial(self._transport().connect_consumer, prefetch=batch),
+            lambda: connect(prefetch=batch, task_types=consumed or list(self.registry)),
             registry=self.registry,
             worker_id=worker_id,
             stop=self.stop,
             batch=batch,
         )
+
+    def _consumed(self, task_types: Collection[str] | None) -> list[str] | None:
+        """``task_types`` checked against the registry: a worker consumes only types it
+        can run, so a type without a handler here is refused at once."""
+        if task_types is None:
+            return None
+        missing = sorted(set(task_types) - set(self.registry))
+        if missing:
+            raise errors.ConfigurationError(
+                f"no handler is registered for task type(s) {', '.join(missing)} "
+                f"(registered: {', '.join(self.registry) or 'none'}); a worker consumes "
+                f"only types it can run: import their module with --tasks"
+            )
+        return sorted(set(task_types))
 
     def _transport(self) -> Transport:
         if self.transport is None:
@@ -150,9 +175,17 @@ class Processes:
     def supervisor(self) -> Supervisor:
         return Supervisor(self.stop)
 
-    def run_workers(self, worker_ids: Sequence[str], *, batch: int = 1) -> None:
+    def run_workers(
+        self,
+        worker_ids: Sequence[str],
+        *,
+        batch: int = 1,
+        task_types: Collection[str] | None = None,
+    ) -> None:
         """Workers in threads of this process until a stop; re-raise a thread's failure."""
-        workers = [self.worker(worker_id, batch=batch) for worker_id in worker_ids]
+        workers = [
+            self.worker(worker_id, batch=batch, task_types=task_types) for worker_id in worker_ids
+        ]
         self.supervisor().run([(worker.worker_id, worker.run) for worker in workers])
 
 

@@ -44,7 +44,11 @@ class BrokerConfig(BaseModel):
     #: every (re)connect, so a process fails over to the first node that answers.
     url: str = Field("amqp://guest:guest@127.0.0.1:5672/%2F", repr=False)
     exchange: str = Field("flowforge", min_length=1)
+    #: The prefix of every task type's queue (``queue_for``); before routing (issue
+    #: #32) the one dispatch queue of every type, which ``flowforge broker migrate``
+    #: empties into the per-type queues.
     queue: str = Field("flowforge.tasks", min_length=1)
+    #: The dead letters' routing key (and the old single queue's binding).
     routing_key: str = Field("flowforge.tasks", min_length=1)
     dead_letter_exchange: str = Field("flowforge.dlx", min_length=1)
     dead_letter_queue: str = Field("flowforge.tasks.dead", min_length=1)
@@ -78,6 +82,16 @@ class BrokerConfig(BaseModel):
             if name not in self.model_fields_set
         }
         return self.model_copy(update=derived)
+
+    def queue_for(self, task_type: str) -> str:
+        """The dispatch queue of ``task_type``: ``<queue>.<type>``, e.g.
+        ``flowforge.<deployment>.tasks.extract``. A dispatch goes only to its type's
+        queue, and a worker consumes only the queues of the types it has handlers for.
+
+        The name is also the queue's routing key: unique per deployment (unlike the
+        bare type), so two deployments sharing an exchange never cross.
+        """
+        return f"{self.queue}.{task_type}"
 
     @model_validator(mode="wrap")
     @classmethod

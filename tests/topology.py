@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import pika
@@ -33,16 +34,36 @@ def broker_environment(config: BrokerConfig) -> dict[str, str]:
     }
 
 
-def delete_topology(config: BrokerConfig) -> None:
+def delete_topology(config: BrokerConfig, task_types: Iterable[str] = ()) -> None:
+    """Delete the exchanges and queues of ``config``: the dead letters', the single queue
+    of before routing, each of ``task_types``' queues and, on the default broker, every
+    other task queue found there (``rabbitmqctl``: AMQP cannot list queues)."""
+    queues = {config.queue, config.dead_letter_queue}
+    queues.update(config.queue_for(task_type) for task_type in task_types)
+    if config.url == servers.RABBITMQ_URL:
+        queues.update(task_queues(config))
     connection = pika.BlockingConnection([pika.URLParameters(url) for url in config.urls])
     try:
         channel = connection.channel()
-        for queue in (config.queue, config.dead_letter_queue):
+        for queue in sorted(queues):
             channel.queue_delete(queue)
         for exchange in (config.exchange, config.dead_letter_exchange):
             channel.exchange_delete(exchange)
     finally:
         connection.close()
+
+
+def task_queues(config: BrokerConfig) -> list[str]:
+    """The task queues of ``config`` on the default broker, as ``rabbitmqctl`` lists them."""
+    listed = subprocess.run(
+        ["rabbitmqctl", "list_queues", "-q", "--no-table-headers", "name"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    prefix = config.queue_for("")
+    return [name for name in listed.stdout.split() if name.startswith(prefix)]
 
 
 @contextmanager

@@ -7,8 +7,11 @@ nothing installed). Both give the same semantics, so the publisher and worker lo
 written once:
 
 - ``publish`` returns only when every message is safely on the queue, else raises;
-- a consumer holds at most ``prefetch`` unsettled deliveries (1 unless asked): ``get``
-  returns ``None`` while it holds that many;
+- a dispatch is routed by its task type: a consumer is opened for the task types it
+  has handlers for and receives only their dispatches; a dispatch of a type nobody
+  consumes waits for a consumer of its type (RabbitMQ: in the type's own queue);
+- a consumer holds at most ``prefetch`` unsettled deliveries (1 unless asked) of each
+  of its types: ``get`` returns none of a type while it holds that many of it;
 - a delivery is settled exactly once, by ``ack`` (done), ``requeue`` (back on the queue,
   delivered again with ``redelivered=True``) or ``dead_letter`` (moved to the dead-letter
   queue, never delivered again); settling it twice raises ``RuntimeError``, a bug in the
@@ -25,7 +28,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -112,9 +115,21 @@ def ack_each(deliveries: Sequence[Delivery]) -> None:
 
 
 class ConsumerFactory(Protocol):
-    """Opens a :class:`DispatchConsumer` that may hold ``prefetch`` deliveries at once."""
+    """Opens a :class:`DispatchConsumer` of ``task_types``' dispatches that may hold
+    ``prefetch`` deliveries of each type at once."""
 
-    def __call__(self, *, prefetch: int = 1) -> DispatchConsumer: ...
+    def __call__(self, *, prefetch: int = 1, task_types: Collection[str]) -> DispatchConsumer: ...
+
+
+def consumed_types(task_types: Collection[str]) -> tuple[str, ...]:
+    """The task types a consumer takes, sorted; at least one (a worker with no handler
+    would consume nothing and wait forever)."""
+    if isinstance(task_types, str) or not task_types:
+        raise errors.ConfigurationError(
+            f"a dispatch consumer needs the task types it runs, got {task_types!r}: "
+            f"register a handler with @task(...) in a module the worker imports (--tasks)"
+        )
+    return tuple(sorted(set(task_types)))
 
 
 #: How a delivery is settled (``Delivery.ack``, ``requeue``, ``dead_letter``).
@@ -169,18 +184,23 @@ class SettleOnce:
 
 @dataclass
 class _Entry:
+    task_type: str
     body: bytes
+    #: Its place in the order of arrival across every type (requeued: a new place).
+    order: int
     #: How many times the message went back on the queue (requeued or orphaned).
     returns: int = 0
 
 
 class InMemoryDispatchChannel:
-    """An in-process dispatch queue with the broker's semantics, for the embedded mode.
+    """In-process dispatch queues with the broker's semantics, for the embedded mode.
 
-    Thread-safe: any number of publishers and consumers, in any threads. Like the quorum
-    queue, a message returned more than ``delivery_limit`` times is dead-lettered
-    instead of looping forever (``None``: no limit). A requeued message goes to the
-    back of the queue, so one message that keeps failing does not starve the others.
+    One queue per task type, as on RabbitMQ; a consumer takes the oldest dispatch among
+    its types' queues. Thread-safe: any number of publishers and consumers, in any
+    threads. Like the quorum queues, a message returned more than ``delivery_limit``
+    times is dead-lettered instead of looping forever (``None``: no limit). A requeued
+    message goes to the back of its queue, so one message that keeps failing does not
+    starve the others.
     """
 
     def __init__(self, *, delivery_limit: int | None = 20) -> None:
@@ -188,18 +208,23 @@ class InMemoryDispatchChannel:
             raise ValueError(f"delivery_limit must be >= 1 or None, got {delivery_limit}")
         self._delivery_limit = delivery_limit
         self._changed = threading.Condition()
-        self._ready: deque[_Entry] = deque()
+        self._ready: dict[str, deque[_Entry]] = {}
         self._unsettled: dict[int, _Entry] = {}
-        #: The deliveries each consumer holds (at most its prefetch).
-        self._held: dict[InMemoryDispatchConsumer, set[int]] = {}
+        #: The deliveries each consumer holds (at most its prefetch of each type).
+        self._held: dict[InMemoryDispatchConsumer, dict[int, str]] = {}
         self._dead: list[bytes] = []
         self._tags = itertools.count(1)
+        self._order = itertools.count()
 
     def publisher(self) -> InMemoryDispatchPublisher:
         return InMemoryDispatchPublisher(self)
 
-    def consumer(self, *, prefetch: int = 1) -> InMemoryDispatchConsumer:
-        return InMemoryDispatchConsumer(self, prefetch=prefetch)
+    def consumer(
+        self, *, prefetch: int = 1, task_types: Collection[str] | None = None
+    ) -> InMemoryDispatchConsumer:
+        """A consumer of ``task_types``' queues; ``None``: of every type's, as a test or
+        a tool that drains the channel wants (a worker always names its types)."""
+        return InMemoryDispatchConsumer(self, prefetch=prefetch, task_types=task_types)
 
     @property
     def dead_letters(self) -> list[bytes]:
@@ -209,9 +234,14 @@ class InMemoryDispatchChannel:
 
     @property
     def ready_count(self) -> int:
-        """Messages waiting to be delivered."""
+        """Messages waiting to be delivered, of every type."""
         with self._changed:
-            return len(self._ready)
+            return sum(len(queue) for queue in self._ready.values())
+
+    def ready_count_of(self, task_type: str) -> int:
+        """Messages of ``task_type`` waiting to be delivered."""
+        with self._changed:
+            return len(self._ready.get(task_type, ()))
 
     @property
     def unsettled_count(self) -> int:
@@ -221,25 +251,43 @@ class InMemoryDispatchChannel:
 
     # The publishers' and consumers' only way in; every state change is under the lock.
 
-    def _append(self, bodies: Sequence[bytes]) -> None:
+    def _append(self, messages: Sequence[tuple[str, bytes]]) -> None:
         with self._changed:
-            self._ready.extend(_Entry(body) for body in bodies)
+            for task_type, body in messages:
+                self._queue(task_type).append(_Entry(task_type, body, next(self._order)))
             self._changed.notify_all()
+
+    def _queue(self, task_type: str) -> deque[_Entry]:
+        return self._ready.setdefault(task_type, deque())
 
     def _take(self, consumer: InMemoryDispatchConsumer, timeout: float) -> InMemoryDelivery | None:
         deadline = time.monotonic() + max(timeout, 0.0)
         with self._changed:
-            held = self._held.setdefault(consumer, set())
-            while len(held) >= consumer.prefetch or not self._ready:
+            held = self._held.setdefault(consumer, {})
+            while (queue := self._next_queue(consumer, held)) is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
                 self._changed.wait(remaining)
-            entry = self._ready.popleft()
+            entry = queue.popleft()
             tag = next(self._tags)
             self._unsettled[tag] = entry
-            held.add(tag)
+            held[tag] = entry.task_type
             return InMemoryDelivery(self, consumer, tag, entry.body, entry.returns > 0)
+
+    def _next_queue(
+        self, consumer: InMemoryDispatchConsumer, held: Mapping[int, str]
+    ) -> deque[_Entry] | None:
+        """The queue of ``consumer``'s types whose head arrived first, among those it
+        may take one more of (fewer than ``prefetch`` held of that type)."""
+        first: deque[_Entry] | None = None
+        for task_type in consumer.task_types or list(self._ready):
+            queue = self._ready.get(task_type)
+            if not queue or sum(t == task_type for t in held.values()) >= consumer.prefetch:
+                continue
+            if first is None or queue[0].order < first[0].order:
+                first = queue
+        return first
 
     def settle(self, consumer: InMemoryDispatchConsumer, tag: int, action: SettleAction) -> None:
         """Settle ``consumer``'s delivery ``tag``: the port its deliveries settle through."""
@@ -250,7 +298,7 @@ class InMemoryDispatchChannel:
                     "The delivery's consumer was closed, so the message went back on the "
                     "queue and will be delivered again; it can no longer be settled here."
                 )
-            self._held[consumer].discard(tag)
+            self._held[consumer].pop(tag, None)
             if action == "requeue":
                 self._return(entry)
             elif action == "dead_letter":
@@ -260,7 +308,7 @@ class InMemoryDispatchChannel:
     def _orphan(self, consumer: InMemoryDispatchConsumer) -> None:
         """``consumer`` closed: return what it held, as the broker does."""
         with self._changed:
-            held = self._held.pop(consumer, set())
+            held = self._held.pop(consumer, {})
             for tag in sorted(held):
                 self._return(self._unsettled.pop(tag))
             if held:
@@ -275,7 +323,8 @@ class InMemoryDispatchChannel:
             )
             self._dead.append(entry.body)
         else:
-            self._ready.append(entry)
+            entry.order = next(self._order)
+            self._queue(entry.task_type).append(entry)
 
 
 class InMemoryDispatchPublisher:
@@ -286,7 +335,7 @@ class InMemoryDispatchPublisher:
 
     def publish(self, messages: Sequence[DispatchMessage]) -> None:
         # Encoded here, as on the wire, so the worker decodes what RabbitMQ would carry.
-        self._channel._append([message.encode() for message in messages])
+        self._channel._append([(message.task_type, message.encode()) for message in messages])
 
     def close(self) -> None:
         """Nothing to release."""
@@ -295,9 +344,17 @@ class InMemoryDispatchPublisher:
 class InMemoryDispatchConsumer:
     """A :class:`DispatchConsumer` on an :class:`InMemoryDispatchChannel`."""
 
-    def __init__(self, channel: InMemoryDispatchChannel, *, prefetch: int = 1) -> None:
+    def __init__(
+        self,
+        channel: InMemoryDispatchChannel,
+        *,
+        prefetch: int = 1,
+        task_types: Collection[str] | None = None,
+    ) -> None:
         self._channel = channel
         self.prefetch = batch_size(prefetch, "prefetch")
+        #: The types whose queues it takes from; ``None``: every type's.
+        self.task_types = None if task_types is None else consumed_types(task_types)
 
     def get(self, timeout: float) -> InMemoryDelivery | None:
         return self._channel._take(self, timeout)

@@ -43,7 +43,7 @@ def broker() -> Iterator[BrokerConfig]:
 
 def drain_queue(config: BrokerConfig) -> list[DispatchMessage]:
     """Every message on the dispatch queue, acked."""
-    consumer = RabbitDispatchConsumer(config)
+    consumer = RabbitDispatchConsumer(config, task_types=["work"])
     received = []
     try:
         while (delivery := consumer.get(1.0)) is not None:

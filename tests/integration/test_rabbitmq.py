@@ -29,6 +29,8 @@ DEADLINE_S = 30.0
 QUIET_S = 0.5
 #: ``get`` without waiting: connects and starts consuming, returns what is already in.
 NO_WAIT = 0.0
+#: The task type of ``dispatch``: its queue is ``config.queue_for(TYPE)``.
+TYPE = "http_get"
 
 
 def dispatch(task_key: str = "extract", fencing_token: int = 1) -> DispatchMessage:
@@ -36,7 +38,7 @@ def dispatch(task_key: str = "extract", fencing_token: int = 1) -> DispatchMessa
         dispatch_id=uuid.uuid4(),
         task_run_id=uuid.uuid4(),
         task_key=task_key,
-        task_type="http_get",
+        task_type=TYPE,
         fencing_token=fencing_token,
     )
 
@@ -96,7 +98,7 @@ def consumers(config: BrokerConfig) -> Iterator[Callable[[], rabbitmq.RabbitDisp
     made: list[rabbitmq.RabbitDispatchConsumer] = []
 
     def make() -> rabbitmq.RabbitDispatchConsumer:
-        consumer = rabbitmq.RabbitDispatchConsumer(config)
+        consumer = rabbitmq.RabbitDispatchConsumer(config, task_types=[TYPE])
         made.append(consumer)
         return consumer
 
@@ -122,7 +124,7 @@ def test_a_confirmed_dispatch_is_on_the_bound_queue_with_the_exact_payload(
     message = dispatch("load", fencing_token=4)
     publisher.publish([message])
 
-    taken = admin.take(config.queue)
+    taken = admin.take(config.queue_for(TYPE))
     assert taken is not None
     properties, body = taken
     assert body == message.encode()
@@ -142,9 +144,9 @@ def test_a_batch_of_two_thousand_dispatches_is_confirmed_and_queued_in_order(
     # Generous: ~0.1 s here. It catches a confirm wait that runs to its time limit.
     assert time.monotonic() - started < rabbitmq.PUBLISH_CONFIRM_TIMEOUT_S / 3
 
-    assert admin.ready_count(config.queue) == 2000
+    assert admin.ready_count(config.queue_for(TYPE)) == 2000
     bodies = []
-    while (taken := admin.take(config.queue)) is not None:
+    while (taken := admin.take(config.queue_for(TYPE))) is not None:
         bodies.append(taken[1])
     assert bodies == [message.encode() for message in messages]
 
@@ -177,9 +179,13 @@ def test_a_publish_the_broker_refuses_raises_publish_not_confirmed_error(
     # A queue that takes nothing: the broker nacks every message routed to it.
     admin.channel.exchange_declare(config.exchange, durable=True)
     admin.channel.queue_declare(
-        config.queue, durable=True, arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
+        config.queue_for(TYPE),
+        durable=True,
+        arguments={"x-max-length": 0, "x-overflow": "reject-publish"},
     )
-    admin.channel.queue_bind(config.queue, config.exchange, routing_key=config.routing_key)
+    admin.channel.queue_bind(
+        config.queue_for(TYPE), config.exchange, routing_key=config.queue_for(TYPE)
+    )
     publisher = rabbitmq.RabbitDispatchPublisher(config, declare_queue=False)
     try:
         with pytest.raises(errors.PublishNotConfirmedError, match="nacked"):
@@ -200,7 +206,7 @@ def test_a_publish_to_a_closed_port_raises_broker_unavailable_naming_host_and_po
 def test_a_consumer_on_a_closed_port_raises_broker_unavailable_naming_host_and_port() -> None:
     unreachable = BrokerConfig(url="amqp://guest:guest@127.0.0.1:1/%2F")
     with pytest.raises(errors.BrokerUnavailableError, match=r"127\.0\.0\.1:1 "):
-        rabbitmq.RabbitDispatchConsumer(unreachable).get(QUIET_S)
+        rabbitmq.RabbitDispatchConsumer(unreachable, task_types=[TYPE]).get(QUIET_S)
 
 
 def test_a_node_that_refuses_is_skipped_for_the_next_node_of_the_url(
@@ -213,13 +219,13 @@ def test_a_node_that_refuses_is_skipped_for_the_next_node_of_the_url(
         publisher.publish([dispatch()])
     finally:
         publisher.close()
-    assert admin.ready_count(config.queue) == 1
+    assert admin.ready_count(config.queue_for(TYPE)) == 1
 
 
 def test_when_every_node_refuses_the_error_names_each_host_and_port() -> None:
     unreachable = BrokerConfig(url="amqp://guest:guest@127.0.0.1:1/%2F,amqp://127.0.0.1:2/%2F")
     with pytest.raises(errors.BrokerUnavailableError, match=r"127\.0\.0\.1:1,127\.0\.0\.1:2 "):
-        rabbitmq.RabbitDispatchConsumer(unreachable).get(QUIET_S)
+        rabbitmq.RabbitDispatchConsumer(unreachable, task_types=[TYPE]).get(QUIET_S)
 
 
 def test_wrong_credentials_raise_broker_unavailable_pointing_at_the_password(
@@ -235,11 +241,13 @@ def test_wrong_credentials_raise_broker_unavailable_pointing_at_the_password(
 def test_a_classic_queue_of_the_same_name_raises_queue_type_mismatch_with_the_migration(
     config: BrokerConfig, admin: Admin
 ) -> None:
-    admin.channel.queue_declare(config.queue, durable=True)  # classic, as an old release did
+    admin.channel.queue_declare(
+        config.queue_for(TYPE), durable=True
+    )  # classic, as an old release did
     channel = admin.connection.channel()
 
     with pytest.raises(errors.QueueTypeMismatchError) as caught:
-        rabbitmq.declare_dispatch_queue(channel, config)
+        rabbitmq.declare_dispatch_queue(channel, config, [TYPE])
 
     message = str(caught.value)
     assert "PRECONDITION_FAILED" in message
@@ -248,7 +256,7 @@ def test_a_classic_queue_of_the_same_name_raises_queue_type_mismatch_with_the_mi
         "2. Wait for the queue to drain, or accept the loss of unacked dispatches",
         "the outbox still holds every row that was not confirmed",
         "recovered by the lease reaper",
-        f"3. Delete the queue: rabbitmqctl delete_queue {config.queue}",
+        f"3. Delete the queue: rabbitmqctl delete_queue {config.queue_for(TYPE)}",
         "4. Start the worker. It redeclares the queue as a quorum queue",
         "5. Start the publisher",
     ]
@@ -261,10 +269,10 @@ def test_the_worker_does_not_retry_a_queue_type_mismatch(
     admin: Admin,
     consumers: Callable[[], rabbitmq.RabbitDispatchConsumer],
 ) -> None:
-    admin.channel.queue_declare(config.queue, durable=True)
+    admin.channel.queue_declare(config.queue_for(TYPE), durable=True)
     consumer = consumers()
     for _ in range(2):
-        with pytest.raises(errors.QueueTypeMismatchError, match=config.queue):
+        with pytest.raises(errors.QueueTypeMismatchError, match=config.queue_for(TYPE)):
             consumer.get(QUIET_S)
 
 
@@ -276,11 +284,11 @@ def queue_types() -> dict[str, str]:
 def test_the_declared_dispatch_and_dead_letter_queues_are_quorum_queues(
     config: BrokerConfig, admin: Admin
 ) -> None:
-    rabbitmq.declare_dispatch_queue(admin.channel, config)
-    rabbitmq.declare_dispatch_queue(admin.channel, config)  # idempotent
+    rabbitmq.declare_dispatch_queue(admin.channel, config, [TYPE])
+    rabbitmq.declare_dispatch_queue(admin.channel, config, [TYPE])  # idempotent
 
     types = queue_types()
-    assert types[config.queue] == "quorum"
+    assert types[config.queue_for(TYPE)] == "quorum"
     assert types[config.dead_letter_queue] == "quorum"
 
 
@@ -367,7 +375,11 @@ def batching(config: BrokerConfig) -> Iterator[Callable[[int], rabbitmq.RabbitDi
     made: list[rabbitmq.RabbitDispatchConsumer] = []
 
     def make(prefetch: int) -> rabbitmq.RabbitDispatchConsumer:
-        made.append(counting_acks(rabbitmq.RabbitDispatchConsumer(config, prefetch=prefetch)))
+        made.append(
+            counting_acks(
+                rabbitmq.RabbitDispatchConsumer(config, prefetch=prefetch, task_types=[TYPE])
+            )
+        )
         return made[-1]
 
     yield make
@@ -462,7 +474,7 @@ def test_a_batch_with_one_dead_lettered_settles_it_alone_and_acks_the_rest_in_on
     assert body == messages[1].encode()
     consumer.close()  # nothing left unsettled: nothing comes back
     assert batching(3).get(QUIET_S) is None
-    assert admin.ready_count(admin.config.queue) == 0
+    assert admin.ready_count(admin.config.queue_for(TYPE)) == 0
 
 
 def test_ack_all_of_a_settled_delivery_raises_and_sends_nothing_for_it(
@@ -523,7 +535,7 @@ def test_a_dead_lettered_delivery_lands_on_the_dead_letter_queue_intact(
     assert properties.headers["x-first-death-reason"] == "rejected"
     assert properties.message_id == str(message.dispatch_id)
     assert consumer.get(QUIET_S) is None
-    assert admin.ready_count(config.queue) == 0
+    assert admin.ready_count(config.queue_for(TYPE)) == 0
 
 
 def test_a_message_that_keeps_killing_its_consumer_is_dead_lettered_at_the_delivery_limit(
@@ -539,7 +551,7 @@ def test_a_message_that_keeps_killing_its_consumer_is_dead_lettered_at_the_deliv
 
     deliveries = 0
     while True:
-        consumer = rabbitmq.RabbitDispatchConsumer(limited)
+        consumer = rabbitmq.RabbitDispatchConsumer(limited, task_types=[TYPE])
         try:
             if consumer.get(QUIET_S if deliveries > limited.delivery_limit else DEADLINE_S):
                 deliveries += 1
@@ -563,9 +575,9 @@ def test_a_consumer_recovers_when_its_queue_is_deleted_under_it(
 ) -> None:
     consumer = consumers()
     assert consumer.get(NO_WAIT) is None
-    admin.channel.queue_delete(config.queue)  # step 3 of the migration, worker still up
+    admin.channel.queue_delete(config.queue_for(TYPE))  # step 3 of the migration, worker still up
 
-    with pytest.raises(errors.BrokerUnavailableError, match="cancelled the consumer"):
+    with pytest.raises(errors.BrokerUnavailableError, match="cancelled a consumer"):
         consumer.get(DEADLINE_S)
     assert consumer.get(NO_WAIT) is None  # reconnects and declares the queue again
     message = dispatch()
@@ -584,7 +596,7 @@ def test_a_publisher_whose_connection_died_while_idle_reconnects_and_publishes(
     publisher._connection.close()  # as a missed heartbeat would, behind the publisher's back
 
     publisher.publish([dispatch()])
-    assert admin.ready_count(config.queue) == 2
+    assert admin.ready_count(config.queue_for(TYPE)) == 2
 
 
 def test_pump_services_the_connection_while_a_delivery_is_held(
@@ -641,3 +653,67 @@ def _published(publisher: rabbitmq.RabbitDispatchPublisher, message: DispatchMes
     except errors.BrokerUnavailableError:
         return False
     return True
+
+
+# --- routing: one queue per task type -----------------------------------------------------
+
+
+def test_a_dispatch_goes_only_to_the_queue_of_its_task_type(
+    config: BrokerConfig, publisher: rabbitmq.RabbitDispatchPublisher, admin: Admin
+) -> None:
+    extract, train = dispatch("a"), dispatch("b").model_copy(update={"task_type": "train"})
+    publisher.publish([extract, train])
+    assert admin.ready_count(config.queue_for(TYPE)) == 1
+    assert admin.ready_count(config.queue_for("train")) == 1
+    taken = admin.take(config.queue_for("train"))
+    assert taken is not None and decode_dispatch(taken[1]) == train
+
+
+def test_a_consumer_receives_only_its_task_types_and_the_rest_wait_in_their_queues(
+    config: BrokerConfig, publisher: rabbitmq.RabbitDispatchPublisher, admin: Admin
+) -> None:
+    consumer = rabbitmq.RabbitDispatchConsumer(config, task_types=[TYPE])
+    try:
+        publisher.publish([dispatch("b").model_copy(update={"task_type": "train"}), dispatch("a")])
+        delivery = consumer.get(DEADLINE_S)
+        assert delivery is not None and decode_dispatch(delivery.body).task_key == "a"
+        delivery.ack()
+        assert consumer.get(QUIET_S) is None
+    finally:
+        consumer.close()
+    # Nobody consumed the other type: its dispatch waits in its queue, never delivered.
+    assert admin.ready_count(config.queue_for("train")) == 1
+
+
+def test_a_consumer_of_two_types_holds_at_most_one_unacked_delivery_of_each(
+    config: BrokerConfig, publisher: rabbitmq.RabbitDispatchPublisher
+) -> None:
+    """Quorum queues refuse a channel-wide prefetch: the prefetch holds per queue."""
+    consumer = rabbitmq.RabbitDispatchConsumer(config, task_types=[TYPE, "train"])
+    try:
+        consumer.get(NO_WAIT)
+        publisher.publish(
+            [
+                dispatch(f"{t}-{i}").model_copy(update={"task_type": t})
+                for t in (TYPE, "train")
+                for i in range(2)
+            ]
+        )
+        held = [consumer.get(DEADLINE_S), consumer.get(DEADLINE_S)]
+        assert sorted(decode_dispatch(d.body).task_type for d in held if d) == [TYPE, "train"]
+        assert consumer.get(QUIET_S) is None
+    finally:
+        consumer.close()
+
+
+def test_a_dispatch_to_a_deleted_queue_is_returned_and_stays_pending_then_lands(
+    config: BrokerConfig, publisher: rabbitmq.RabbitDispatchPublisher, admin: Admin
+) -> None:
+    """Mandatory publishing: a queue deleted under a publisher that declared it returns
+    the dispatch (the outbox row stays pending); the next publish declares it again."""
+    publisher.publish([dispatch("first")])
+    admin.channel.queue_delete(config.queue_for(TYPE))
+    with pytest.raises(errors.UnroutableDispatchError, match="stay pending"):
+        publisher.publish([dispatch("second")])
+    publisher.publish([dispatch("second")])
+    assert admin.ready_count(config.queue_for(TYPE)) == 1

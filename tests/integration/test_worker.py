@@ -251,7 +251,7 @@ def test_a_malformed_message_is_dead_lettered_and_the_worker_keeps_consuming(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     run_id = app.start_workflow_run(ONE)
-    channel._append([body])  # a poison message ahead of the real one
+    channel._append([("work", body)])  # a poison message ahead of the real one
     app.publish_pending_dispatches(channel.publisher())
     consumer = channel.consumer()
     outcomes = []

@@ -361,7 +361,7 @@ def own_vhost() -> Iterator[BrokerConfig]:
 def queue_depth(config: BrokerConfig) -> int:
     connection = pika.BlockingConnection(pika.URLParameters(config.url))
     try:
-        declared = connection.channel().queue_declare(config.queue, passive=True)
+        declared = connection.channel().queue_declare(config.queue_for("held"), passive=True)
         return int(declared.method.message_count or 0)
     finally:
         connection.close()
@@ -387,7 +387,10 @@ def test_a_broker_connection_lost_mid_handler_keeps_the_heartbeat_and_writes_the
     finally:
         publisher.close()
     worker = Worker(
-        pg_app, lambda: RabbitDispatchConsumer(own_vhost), registry=held.registry, worker_id="w"
+        pg_app,
+        lambda: RabbitDispatchConsumer(own_vhost, task_types=["held"]),
+        registry=held.registry,
+        worker_id="w",
     )
     running = WorkerThread(worker)
     try:

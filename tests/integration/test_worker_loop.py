@@ -133,7 +133,7 @@ def test_a_stop_interrupts_the_workers_reconnect_wait(sqlite_app: FlowForge) -> 
 
     def connect() -> RabbitDispatchConsumer:
         attempts.set()
-        return RabbitDispatchConsumer(unreachable)
+        return RabbitDispatchConsumer(unreachable, task_types=["work"])
 
     worker = Worker(sqlite_app, connect, backoff=huge_backoff(), worker_id="w")
     thread, failures = run_in_thread(worker.run)
@@ -173,7 +173,8 @@ def classic_queue() -> Iterator[BrokerConfig]:
     with topology.own_topology() as config:
         connection = pika.BlockingConnection(pika.URLParameters(config.url))
         try:
-            connection.channel().queue_declare(config.queue, durable=True)  # classic
+            # classic, as a FlowForge before quorum queues declared it
+            connection.channel().queue_declare(config.queue_for("work"), durable=True)
         finally:
             connection.close()
         yield config
@@ -186,7 +187,7 @@ def test_the_worker_stops_on_a_queue_type_mismatch_after_one_attempt(
 
     def connect() -> RabbitDispatchConsumer:
         connects.append(1)
-        return RabbitDispatchConsumer(classic_queue)
+        return RabbitDispatchConsumer(classic_queue, task_types=["work"])
 
     worker = Worker(sqlite_app, connect, backoff=huge_backoff(), worker_id="w")
     thread, failures = run_in_thread(worker.run)

@@ -29,7 +29,7 @@ def test_without_a_broker_the_transport_is_the_in_process_channel(settings: Sett
     transport = bootstrap.transport_for(settings, "0123456789ab")
     assert not transport.durable
     assert isinstance(transport.connect_publisher(), InMemoryDispatchPublisher)
-    assert isinstance(transport.connect_consumer(), InMemoryDispatchConsumer)
+    assert isinstance(transport.connect_consumer(task_types=["work"]), InMemoryDispatchConsumer)
 
 
 def test_every_process_receives_the_same_app_registry_and_stop(

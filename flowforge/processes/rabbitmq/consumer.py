@@ -1,11 +1,11 @@
 """The RabbitMQ ``DispatchConsumer``: manual acks, a prefetch (1 unless asked), on the
-dispatch queue."""
+dispatch queues of the task types it was opened for."""
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 
 import pika
@@ -22,23 +22,28 @@ from flowforge.processes.rabbitmq.delivery import RabbitDelivery, send_settlemen
 
 
 class RabbitDispatchConsumer:
-    """A ``DispatchConsumer``: manual acks, on the dispatch queue; the broker sends it
-    at most ``prefetch`` messages it has not settled yet.
+    """A ``DispatchConsumer``: manual acks, on the queue of each of ``task_types``; the
+    broker sends it at most ``prefetch`` messages it has not settled yet from each
+    queue (quorum queues refuse a channel-wide prefetch: see docs/worker.md, "Routing").
 
     The first ``get`` connects, declares the topology (raising ``QueueTypeMismatchError``
-    if the queue is classic) and starts consuming. Any connection error drops the
-    connection and raises ``BrokerUnavailableError``; the broker then requeues the
-    unsettled delivery, and the next ``get`` reconnects. A delivery from a dropped
-    connection can no longer be settled (``BrokerUnavailableError``): the broker
-    redelivers it, and the worker's claim makes the redelivery harmless.
+    if a queue is classic) and starts consuming every queue, on one channel. Any
+    connection error drops the connection and raises ``BrokerUnavailableError``; the
+    broker then requeues the unsettled delivery, and the next ``get`` reconnects. A
+    delivery from a dropped connection can no longer be settled
+    (``BrokerUnavailableError``): the broker redelivers it, and the worker's claim
+    makes the redelivery harmless.
 
     RabbitMQ closes a channel whose delivery stays unacknowledged longer than its
     ``consumer_timeout`` (30 minutes by default): a longer handler needs it raised.
     """
 
-    def __init__(self, config: BrokerConfig, *, prefetch: int = 1) -> None:
+    def __init__(
+        self, config: BrokerConfig, *, prefetch: int = 1, task_types: Collection[str]
+    ) -> None:
         self._config = config
         self._prefetch = batch_size(prefetch, "prefetch")
+        self._task_types = transport.consumed_types(task_types)
         self._connection: pika.BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         self._inbox: deque[tuple[BlockingChannel, int, bool, bytes]] = deque()
@@ -54,9 +59,9 @@ class RabbitDispatchConsumer:
             while not self._inbox:
                 if self._cancelled:
                     raise errors.BrokerUnavailableError(
-                        f"RabbitMQ at {translate.endpoint(self._config)} cancelled the "
-                        f"consumer of queue {self._config.queue!r} (was the queue "
-                        f"deleted?); the next get reconnects and declares it again."
+                        f"RabbitMQ at {translate.endpoint(self._config)} cancelled a "
+                        f"consumer of queue(s) {', '.join(self._queues())} (was one deleted?); the "
+                        f"next get reconnects and declares them again."
                     )
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 and polled:
@@ -142,18 +147,20 @@ class RabbitDispatchConsumer:
         connection = connect(self._config, name="flowforge-worker")
         try:
             channel = connection.channel()
-            topology.declare_dispatch_queue(channel, self._config)
+            topology.declare_dispatch_queue(channel, self._config, self._task_types)
             # Per consumer (not global: quorum queues refuse global QoS).
             channel.basic_qos(prefetch_count=self._prefetch)
             channel.add_on_cancel_callback(self._on_cancelled)
-            channel.basic_consume(
-                self._config.queue, on_message_callback=self._on_message, auto_ack=False
-            )
+            for queue in self._queues():
+                channel.basic_consume(queue, on_message_callback=self._on_message, auto_ack=False)
         except BaseException:
             close_quietly(connection)
             raise
         self._connection, self._channel = connection, channel
         return connection, channel
+
+    def _queues(self) -> list[str]:
+        return [self._config.queue_for(task_type) for task_type in self._task_types]
 
     def _on_message(
         self,

@@ -59,6 +59,8 @@ class RabbitDispatchPublisher:
         self._connection: pika.BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         self._confirms: Confirms | None = None
+        #: The task types whose queues this connection has declared (see ``_declare``).
+        self._declared: set[str] = set()
 
     def publish(self, messages: Sequence[DispatchMessage]) -> None:
         if not messages:
@@ -85,11 +87,13 @@ class RabbitDispatchPublisher:
             None,
             None,
         )
+        self._declared = set()
         close_quietly(connection)
 
     def _publish_once(self, messages: Sequence[DispatchMessage]) -> None:
         connection, channel, confirms = self._open()
         config = self._config
+        self._declare(channel, {message.task_type for message in messages})
         confirms.begin()
         try:
             self._send(channel, confirms, messages)
@@ -119,6 +123,21 @@ class RabbitDispatchPublisher:
             extra={"action": "publish", "dispatch_count": len(messages)},
         )
 
+    def _declare(self, channel: BlockingChannel, task_types: set[str]) -> None:
+        """Declare the queue of each new type before its first dispatch, once per
+        connection: a dispatch of a type no worker has started for yet then waits in
+        its own queue instead of being returned as unroutable. Mandatory routing still
+        guards the rest: a queue deleted after it was declared here returns the
+        dispatch, which stays pending; the next connection declares the queue again."""
+        if not self._declare_queue:
+            return
+        for task_type in sorted(task_types - self._declared):
+            with translate.unavailable_on_error(
+                self._config, "declare a task queue on", drop=self.close
+            ):
+                topology.declare_task_queue(channel, self._config, task_type)
+            self._declared.add(task_type)
+
     def _send(
         self, channel: BlockingChannel, confirms: Confirms, messages: Sequence[DispatchMessage]
     ) -> None:
@@ -127,7 +146,7 @@ class RabbitDispatchPublisher:
             message_id = str(message.dispatch_id)
             impl.basic_publish(
                 exchange=self._config.exchange,
-                routing_key=self._config.routing_key,
+                routing_key=self._config.queue_for(message.task_type),
                 body=message.encode(),
                 properties=pika.BasicProperties(
                     delivery_mode=_PERSISTENT,
@@ -141,12 +160,13 @@ class RabbitDispatchPublisher:
     def _check_settled(self, confirms: Confirms, count: int) -> None:
         config = self._config
         if confirms.returned:
+            self._declared.clear()  # a queue went away: declare them all again
             raise errors.UnroutableDispatchError(
                 f"RabbitMQ returned {len(confirms.returned)} of {count} dispatches "
                 f"as unroutable: no queue is bound to exchange {config.exchange!r} with "
-                f"routing key {config.routing_key!r} (dispatch ids "
-                f"{_sample(confirms.returned)}). Start a worker, which declares and binds "
-                f"the queue; the outbox rows stay pending."
+                f"their task type's routing key (<queue>.<type>, dispatch ids "
+                f"{_sample(confirms.returned)}); was a queue deleted? The outbox rows "
+                f"stay pending, and the next sweep declares the queues again."
             )
         if confirms.nacked:
             raise errors.PublishNotConfirmedError(

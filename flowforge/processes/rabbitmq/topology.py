@@ -1,8 +1,10 @@
 """The dispatch topology, declared idempotently by every worker and publisher.
 
-All names come from :class:`~flowforge.config.BrokerConfig`::
+All names come from :class:`~flowforge.config.BrokerConfig`; one queue per task type
+(``queue_for``), so a dispatch reaches only workers that have a handler for its type::
 
-    exchange (direct, durable) --routing_key--> queue (quorum)
+    exchange (direct, durable) --<queue>.extract--> <queue>.extract (quorum)
+                               --<queue>.load-----> <queue>.load (quorum)    ...
                                                   | rejected, or delivered more than
                                                   | delivery_limit times
                                                   v
@@ -16,7 +18,7 @@ a message it has not written yet.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Final
 
@@ -65,16 +67,21 @@ def dispatch_queue_arguments(config: BrokerConfig) -> dict[str, object]:
     }
 
 
-def declare_dispatch_queue(channel: BlockingChannel, config: BrokerConfig | None = None) -> None:
-    """Declare the dispatch topology (idempotent): both exchanges, both queues, bindings.
+def declare_dispatch_queue(
+    channel: BlockingChannel,
+    config: BrokerConfig | None = None,
+    task_types: Iterable[str] = (),
+) -> None:
+    """Declare the dispatch topology (idempotent): both exchanges, the dead-letter queue,
+    and the queue of each of ``task_types``, bound to the exchange (``declare_task_queue``).
 
-    Raises ``QueueTypeMismatchError``, with the short migration procedure, if either
-    queue already exists with another type than quorum, or with other arguments
-    (RabbitMQ reports the first argument that differs, which for a classic queue is
-    usually not ``x-queue-type``; the remedy is the same). That is never retried: no
-    amount of reconnecting turns a classic queue into a quorum queue. Any other refusal
-    raises ``BrokerError`` with RabbitMQ's reason. The channel is closed by the broker
-    after a refusal; the caller drops its connection.
+    Raises ``QueueTypeMismatchError``, with the short migration procedure, if a queue
+    already exists with another type than quorum, or with other arguments (RabbitMQ
+    reports the first argument that differs, which for a classic queue is usually not
+    ``x-queue-type``; the remedy is the same). That is never retried: no amount of
+    reconnecting turns a classic queue into a quorum queue. Any other refusal raises
+    ``BrokerError`` with RabbitMQ's reason. The channel is closed by the broker after a
+    refusal; the caller drops its connection.
     """
     config = config or BrokerConfig()
     declare_exchange(channel, config.exchange, config)
@@ -82,13 +89,27 @@ def declare_dispatch_queue(channel: BlockingChannel, config: BrokerConfig | None
     # The dead letters' queue is a quorum queue too: a dead letter is the one copy of a
     # dispatch nobody could run, and an operator needs to see it after a broker crash.
     _declare_queue(channel, config.dead_letter_queue, dict(DISPATCH_QUEUE_ARGUMENTS), config)
-    _bind(channel, config.dead_letter_queue, config.dead_letter_exchange, config)
-    _declare_queue(channel, config.queue, dispatch_queue_arguments(config), config)
-    _bind(channel, config.queue, config.exchange, config)
+    dead = config.dead_letter_queue
+    _bind(channel, dead, config.dead_letter_exchange, config.routing_key, config)
+    for task_type in task_types:
+        declare_task_queue(channel, config, task_type)
+
+
+def declare_task_queue(channel: BlockingChannel, config: BrokerConfig, task_type: str) -> str:
+    """Declare ``task_type``'s dispatch queue and bind it (idempotent); its name.
+
+    The exchanges must exist (``declare_dispatch_queue``). Whoever first needs the queue
+    declares it: a worker before it consumes, a publisher before it publishes, so a
+    dispatch of a type no worker has started for yet waits in its queue.
+    """
+    queue = config.queue_for(task_type)
+    _declare_queue(channel, queue, dispatch_queue_arguments(config), config)
+    _bind(channel, queue, config.exchange, queue, config)
     logger.debug(
-        "dispatch topology declared",
-        extra={"action": "declare", "queue": config.queue, "exchange": config.exchange},
+        "task queue declared",
+        extra={"action": "declare", "queue": queue, "exchange": config.exchange},
     )
+    return queue
 
 
 def declare_exchange(channel: BlockingChannel, exchange: str, config: BrokerConfig) -> None:
@@ -103,6 +124,8 @@ def _declare_queue(
         channel.queue_declare(queue, durable=True, arguments=arguments)
 
 
-def _bind(channel: BlockingChannel, queue: str, exchange: str, config: BrokerConfig) -> None:
+def _bind(
+    channel: BlockingChannel, queue: str, exchange: str, routing_key: str, config: BrokerConfig
+) -> None:
     with translate.refusals(config, f"the binding of queue {queue!r} to exchange {exchange!r}"):
-        channel.queue_bind(queue, exchange, routing_key=config.routing_key)
+        channel.queue_bind(queue, exchange, routing_key=routing_key)

@@ -14,14 +14,16 @@ from flowforge.processes import transport
 from flowforge.processes.transport import InMemoryDispatchChannel
 
 NO_WAIT = 0.0
+#: The one task type of ``dispatch``.
+TYPES = ("http_get",)
 
 
-def dispatch(task_key: str = "extract") -> DispatchMessage:
+def dispatch(task_key: str = "extract", task_type: str = "http_get") -> DispatchMessage:
     return DispatchMessage(
         dispatch_id=uuid.uuid4(),
         task_run_id=uuid.uuid4(),
         task_key=task_key,
-        task_type="http_get",
+        task_type=task_type,
         fencing_token=1,
     )
 
@@ -35,7 +37,7 @@ def published(channel: InMemoryDispatchChannel, count: int) -> list[DispatchMess
 def test_the_publisher_consumer_and_delivery_satisfy_the_transport_protocols() -> None:
     channel = InMemoryDispatchChannel()
     published(channel, 1)
-    consumer = channel.consumer()
+    consumer = channel.consumer(task_types=TYPES)
     assert isinstance(channel.publisher(), transport.DispatchPublisher)
     assert isinstance(consumer, transport.DispatchConsumer)
     assert isinstance(consumer.get(NO_WAIT), transport.Delivery)
@@ -44,7 +46,7 @@ def test_the_publisher_consumer_and_delivery_satisfy_the_transport_protocols() -
 def test_a_published_message_is_delivered_with_its_encoded_body() -> None:
     channel = InMemoryDispatchChannel()
     [message] = published(channel, 1)
-    delivery = channel.consumer().get(NO_WAIT)
+    delivery = channel.consumer(task_types=TYPES).get(NO_WAIT)
     assert delivery is not None
     assert delivery.body == message.encode()
     assert decode_dispatch(delivery.body) == message
@@ -54,7 +56,7 @@ def test_a_published_message_is_delivered_with_its_encoded_body() -> None:
 def test_messages_are_delivered_in_publish_order() -> None:
     channel = InMemoryDispatchChannel()
     messages = published(channel, 5)
-    consumer = channel.consumer()
+    consumer = channel.consumer(task_types=TYPES)
     bodies = []
     for _ in messages:
         delivery = consumer.get(NO_WAIT)
@@ -65,13 +67,16 @@ def test_messages_are_delivered_in_publish_order() -> None:
 
 
 def test_get_returns_none_when_nothing_arrives_within_the_timeout() -> None:
-    assert InMemoryDispatchChannel().consumer().get(0.01) is None
+    assert InMemoryDispatchChannel().consumer(task_types=TYPES).get(0.01) is None
 
 
 def test_a_consumer_holds_at_most_one_unsettled_delivery() -> None:
     channel = InMemoryDispatchChannel()
     published(channel, 3)
-    first_consumer, second_consumer = channel.consumer(), channel.consumer()
+    first_consumer, second_consumer = (
+        channel.consumer(task_types=TYPES),
+        channel.consumer(task_types=TYPES),
+    )
 
     held = first_consumer.get(NO_WAIT)
     assert held is not None
@@ -88,7 +93,7 @@ def test_a_consumer_holds_at_most_one_unsettled_delivery() -> None:
 def test_a_consumer_with_a_prefetch_holds_that_many_and_takes_more_as_it_settles() -> None:
     channel = InMemoryDispatchChannel()
     messages = published(channel, 4)
-    consumer = channel.consumer(prefetch=3)
+    consumer = channel.consumer(prefetch=3, task_types=TYPES)
     held = [consumer.get(NO_WAIT) for _ in range(3)]
     assert [d.body if d else None for d in held] == [m.encode() for m in messages[:3]]
     assert consumer.get(0.01) is None
@@ -101,11 +106,11 @@ def test_a_consumer_with_a_prefetch_holds_that_many_and_takes_more_as_it_settles
 def test_closing_a_consumer_returns_every_delivery_it_held() -> None:
     channel = InMemoryDispatchChannel()
     messages = published(channel, 3)
-    consumer = channel.consumer(prefetch=3)
+    consumer = channel.consumer(prefetch=3, task_types=TYPES)
     held = [consumer.get(NO_WAIT) for _ in range(3)]
     held[0].ack()  # type: ignore[union-attr]
     consumer.close()
-    again = [channel.consumer(prefetch=3).get(NO_WAIT) for _ in range(2)]
+    again = [channel.consumer(prefetch=3, task_types=TYPES).get(NO_WAIT) for _ in range(2)]
     assert {d.body for d in again if d and d.redelivered} == {m.encode() for m in messages[1:]}
     assert (channel.ready_count, channel.unsettled_count) == (0, 2)
 
@@ -115,13 +120,13 @@ def test_a_prefetch_that_is_not_a_whole_number_from_1_to_the_batch_limit_is_refu
     prefetch: object,
 ) -> None:
     with pytest.raises(ValueError, match="prefetch must be"):
-        InMemoryDispatchChannel().consumer(prefetch=prefetch)  # type: ignore[arg-type]
+        InMemoryDispatchChannel().consumer(prefetch=prefetch, task_types=TYPES)  # type: ignore[arg-type]
 
 
 def test_an_acked_message_is_gone() -> None:
     channel = InMemoryDispatchChannel()
     published(channel, 1)
-    consumer = channel.consumer()
+    consumer = channel.consumer(task_types=TYPES)
     delivery = consumer.get(NO_WAIT)
     assert delivery is not None
     delivery.ack()
@@ -132,7 +137,7 @@ def test_an_acked_message_is_gone() -> None:
 def test_a_requeued_message_is_delivered_again_marked_redelivered() -> None:
     channel = InMemoryDispatchChannel()
     [message] = published(channel, 1)
-    consumer = channel.consumer()
+    consumer = channel.consumer(task_types=TYPES)
     first = consumer.get(NO_WAIT)
     assert first is not None
     first.requeue()
@@ -145,7 +150,7 @@ def test_a_requeued_message_is_delivered_again_marked_redelivered() -> None:
 def test_a_requeued_message_goes_behind_the_messages_already_waiting() -> None:
     channel = InMemoryDispatchChannel()
     _, second_message = published(channel, 2)
-    consumer = channel.consumer()
+    consumer = channel.consumer(task_types=TYPES)
     first = consumer.get(NO_WAIT)
     assert first is not None
     first.requeue()
@@ -157,7 +162,7 @@ def test_a_requeued_message_goes_behind_the_messages_already_waiting() -> None:
 def test_a_dead_lettered_message_moves_to_the_dead_letters_and_is_not_delivered_again() -> None:
     channel = InMemoryDispatchChannel()
     [message] = published(channel, 1)
-    consumer = channel.consumer()
+    consumer = channel.consumer(task_types=TYPES)
     delivery = consumer.get(NO_WAIT)
     assert delivery is not None
     delivery.dead_letter()
@@ -168,7 +173,7 @@ def test_a_dead_lettered_message_moves_to_the_dead_letters_and_is_not_delivered_
 def test_the_dead_letters_list_is_a_copy_the_caller_cannot_corrupt() -> None:
     channel = InMemoryDispatchChannel()
     published(channel, 1)
-    delivery = channel.consumer().get(NO_WAIT)
+    delivery = channel.consumer(task_types=TYPES).get(NO_WAIT)
     assert delivery is not None
     delivery.dead_letter()
     channel.dead_letters.clear()
@@ -179,7 +184,7 @@ def test_the_dead_letters_list_is_a_copy_the_caller_cannot_corrupt() -> None:
 def test_settling_a_delivery_twice_raises(second: str) -> None:
     channel = InMemoryDispatchChannel()
     published(channel, 2)
-    delivery = channel.consumer().get(NO_WAIT)
+    delivery = channel.consumer(task_types=TYPES).get(NO_WAIT)
     assert delivery is not None
     delivery.ack()
     with pytest.raises(RuntimeError, match="already settled"):
@@ -190,10 +195,10 @@ def test_settling_a_delivery_twice_raises(second: str) -> None:
 def test_closing_a_consumer_returns_its_unsettled_delivery_marked_redelivered() -> None:
     channel = InMemoryDispatchChannel()
     [message] = published(channel, 1)
-    consumer = channel.consumer()
+    consumer = channel.consumer(task_types=TYPES)
     assert consumer.get(NO_WAIT) is not None
     consumer.close()
-    again = channel.consumer().get(NO_WAIT)
+    again = channel.consumer(task_types=TYPES).get(NO_WAIT)
     assert again is not None
     assert again.body == message.encode()
     assert again.redelivered is True
@@ -202,7 +207,7 @@ def test_closing_a_consumer_returns_its_unsettled_delivery_marked_redelivered() 
 def test_a_delivery_cannot_be_settled_after_its_consumer_closed() -> None:
     channel = InMemoryDispatchChannel()
     published(channel, 1)
-    consumer = channel.consumer()
+    consumer = channel.consumer(task_types=TYPES)
     delivery = consumer.get(NO_WAIT)
     assert delivery is not None
     consumer.close()
@@ -214,7 +219,7 @@ def test_a_delivery_cannot_be_settled_after_its_consumer_closed() -> None:
 def test_a_message_returned_more_often_than_the_delivery_limit_is_dead_lettered() -> None:
     channel = InMemoryDispatchChannel(delivery_limit=2)
     [message] = published(channel, 1)
-    consumer = channel.consumer()
+    consumer = channel.consumer(task_types=TYPES)
     for _ in range(3):
         delivery = consumer.get(NO_WAIT)
         assert delivery is not None
@@ -226,7 +231,7 @@ def test_a_message_returned_more_often_than_the_delivery_limit_is_dead_lettered(
 def test_without_a_delivery_limit_a_message_can_be_requeued_indefinitely() -> None:
     channel = InMemoryDispatchChannel(delivery_limit=None)
     published(channel, 1)
-    consumer = channel.consumer()
+    consumer = channel.consumer(task_types=TYPES)
     for _ in range(100):
         delivery = consumer.get(NO_WAIT)
         assert delivery is not None
@@ -241,7 +246,7 @@ def test_the_delivery_limit_must_be_at_least_one() -> None:
 
 def test_a_waiting_get_returns_as_soon_as_another_thread_publishes() -> None:
     channel = InMemoryDispatchChannel()
-    consumer = channel.consumer()
+    consumer = channel.consumer(task_types=TYPES)
     ready = threading.Barrier(2)
 
     def publish_later() -> None:
@@ -266,7 +271,7 @@ def test_concurrent_consumers_receive_every_message_exactly_once() -> None:
     start = threading.Barrier(4)
 
     def consume() -> None:
-        consumer = channel.consumer()
+        consumer = channel.consumer(task_types=TYPES)
         start.wait()
         while (delivery := consumer.get(0.05)) is not None:
             with lock:
@@ -284,5 +289,52 @@ def test_concurrent_consumers_receive_every_message_exactly_once() -> None:
 
 def test_pump_returns_after_about_the_given_time() -> None:
     started = time.monotonic()
-    InMemoryDispatchChannel().consumer().pump(0.02)
+    InMemoryDispatchChannel().consumer(task_types=TYPES).pump(0.02)
     assert time.monotonic() - started >= 0.02
+
+
+# --- routing ------------------------------------------------------------------------------
+
+
+def test_a_consumer_receives_only_the_dispatches_of_its_task_types() -> None:
+    channel = InMemoryDispatchChannel()
+    channel.publisher().publish([dispatch("a", "extract"), dispatch("b", "train")])
+    consumer = channel.consumer(task_types=["extract"])
+    delivery = consumer.get(NO_WAIT)
+    assert delivery is not None and decode_dispatch(delivery.body).task_key == "a"
+    delivery.ack()
+    assert consumer.get(NO_WAIT) is None
+    # The other type's dispatch waits, untouched, for a consumer of its own.
+    assert channel.ready_count_of("train") == 1
+    trainer = channel.consumer(task_types=["train"]).get(NO_WAIT)
+    assert trainer is not None and decode_dispatch(trainer.body).task_key == "b"
+
+
+def test_a_consumer_of_several_types_takes_the_oldest_dispatch_first() -> None:
+    channel = InMemoryDispatchChannel()
+    channel.publisher().publish(
+        [dispatch("1", "load"), dispatch("2", "extract"), dispatch("3", "load")]
+    )
+    consumer = channel.consumer(prefetch=3, task_types=["extract", "load"])
+    keys = []
+    while (delivery := consumer.get(NO_WAIT)) is not None:
+        keys.append(decode_dispatch(delivery.body).task_key)
+    assert keys == ["1", "2", "3"]
+
+
+def test_the_prefetch_holds_per_type() -> None:
+    """One unsettled delivery of each type at most (prefetch 1): the quorum queues'
+    per-consumer prefetch, one consumer per type's queue."""
+    channel = InMemoryDispatchChannel()
+    channel.publisher().publish([dispatch(f"e{i}", "extract") for i in range(2)])
+    channel.publisher().publish([dispatch(f"l{i}", "load") for i in range(2)])
+    consumer = channel.consumer(task_types=["extract", "load"])
+    held = [consumer.get(NO_WAIT) for _ in range(3)]
+    assert [decode_dispatch(d.body).task_key for d in held if d is not None] == ["e0", "l0"]
+    assert held[2] is None
+
+
+@pytest.mark.parametrize("task_types", [[], "extract"])
+def test_a_consumer_without_task_types_is_refused(task_types: list[str] | str) -> None:
+    with pytest.raises(errors.ConfigurationError, match="needs the task types it runs"):
+        InMemoryDispatchChannel().consumer(task_types=task_types)
