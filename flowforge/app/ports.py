@@ -8,6 +8,7 @@ import runs from ``app`` back up to ``processes``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from flowforge.aggregates.dispatch import DispatchMessage
@@ -31,3 +32,21 @@ class DispatchPublisher(Protocol):
     def close(self) -> None:
         """Release the connection; a later ``publish`` opens a new one."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """A task type's dispatch queue as the broker sees it at one moment."""
+
+    queue: str
+    exists: bool
+    #: Messages ready to be delivered (not those a consumer holds).
+    messages: int
+    #: Consumers on it: the workers (threads) that can take its dispatches.
+    consumers: int
+
+
+class QueueProbe(Protocol):
+    """Asks the broker about a task type's queue; ``None`` if it cannot be asked."""
+
+    def __call__(self, task_type: str) -> QueueState | None: ...

@@ -35,7 +35,8 @@ def init(args: argparse.Namespace) -> int:
             f"database {database.dialect} {database.location}: schema version "
             f"{app.schema_version}, deployment {app.deployment_id}"
             + (
-                f" (dispatch queue {settings.broker.for_deployment(app.deployment_id).queue})"
+                " (dispatch queues "
+                f"{settings.broker.for_deployment(app.deployment_id).queue_for('<type>')})"
                 if settings.broker is not None
                 else ""
             )

@@ -167,6 +167,13 @@ TASKS = Flag(
     metavar="MODULE",
     help="import MODULE so its @task handlers are registered (repeatable)",
 )
+TYPES = Flag(
+    ("--types",),
+    repeatable=True,
+    metavar="TYPE",
+    help="consume only the queues of these task types, each with a handler from --tasks "
+    "(repeatable; default: every type the --tasks modules register)",
+)
 WORKERS = Flag(
     ("--workers",),
     type=_whole_number(MAX_WORKERS),

@@ -13,15 +13,17 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from flowforge import timefmt
+from flowforge import errors, timefmt
 from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app import why as explain_task
+from flowforge.app.ports import QueueProbe, QueueState
 from flowforge.app.service import FlowForge
 from flowforge.cli import common, ids, render
 from flowforge.cli.exits import EXIT_FAILED
 from flowforge.cli.parser import UsageError
 from flowforge.cli.progress import Progress
+from flowforge.config import Settings
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 #: How often ``status --watch`` polls the tables.
@@ -128,7 +130,9 @@ def why(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
     with common.open_app(settings) as app:
         task = ids.resolve_task(app, args.task)
-        explanation = explain_task.why(app, task.id, at, embedded=settings.embedded)
+        explanation = explain_task.why(
+            app, task.id, at, embedded=settings.embedded, queues=_queue_probe(settings, app)
+        )
     if args.json:
         print(render.to_json(explanation))
         return 0
@@ -136,6 +140,24 @@ def why(args: argparse.Namespace) -> int:
     for line in explanation.details:
         print(f"  {line}")
     return 0
+
+
+def _queue_probe(settings: Settings, app: FlowForge) -> QueueProbe | None:
+    """Asks the deployment's broker about a task type's queue; a broker that does not
+    answer leaves the explanation without it (``why`` works in an outage too)."""
+    if settings.broker is None:
+        return None
+    broker = settings.broker.for_deployment(app.deployment_id)
+    # Imported here: pika is needed only when a broker is asked.
+    from flowforge.processes import rabbitmq  # noqa: PLC0415
+
+    def probe(task_type: str) -> QueueState | None:
+        try:
+            return rabbitmq.queue_state(broker, task_type)
+        except errors.BrokerError:
+            return None
+
+    return probe
 
 
 def parse_time(text: str) -> datetime:

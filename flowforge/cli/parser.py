@@ -99,6 +99,18 @@ def build() -> argparse.ArgumentParser:
     actions = db.add_subparsers(title="actions", metavar="ACTION", required=True)
     for action in DB_ACTIONS:
         _command(actions, action)
+    broker = commands.add_parser(
+        "broker",
+        help="upgrade the broker's queues",
+        description="Broker maintenance: `broker migrate` moves the dispatches of the one "
+        "queue of a FlowForge before routing to their task types' queues "
+        "(docs/deployment.md, 'Upgrading to per-type queues').",
+        epilog="example:\n  flowforge broker migrate",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = broker.add_subparsers(title="actions", metavar="ACTION", required=True)
+    for action in BROKER_ACTIONS:
+        _command(actions, action)
     for command in COMMANDS:
         _command(commands, command)
     return main
@@ -198,6 +210,20 @@ DB_ACTIONS = (
     ),
 )
 
+BROKER_ACTIONS = (
+    Command(
+        "migrate",
+        "move the dispatches of the single queue of an older FlowForge to their types' "
+        "queues (idempotent)",
+        """\
+        flowforge broker migrate
+          moved 3 dispatches to flowforge.3f2a6c1e0b9d.tasks.extract
+          deleted flowforge.3f2a6c1e0b9d.tasks: the migration is complete
+        """,
+        "flowforge.cli.broker:migrate",
+    ),
+)
+
 COMMANDS = (
     Command(
         "submit",
@@ -256,10 +282,18 @@ COMMANDS = (
         "FLOWFORGE_BROKER_URL=amqp://guest:guest@localhost:5672/%2F "
         "flowforge worker --tasks examples.tasks --concurrency 4",
         "flowforge.cli.processes:worker",
-        (replace(flags.TASKS, required=True), flags.CONCURRENCY, flags.BATCH, flags.WORKER_ID),
+        (
+            replace(flags.TASKS, required=True),
+            flags.TYPES,
+            flags.CONCURRENCY,
+            flags.BATCH,
+            flags.WORKER_ID,
+        ),
         log_level="INFO",
         description="A worker process: claims dispatched tasks and runs their handlers "
-        "(imported with --tasks). Stops cleanly on SIGTERM/SIGINT.",
+        "(imported with --tasks). It consumes only the queues of the task types it has "
+        "handlers for (or of --types), so a dispatch reaches only a worker that can run "
+        "it. Stops cleanly on SIGTERM/SIGINT.",
     ),
     Command(
         "scheduler",

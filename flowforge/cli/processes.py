@@ -41,12 +41,17 @@ def worker(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
     require_broker(settings, "worker")
     common.import_task_modules(args.tasks, default_registry)
+    if not len(default_registry):
+        raise UsageError(
+            f"the modules given with --tasks ({', '.join(args.tasks)}) register no handler, "
+            f"so this worker would consume nothing: decorate each handler with @task(TYPE)"
+        )
     with common.open_app(settings) as app:
         processes = bootstrap.bootstrap(settings, app=app, registry=default_registry)
         base_id = args.worker_id or default_worker_id()
         count = args.concurrency
         ids = [base_id] if count == 1 else [f"{base_id}-{n}" for n in range(1, count + 1)]
-        processes.run_workers(ids, batch=args.batch)
+        processes.run_workers(ids, batch=args.batch, task_types=args.types or None)
     return 0
 
 

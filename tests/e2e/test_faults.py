@@ -257,7 +257,9 @@ def test_a_poison_message_is_dead_lettered_and_the_run_is_unaffected(cluster: Cl
     connection = pika.BlockingConnection(pika.URLParameters(cluster.broker.url))
     try:
         channel = connection.channel()
-        channel.basic_publish(cluster.broker.exchange, cluster.broker.routing_key, b"\x00poison")
+        # Onto the queue of the type the worker runs, as a dispatch of it would go.
+        quick = cluster.broker.queue_for("quick")
+        channel.basic_publish(cluster.broker.exchange, quick, b"\x00poison")
     finally:
         connection.close()
     run_id = cluster.submit(single("quick"))

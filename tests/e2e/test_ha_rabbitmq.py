@@ -62,11 +62,11 @@ def test_killing_the_dispatch_queues_leader_mid_run_loses_no_task_and_finishes_n
     # Declared up front (as a worker would) so that its leader is known before the run.
     connection = rabbitmq.connect(cluster.broker, name="test")
     try:
-        rabbitmq.declare_dispatch_queue(connection.channel(), cluster.broker)
+        rabbitmq.declare_dispatch_queue(connection.channel(), cluster.broker, ["steady"])
     finally:
         connection.close()
     survivor = rabbit_cluster.nodes[-1]
-    leader, members = rabbit_cluster.queue(survivor, cluster.broker.queue)
+    leader, members = rabbit_cluster.queue(survivor, cluster.broker.queue_for("steady"))
     assert members == sorted(node.name for node in rabbit_cluster.nodes), "not on all three"
 
     cluster.start_all(workers=2)
@@ -77,7 +77,7 @@ def test_killing_the_dispatch_queues_leader_mid_run_loses_no_task_and_finishes_n
     assert cluster.app.get_workflow_run(run_id).state == "running", "killed too late"
 
     assert cluster.wait_for_run(run_id, timeout=120).state == "succeeded"
-    new_leader, _ = rabbit_cluster.queue(survivor, cluster.broker.queue)
+    new_leader, _ = rabbit_cluster.queue(survivor, cluster.broker.queue_for("steady"))
     assert new_leader != leader
     tasks = cluster.app.task_runs(run_id)
     assert len(tasks) == CHAINS * LENGTH

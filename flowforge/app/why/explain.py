@@ -15,6 +15,7 @@ from uuid import UUID
 
 from flowforge import timefmt
 from flowforge.aggregates import failures, task_run
+from flowforge.app.ports import QueueProbe
 from flowforge.app.results import AuditEntry
 from flowforge.app.service import FlowForge
 from flowforge.app.why.facts import (
@@ -41,12 +42,21 @@ _seconds = partial(timefmt.between, missing="")
 
 
 def why(
-    app: FlowForge, task_run_id: UUID, at: datetime | None = None, *, embedded: bool = False
+    app: FlowForge,
+    task_run_id: UUID,
+    at: datetime | None = None,
+    *,
+    embedded: bool = False,
+    queues: QueueProbe | None = None,
 ) -> Explanation:
     """Explain a task run now, or as of ``at`` (from the log). ``embedded``: no broker
-    is configured, so the advice names `flowforge run`, the only thing that runs tasks."""
+    is configured, so the advice names `flowforge run`, the only thing that runs tasks.
+    ``queues`` asks the broker about a ready task's queue (who consumes it)."""
     if at is None:
-        return explain(replace(situation_now(app, task_run_id), embedded=embedded))
+        now = replace(situation_now(app, task_run_id), embedded=embedded)
+        if queues is not None and now.task.state == "ready":
+            now = replace(now, queue=queues(now.task.task_type))
+        return explain(now)
     situation = situation_as_of(app, task_run_id, at)
     if situation is None:
         row = app.get_task_run(task_run_id)
@@ -153,17 +163,49 @@ def _ready(s: Situation) -> _Answer:
                 )
             ],
         )
+    published = (
+        f"its dispatch was published at {_clock(latest.published_at)} "
+        f"({_ago(latest.published_at, s.at)})"
+    )
+    if s.queue is not None and s.queue.consumers == 0:
+        return _no_consumer(s, published + again)
+    consumed = (
+        [
+            f"queue {s.queue.queue}: {_count(s.queue.consumers, 'consumer')}, "
+            f"{s.queue.messages} waiting"
+        ]
+        if s.queue is not None
+        else []
+    )
     return (
         "dispatch_published",
-        f"{key} is ready; its dispatch was published at {_clock(latest.published_at)} "
-        f"({_ago(latest.published_at, s.at)}) and no worker has claimed it yet{again}",
+        f"{key} is ready; {published} and no worker has claimed it yet{again}",
         [
+            *consumed,
             _who_runs(
                 s,
                 f"a worker that runs task type {s.task.task_type!r} claims it when it is "
                 f"free: are workers running with it (`flowforge worker --tasks MODULE`), "
                 f"and all busy?",
-            )
+            ),
+        ],
+    )
+
+
+def _no_consumer(s: Situation, published: str) -> _Answer:
+    """A ready task whose type's queue nobody consumes: it waits there, using no attempt."""
+    queue, task_type = s.queue, s.task.task_type
+    assert queue is not None
+    waiting = f"{queue.messages} waiting" if queue.exists else "the queue does not exist"
+    return (
+        "no_consumer",
+        f"{s.task.task_key} is ready; {published}, and no worker is consuming queue "
+        f"{queue.queue} for type {task_type}",
+        [
+            f"queue {queue.queue}: 0 consumers, {waiting}",
+            f"start a worker with a handler for {task_type!r} (`flowforge worker --tasks "
+            f"MODULE`, where MODULE has @task({task_type!r})): the dispatch waits in its "
+            f"queue until then and uses no attempt",
         ],
     )
 

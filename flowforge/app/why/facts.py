@@ -20,6 +20,7 @@ from flowforge.aggregates.base import view
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.task_run import TaskRun, TaskRunChanges, TaskRunFixed
 from flowforge.aggregates.workflow_run import WorkflowRun, WorkflowRunChanges, WorkflowRunFixed
+from flowforge.app.ports import QueueState
 from flowforge.app.results import AuditEntry
 from flowforge.app.service import FlowForge
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
@@ -86,6 +87,8 @@ class Situation:
     dispatches: Sequence[Dispatch]
     #: No broker is configured: only `flowforge run` runs tasks, in its own process.
     embedded: bool = False
+    #: The task type's queue on the broker now (live, with a broker that answered).
+    queue: QueueState | None = None
 
 
 @dataclass(slots=True)

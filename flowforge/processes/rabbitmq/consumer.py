@@ -60,8 +60,8 @@ class RabbitDispatchConsumer:
                 if self._cancelled:
                     raise errors.BrokerUnavailableError(
                         f"RabbitMQ at {translate.endpoint(self._config)} cancelled a "
-                        f"consumer of queue(s) {', '.join(self._queues())} (was one deleted?); the "
-                        f"next get reconnects and declares them again."
+                        f"consumer of queue(s) {', '.join(self._queues())} (was one "
+                        f"deleted?); the next get reconnects and declares them again."
                     )
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 and polled:

@@ -1,0 +1,167 @@
+"""The operator's side of the task queues: what one holds and who consumes it (for
+``flowforge why``), and the upgrade from the single dispatch queue of a FlowForge
+before routing (``flowforge broker migrate``).
+
+The upgrade moves each message of the old queue to its task type's queue with the
+publisher's own guarantees (confirms, mandatory routing, the type's queue declared
+first) and acks it on the old queue only after the confirm: a crash in between leaves
+the message in both queues, never in neither, and the worker's claim makes the
+duplicate harmless (it claims nothing and is acked without running).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Final
+
+import pika
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel
+
+from flowforge import errors
+from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
+from flowforge.app.ports import QueueState
+from flowforge.config import BrokerConfig
+from flowforge.processes.rabbitmq import translate
+from flowforge.processes.rabbitmq.connection import close_quietly, connect
+from flowforge.processes.rabbitmq.publisher import RabbitDispatchPublisher
+
+logger = logging.getLogger(__name__)
+
+#: Messages moved per confirmed publish (and one multiple-ack on the old queue).
+MOVE_BATCH: Final = 200
+
+
+def queue_state(config: BrokerConfig, task_type: str) -> QueueState:
+    """``task_type``'s queue as the broker sees it now (a passive declare: nothing is
+    created). ``BrokerUnavailableError`` if the broker cannot be asked."""
+    queue = config.queue_for(task_type)
+    connection = connect(config, name="flowforge-inspect")
+    try:
+        declared = connection.channel().queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        if exc.reply_code != translate.NOT_FOUND:
+            translate.raise_unavailable(config, "inspect a queue on", exc)
+        return QueueState(queue=queue, exists=False, messages=0, consumers=0)
+    except translate.UNAVAILABLE as exc:
+        translate.raise_unavailable(config, "inspect a queue on", exc)
+    finally:
+        close_quietly(connection)
+    method = declared.method
+    return QueueState(
+        queue=queue,
+        exists=True,
+        messages=int(method.message_count or 0),
+        consumers=int(method.consumer_count or 0),
+    )
+
+
+@dataclass
+class Migration:
+    """What ``migrate_single_queue`` did."""
+
+    #: The old single queue (``BrokerConfig.queue``).
+    queue: str
+    existed: bool = False
+    #: Messages moved, by task type.
+    moved: dict[str, int] = field(default_factory=dict)
+    #: Messages that were no dispatch, dead-lettered as a worker would.
+    dead_lettered: int = 0
+    #: Consumers (workers of the old FlowForge) still on the old queue at the end.
+    consumers: int = 0
+    #: Messages still on the old queue at the end: held unacked by those consumers.
+    left: int = 0
+    deleted: bool = False
+
+
+def migrate_single_queue(config: BrokerConfig, batch: int = MOVE_BATCH) -> Migration:
+    """Move every dispatch waiting on the old single queue to its type's queue, then
+    delete the old queue if it is empty and nobody consumes it.
+
+    Safe to run at any time and as often as wanted: with new publishers already
+    running, with old workers still consuming (what they hold unacked stays theirs;
+    run it again once they have stopped), and after a crash of a previous run.
+    """
+    migration = Migration(queue=config.queue)
+    publisher = RabbitDispatchPublisher(config)
+    connection = connect(config, name="flowforge-migrate")
+    try:
+        channel = connection.channel()
+        if not _exists(connection, config.queue):
+            return migration
+        migration.existed = True
+        while _move_batch(channel, publisher, config, batch, migration):
+            pass
+        _delete_if_done(connection, config, migration)
+    except translate.UNAVAILABLE as exc:
+        translate.raise_unavailable(config, "migrate the dispatch queue on", exc)
+    finally:
+        publisher.close()
+        close_quietly(connection)
+    return migration
+
+
+def _exists(connection: pika.BlockingConnection, queue: str) -> bool:
+    """A passive declare on a channel of its own: a missing queue closes the channel."""
+    channel = connection.channel()
+    try:
+        channel.queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        if exc.reply_code == translate.NOT_FOUND:
+            return False
+        raise
+    channel.close()
+    return True
+
+
+def _move_batch(
+    channel: BlockingChannel,
+    publisher: RabbitDispatchPublisher,
+    config: BrokerConfig,
+    batch: int,
+    migration: Migration,
+) -> bool:
+    """Move up to ``batch`` messages; whether any was there."""
+    messages: list[DispatchMessage] = []
+    last_tag = 0
+    method = None
+    for _ in range(batch):
+        method, _properties, body = channel.basic_get(config.queue, auto_ack=False)
+        if method is None:
+            break
+        assert method.delivery_tag is not None  # always set on a Basic.GetOk
+        assert isinstance(body, bytes)
+        try:
+            messages.append(decode_dispatch(body))
+            last_tag = method.delivery_tag
+        except errors.MalformedDispatchError as exc:
+            # Its queue's dead-letter exchange keeps it for the operator, as a worker's
+            # reject would: moving it would only make a worker dead-letter it later.
+            channel.basic_reject(method.delivery_tag, requeue=False)
+            migration.dead_lettered += 1
+            logger.warning("malformed dispatch dead-lettered", extra={"error": str(exc)})
+    if messages:
+        publisher.publish(messages)  # confirmed: only now may the old copies go
+        channel.basic_ack(last_tag, multiple=True)
+        for message in messages:
+            migration.moved[message.task_type] = migration.moved.get(message.task_type, 0) + 1
+    return method is not None  # a full batch: there may be more
+
+
+def _delete_if_done(
+    connection: pika.BlockingConnection, config: BrokerConfig, migration: Migration
+) -> None:
+    declared = connection.channel().queue_declare(config.queue, passive=True)
+    migration.left = int(declared.method.message_count or 0)
+    migration.consumers = int(declared.method.consumer_count or 0)
+    if migration.consumers or migration.left:
+        return
+    # if_empty/if_unused: a message or an old worker arriving meanwhile keeps it.
+    channel = connection.channel()
+    try:
+        channel.queue_delete(config.queue, if_unused=True, if_empty=True)
+        migration.deleted = True
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        if exc.reply_code != translate.PRECONDITION_FAILED:
+            raise
