@@ -9,6 +9,7 @@ from typing import Any
 
 from flowforge.aggregates import task_run, workflow_run
 from flowforge.app import why
+from flowforge.app.ports import QueueState
 from flowforge.cli import inspect
 from flowforge.projections.tables import TaskRunRow
 from tests.unit.aggregates.test_task_run import new_task
@@ -107,6 +108,27 @@ def test_why_says_a_published_dispatch_waits_for_a_worker() -> None:
     answer = why.explain(situation(view("extract", "ready"), dispatches=[published]))
     assert answer.reason == "dispatch_published"
     assert "published at 12:02:58Z (2.0s ago) and no worker has claimed it" in answer.headline
+
+
+def test_why_says_no_worker_consumes_the_queue_of_a_published_dispatch() -> None:
+    published = why.Dispatch(AT - timedelta(seconds=3), AT - timedelta(seconds=2), 0)
+    queue = QueueState(queue="flowforge.d.tasks.sleep", exists=True, messages=1, consumers=0)
+    task = view("nap", "ready", task_type="sleep")
+    answer = why.explain(situation(task, dispatches=[published], queue=queue))
+    assert answer.reason == "no_consumer"
+    assert answer.headline.endswith(
+        "(2.0s ago), and no worker is consuming queue flowforge.d.tasks.sleep for type sleep"
+    )
+    assert answer.details[0] == "queue flowforge.d.tasks.sleep: 0 consumers, 1 waiting"
+    assert "uses no attempt" in answer.details[1]
+
+
+def test_why_counts_the_consumers_of_a_queue_that_has_some() -> None:
+    published = why.Dispatch(AT - timedelta(seconds=3), AT - timedelta(seconds=2), 0)
+    queue = QueueState(queue="q.extract", exists=True, messages=4, consumers=2)
+    answer = why.explain(situation(view("extract", "ready"), dispatches=[published], queue=queue))
+    assert answer.reason == "dispatch_published"
+    assert answer.details[0] == "queue q.extract: 2 consumers, 4 waiting"
 
 
 def test_why_says_a_task_behind_a_failed_one_will_not_run() -> None:
