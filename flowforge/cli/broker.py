@@ -36,9 +36,16 @@ def migrate(args: argparse.Namespace) -> int:
     if done.deleted:
         print(f"deleted {done.queue}: the migration is complete")
         return 0
-    print(
-        f"kept {done.queue}: {done.consumers} consumers (workers of the old FlowForge) "
-        f"are still on it, holding its last dispatches; stop them and run "
-        f"`flowforge broker migrate` again"
-    )
+    if done.left:
+        print(
+            f"kept {done.queue}: {done.left} dispatches arrived on it meanwhile (an old "
+            f"worker stopped, or an old publisher still runs); run `flowforge broker "
+            f"migrate` again once every publisher is upgraded"
+        )
+    else:
+        print(
+            f"kept {done.queue}: {done.consumers} consumers (workers of the old "
+            f"FlowForge) are still on it, holding its last dispatches; stop them and run "
+            f"`flowforge broker migrate` again"
+        )
     return EXIT_FAILED

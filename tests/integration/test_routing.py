@@ -32,7 +32,10 @@ DEADLINE_S = 60.0
 
 
 def workflow(name: str, task_type: str, count: int = 4) -> dict[str, Any]:
-    return {"name": name, "tasks": [{"key": f"{name}{i}", "type": task_type} for i in range(count)]}
+    return {
+        "name": name,
+        "tasks": [{"key": f"{name}{i}", "type": task_type} for i in range(count)],
+    }
 
 
 def registry(*task_types: str) -> TaskRegistry:

@@ -12,6 +12,7 @@ duplicate harmless (it claims nothing and is acked without running).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -31,6 +32,10 @@ logger = logging.getLogger(__name__)
 
 #: Messages moved per confirmed publish (and one multiple-ack on the old queue).
 MOVE_BATCH: Final = 200
+#: How long the old queue's consumer count may take to settle at zero (see
+#: ``_delete_if_done``), and how often it is read meanwhile.
+SETTLE_S: Final = 5.0
+SETTLE_POLL_S: Final = 0.2
 
 
 def queue_state(config: BrokerConfig, task_type: str) -> QueueState:
@@ -75,7 +80,9 @@ class Migration:
     deleted: bool = False
 
 
-def migrate_single_queue(config: BrokerConfig, batch: int = MOVE_BATCH) -> Migration:
+def migrate_single_queue(
+    config: BrokerConfig, batch: int = MOVE_BATCH, settle_seconds: float = SETTLE_S
+) -> Migration:
     """Move every dispatch waiting on the old single queue to its type's queue, then
     delete the old queue if it is empty and nobody consumes it.
 
@@ -93,7 +100,10 @@ def migrate_single_queue(config: BrokerConfig, batch: int = MOVE_BATCH) -> Migra
         migration.existed = True
         while _move_batch(channel, publisher, config, batch, migration):
             pass
-        _delete_if_done(connection, config, migration)
+        # Closed first: a quorum queue counts a channel that took messages with
+        # basic.get among its consumers until the channel closes.
+        channel.close()
+        _delete_if_done(connection, config, migration, settle_seconds)
     except translate.UNAVAILABLE as exc:
         translate.raise_unavailable(config, "migrate the dispatch queue on", exc)
     finally:
@@ -150,18 +160,33 @@ def _move_batch(
 
 
 def _delete_if_done(
-    connection: pika.BlockingConnection, config: BrokerConfig, migration: Migration
+    connection: pika.BlockingConnection,
+    config: BrokerConfig,
+    migration: Migration,
+    settle_seconds: float,
 ) -> None:
-    declared = connection.channel().queue_declare(config.queue, passive=True)
-    migration.left = int(declared.method.message_count or 0)
-    migration.consumers = int(declared.method.consumer_count or 0)
-    if migration.consumers or migration.left:
-        return
-    # if_empty/if_unused: a message or an old worker arriving meanwhile keeps it.
-    channel = connection.channel()
-    try:
-        channel.queue_delete(config.queue, if_unused=True, if_empty=True)
-        migration.deleted = True
-    except pika.exceptions.ChannelClosedByBroker as exc:
-        if exc.reply_code != translate.PRECONDITION_FAILED:
-            raise
+    """Delete the old queue once nothing waits on it and no old worker consumes it.
+
+    A quorum queue updates its consumer count asynchronously (a channel that took
+    messages with basic.get, or a consumer that just went, is counted a little
+    longer), so the counts are read until they settle at zero, for ``settle_seconds``
+    at most. Quorum queues refuse ``if-empty`` and ``if-unused``, so the last check is a
+    passive declare just before the delete: a message published to the old queue in
+    between would be lost, which is why the procedure upgrades (or stops) every old
+    publisher first. A dispatch another migration took but has not acked yet is safe:
+    it is published to its type's queue before that ack.
+    """
+    deadline = time.monotonic() + settle_seconds
+    while True:
+        declared = connection.channel().queue_declare(config.queue, passive=True)
+        migration.left = int(declared.method.message_count or 0)
+        migration.consumers = int(declared.method.consumer_count or 0)
+        if migration.left:
+            return  # arrived meanwhile (an old worker let one go): run again
+        if not migration.consumers:
+            break
+        if time.monotonic() >= deadline:
+            return
+        connection.sleep(SETTLE_POLL_S)
+    connection.channel().queue_delete(config.queue)
+    migration.deleted = True
