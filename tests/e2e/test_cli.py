@@ -29,8 +29,9 @@ import pytest
 from flowforge import timefmt
 from flowforge.app.definition_files import load_definition
 from flowforge.cli import demo, exits
+from flowforge.config import BrokerConfig
 from flowforge.projections.schema import SCHEMA_VERSION
-from tests import helpers, servers
+from tests import helpers, servers, topology
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "cli.md"
@@ -41,6 +42,8 @@ COMMANDS = (
     ["db", "init"],
     ["db", "migrate"],
     ["db", "rebuild"],
+    ["broker"],
+    ["broker", "migrate"],
     ["submit"],
     ["run"],
     ["demo"],
@@ -517,16 +520,7 @@ def production(tmp_path: Path) -> Iterator[Cli]:
     yield Cli(tmp_path, env)
     with psycopg.connect(f"{admin_url}/{servers.POSTGRES_ADMIN_DB}", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-    connection = pika.BlockingConnection(pika.URLParameters(servers.RABBITMQ_URL))
-    channel = connection.channel()
-    for queue in (names["FLOWFORGE_DISPATCH_QUEUE"], names["FLOWFORGE_DEAD_LETTER_QUEUE"]):
-        channel.queue_delete(queue)
-    for exchange in (
-        names["FLOWFORGE_DISPATCH_EXCHANGE"],
-        names["FLOWFORGE_DEAD_LETTER_EXCHANGE"],
-    ):
-        channel.exchange_delete(exchange)
-    connection.close()
+    topology.delete_topology(BrokerConfig.from_env(env))
 
 
 @pytest.mark.postgres
@@ -539,8 +533,9 @@ def test_worker_and_publisher_stop_on_a_classic_queue_with_the_migration_steps(
     assert cli("db", "init").returncode == 0
     assert cli("submit", EXAMPLE).returncode == 0  # a pending dispatch for the publisher
     connection = pika.BlockingConnection(pika.URLParameters(servers.RABBITMQ_URL))
-    try:  # the dispatch queue as an old release declared it: classic
-        connection.channel().queue_declare(cli.env["FLOWFORGE_DISPATCH_QUEUE"], durable=True)
+    try:  # the first task's queue as a release before quorum queues declared it: classic
+        extract = f"{cli.env['FLOWFORGE_DISPATCH_QUEUE']}.extract"
+        connection.channel().queue_declare(extract, durable=True)
     finally:
         connection.close()
     done = cli(*command, timeout=60)  # retrying forever would time out here

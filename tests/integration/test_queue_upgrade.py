@@ -133,7 +133,7 @@ def test_dispatches_in_flight_move_to_their_types_queues_and_each_task_runs_once
     # A migration that died between its confirm and its ack leaves a copy in both
     # queues; moved again, the copy is a duplicate dispatch, which the claim absorbs.
     duplicate = rabbitmq.RabbitDispatchPublisher(broker)
-    (first,) = [d for d in pg_app.dispatches_of(pg_app.task_runs(run_id)[0].id)]
+    (first,) = pg_app.dispatches_of(pg_app.task_runs(run_id)[0].id)
     try:
         duplicate.publish([_message(pg_app, first.task_run_id)])
     finally:

@@ -21,7 +21,7 @@ from flowforge.bootstrap import Processes, Transport
 from flowforge.config import BrokerConfig
 from flowforge.processes import rabbitmq
 from flowforge.processes.loop import Stop
-from flowforge.processes.registry import TaskContext, TaskRegistry
+from flowforge.processes.registry import TaskRegistry
 from flowforge.processes.supervisor import Supervisor
 from flowforge.processes.transport import InMemoryDispatchChannel
 from tests import topology
