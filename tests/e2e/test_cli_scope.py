@@ -144,7 +144,7 @@ def test_run_says_what_a_still_run_waits_for(embedded: Cli) -> None:
     waits = [line for line in done.stdout.splitlines() if " waiting: " in line]
     # Once, though the poll saw the same wait many times (a pipe gets each change once).
     assert len(waits) == 1, done.stdout
-    assert "waiting: flaky is in retry backoff: attempt 1 failed (ConnectionError: the " in (
-        waits[0]
+    assert (
+        "waiting: flaky is in retry backoff: attempt 1 failed (ConnectionError: the " in (waits[0])
     )
     assert "attempt 2 of 2 is due at " in waits[0]
