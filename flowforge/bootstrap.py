@@ -24,6 +24,7 @@ from uuid import UUID
 
 from flowforge import errors
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.app.scope import Scope
 from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig, Settings
 from flowforge.processes import publisher as publisher_loop
@@ -112,16 +113,16 @@ class Processes:
         self,
         *,
         interval: float = scheduler_loop.DEFAULT_INTERVAL_S,
-        covers: Callable[[UUID], bool] | None = None,
+        scope: Scope | None = None,
     ) -> Scheduler:
-        return Scheduler(self.app, interval=interval, stop=self.stop, covers=covers)
+        return Scheduler(self.app, interval=interval, stop=self.stop, scope=scope)
 
     def publisher(
         self,
         *,
         batch_size: int = publisher_loop.DEFAULT_BATCH_SIZE,
         interval: float = publisher_loop.DEFAULT_INTERVAL_S,
-        task_types: Collection[str] | None = None,
+        scope: Scope | None = None,
     ) -> Publisher:
         return Publisher(
             self.app,
@@ -129,7 +130,7 @@ class Processes:
             batch_size=batch_size,
             interval=interval,
             stop=self.stop,
-            task_types=task_types,
+            scope=scope,
         )
 
     def worker(
@@ -224,10 +225,12 @@ class ProcessGroup:
     production, wired to an in-process dispatch channel (or to RabbitMQ when one is
     configured), until a run is terminal or a stop is asked.
 
-    The group runs only what its registry can run: its scheduler advances only the runs
-    whose every task type has a handler in ``registry``, and its publisher sends only
-    dispatches of those types. Other runs in the same database are left as they are
-    (not started, claimed or failed) for a runner or workers that have their handlers.
+    The group acts only on its :attr:`scope` (``app/scope.py``): with ``runs``, those
+    runs alone (``flowforge run``: its own run); without, every run whose task types
+    all have a handler in ``registry`` (``flowforge run --all``). Its scheduler advances,
+    its reaper reclaims, its publisher sends and its start-up redispatch re-sends only
+    what the scope takes in; every other run in the database is left exactly as it is
+    (no event, no outbox row, no attempt) for its own runner or a deployment.
     """
 
     app: FlowForge
@@ -237,35 +240,37 @@ class ProcessGroup:
     scheduler_interval: float = 0.1
     publisher_interval: float = 0.05
     stop: Stop = field(default_factory=Stop)
+    #: The runs this group runs (None: every run its registry has the handlers for).
+    runs: Collection[UUID] | None = None
     _supervisor: Supervisor | None = None
-    #: Whether each run seen so far is covered (a run's task types never change).
-    _covered: dict[UUID, bool] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[BaseException]:
         """Each failed thread's error, in the order they failed."""
         return self._supervisor.errors if self._supervisor is not None else []
 
+    @property
+    def scope(self) -> Scope:
+        """What this group acts on: its runs, or the runs its registry can run."""
+        if self.runs is None:
+            return Scope.of_task_types(self.registry)
+        return Scope.of_runs(self.runs, self.registry)
+
     def covers(self, run_id: UUID) -> bool:
-        """Whether every task type of the run has a handler in this group's registry."""
-        covered = self._covered.get(run_id)
-        if covered is None:
-            definition = self.app.get_workflow_run(run_id).definition
-            covered = all(task["type"] in self.registry for task in definition["tasks"])
-            self._covered[run_id] = covered
-        return covered
+        """Whether this group runs the run (see :attr:`scope`)."""
+        return self.app.core.covers(self.scope, run_id)
 
     def start(self) -> None:
+        scope = self.scope
         if not self.transport.durable:
             # An in-process channel starts empty: whatever a previous process held in
-            # memory is gone, so every ready task without a pending dispatch gets one.
-            self.app.redispatch_stalled(0)
+            # memory is gone, so every ready task of the scope without a pending
+            # dispatch gets one.
+            self.app.redispatch_stalled(0, scope=scope)
         processes = Processes(self.app, self.transport, self.registry, self.stop)
         supervisor = self._supervisor = processes.supervisor()
-        scheduler = processes.scheduler(interval=self.scheduler_interval, covers=self.covers)
-        publisher = processes.publisher(
-            interval=self.publisher_interval, task_types=list(self.registry)
-        )
+        scheduler = processes.scheduler(interval=self.scheduler_interval, scope=scope)
+        publisher = processes.publisher(interval=self.publisher_interval, scope=scope)
         supervisor.spawn("scheduler", scheduler.run)
         supervisor.spawn("publisher", publisher.run)
         for number in range(1, self.workers + 1):

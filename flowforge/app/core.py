@@ -9,9 +9,12 @@ reaches persistence only through the store.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from uuid import UUID
 
+from flowforge import errors
 from flowforge.app.caches import ClaimCache, DefinitionCache
 from flowforge.app.event_store import Persistence
+from flowforge.app.scope import Scope
 from flowforge.projections.db.protocols import Database
 from flowforge.projections.reads import Reads
 from flowforge.projections.wakeups import Wakeups
@@ -63,6 +66,23 @@ class ServiceCore:
     def reads(self) -> AbstractContextManager[Reads]:
         """One read of the projected tables."""
         return self.store.read()
+
+    def covers(self, scope: Scope | None, run_id: UUID) -> bool:
+        """Whether ``scope`` takes in the run (no scope: every run). A run's task types
+        come from its definition, parsed once per process (it never changes)."""
+        return scope is None or scope.covers(run_id, self._task_types_of)
+
+    def _task_types_of(self, run_id: UUID) -> list[str]:
+        definition = self.definitions.cached(run_id)
+        if definition is None:
+            with self.reads() as reads:
+                run = reads.workflow_run(run_id)
+            if run is None:
+                raise errors.UnknownRunError(
+                    f"no workflow run {run_id}; list runs with `flowforge runs`"
+                )
+            definition = self.definitions.of(run)
+        return [task.type for task in definition.tasks]
 
     def close(self) -> None:
         self._opened.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
 from uuid import UUID
 
 from flowforge.aggregates.definition import MAX_SECONDS
@@ -12,6 +11,7 @@ from flowforge.app.commands import non_negative
 from flowforge.app.core import ServiceCore
 from flowforge.app.ports import DispatchPublisher
 from flowforge.app.queries import REAP_BATCH
+from flowforge.app.scope import Scope
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +27,11 @@ class Outbox:
         publisher: DispatchPublisher,
         limit: int = 500,
         *,
-        task_types: Collection[str] | None = None,
+        scope: Scope | None = None,
     ) -> int:
-        """Publish up to ``limit`` pending outbox rows (only of ``task_types``, if given);
-        how many were delivered.
+        """Publish up to ``limit`` pending outbox rows (only those of the runs, or else of
+        the task types, that ``scope`` names, if given: ``app/scope.py``); how many were
+        delivered.
 
         One transaction selects the rows (``FOR UPDATE SKIP LOCKED``: parallel publishers
         divide them), publishes them with confirms, and marks them delivered only after
@@ -38,7 +39,10 @@ class Outbox:
         row stays pending for the next sweep.
         """
         with self._core.writes() as writes:
-            rows = writes.outbox.pending(limit, task_types)
+            if scope is None:
+                rows = writes.outbox.pending(limit)
+            else:
+                rows = writes.outbox.pending(limit, scope.task_types, scope.run_ids)
             if not rows:
                 return 0
             publisher.publish(
@@ -47,9 +51,12 @@ class Outbox:
             writes.outbox.mark_published([row.dispatch_id for row in rows])
         return len(rows)
 
-    def redispatch_stalled(self, older_than_seconds: float) -> list[UUID]:
+    def redispatch_stalled(
+        self, older_than_seconds: float, *, scope: Scope | None = None
+    ) -> list[UUID]:
         """A new dispatch for every task READY for over ``older_than_seconds`` with no
-        dispatch pending or published within that time.
+        dispatch pending or published within that time (only of the runs ``scope``
+        names, if it names runs).
 
         The safety net for a dispatch that was lost after its publish was confirmed: one
         dead-lettered past the queue's delivery limit, or one held in memory by an
@@ -59,7 +66,8 @@ class Outbox:
         older_than = non_negative(older_than_seconds, "older_than_seconds", MAX_SECONDS)
         with self._core.writes() as writes:
             at = writes.now()
-            rows = writes.outbox.stalled_ready(older_than, REAP_BATCH)
+            run_ids = None if scope is None else scope.run_ids
+            rows = writes.outbox.stalled_ready(older_than, REAP_BATCH, run_ids)
             for row in rows:
                 writes.outbox.enqueue(
                     row.id, row.task_key, row.task_type, row.fencing_token, at=at

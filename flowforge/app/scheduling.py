@@ -21,6 +21,7 @@ from flowforge.app.core import ServiceCore
 from flowforge.app.outbox import Outbox
 from flowforge.app.queries import REAP_BATCH, Queries
 from flowforge.app.results import ScheduleSummary
+from flowforge.app.scope import Scope
 
 #: A ready task undispatched for this long gets a new dispatch (see redispatch_stalled).
 REDISPATCH_AFTER_S = 300.0
@@ -48,16 +49,18 @@ class Scheduling:
         self,
         *,
         redispatch_after: float = REDISPATCH_AFTER_S,
-        covers: Callable[[UUID], bool] | None = None,
+        scope: Scope | None = None,
     ) -> ScheduleSummary:
         """One full pass: reap expired leases, advance every marked run and every run
-        with a retry due (only those ``covers`` accepts, if given: an embedded runner
-        advances only the runs it has handlers for), and redispatch ready tasks whose
-        dispatch was lost (see :meth:`redispatch_stalled`)."""
-        summary = ScheduleSummary(reaped=len(self.reap_expired_leases()))
-        self.advance_woken_runs(summary, covers=covers)
-        self.advance_runs_with_retries_due(summary, covers=covers)
-        summary.redispatched = len(self._outbox.redispatch_stalled(redispatch_after))
+        with a retry due, and redispatch ready tasks whose dispatch was lost (see
+        :meth:`redispatch_stalled`). With a ``scope`` (an embedded runner: its own run,
+        or the runs it has handlers for), each of the four acts only on the runs the
+        scope takes in (``app/scope.py``)."""
+        summary = ScheduleSummary(reaped=len(self.reap_expired_leases(scope=scope)))
+        self.advance_woken_runs(summary, scope=scope)
+        self.advance_runs_with_retries_due(summary, scope=scope)
+        redispatched = self._outbox.redispatch_stalled(redispatch_after, scope=scope)
+        summary.redispatched = len(redispatched)
         return summary
 
     def advance_woken_runs(
@@ -66,18 +69,18 @@ class Scheduling:
         *,
         batch: int = WOKEN_BATCH,
         rand: Callable[[], float] = random.random,
-        covers: Callable[[UUID], bool] | None = None,
+        scope: Scope | None = None,
     ) -> ScheduleSummary:
         """Advance the marked runs, batch after batch while the last one was full and
-        advanced something; a run another scheduler holds is left to it. A run that
-        ``covers`` refuses keeps its marks for a scheduler that covers it (a batch of
+        advanced something; a run another scheduler holds is left to it. A run outside
+        ``scope`` keeps its marks for a scheduler whose scope takes it in (a batch of
         only such runs ends the pass: an embedded runner beside that many other marked
         runs advances its own at the next pass's luck of the order)."""
         summary = summary if summary is not None else ScheduleSummary()
         while True:
             with self._core.reads() as reads:
                 runs = reads.woken_runs(batch)
-            mine = [run_id for run_id in runs if covers is None or covers(run_id)]
+            mine = [run_id for run_id in runs if self._core.covers(scope, run_id)]
             step = ADVANCES_PER_TRANSACTION
             chunks = [mine[i : i + step] for i in range(0, len(mine), step)]
             advanced = sum(self._advance_woken(chunk, summary, rand) for chunk in chunks)
@@ -101,12 +104,12 @@ class Scheduling:
         return len(results)
 
     def advance_runs_with_retries_due(
-        self, summary: ScheduleSummary, *, covers: Callable[[UUID], bool] | None = None
+        self, summary: ScheduleSummary, *, scope: Scope | None = None
     ) -> None:
         with self._core.reads() as reads:
             runs = reads.runs_with_retries_due(REAP_BATCH)
         for run_id in runs:
-            if covers is None or covers(run_id):
+            if self._core.covers(scope, run_id):
                 summary.add(self._commands.advance_workflow_run(run_id))
 
     def seconds_to_next_timer(self) -> float | None:
@@ -115,9 +118,11 @@ class Scheduling:
         with self._core.reads() as reads:
             return reads.seconds_to_next_timer()
 
-    def reap_expired_leases(self) -> list[UUID]:
-        """Reclaim every task whose lease expired by the database's clock."""
-        candidates = self._queries.expired_leases(REAP_BATCH)
+    def reap_expired_leases(self, *, scope: Scope | None = None) -> list[UUID]:
+        """Reclaim every task whose lease expired by the database's clock (only of the
+        runs ``scope`` names, if it names runs: another run's lease is its own
+        runner's to reclaim)."""
+        candidates = self._queries.expired_leases(REAP_BATCH, scope=scope)
         return [
             task_run_id
             for task_run_id in candidates

@@ -189,6 +189,12 @@ GRACE = Flag(
     help="on a stop, how long the tasks in hand may take to finish before they are "
     "abandoned; a second Ctrl-C ends the wait at once (default: %(default)s)",
 )
+ALL_RUNS = Flag(
+    ("--all",),
+    action="store_true",
+    help="also run every other unfinished run in the database that this process has all "
+    "the handlers for (default: only this run)",
+)
 RESUME = Flag(
     ("--resume",),
     metavar="RUN",

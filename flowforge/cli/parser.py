@@ -254,11 +254,13 @@ COMMANDS = (
             flags.IDEMPOTENCY_KEY,
             flags.TIMEOUT,
             flags.GRACE,
+            flags.ALL_RUNS,
         ),
         description="Submit a workflow and run the scheduler, the publisher and N workers "
         "in this process until the run finishes (--resume RUN: run an existing run "
-        "instead). Dispatch is in-process unless a broker is configured. Only runs whose "
-        "every task type has a handler here are run; other runs are left alone. Exits 0 "
+        "instead). Dispatch is in-process unless a broker is configured. Only this run is "
+        "run; other runs in the database are left alone (--all: also every other run "
+        "whose task types all have a handler here). Exits 0 "
         "if the run succeeded, 1 with the failed tasks' errors. --timeout or a first "
         "Ctrl-C stops, letting the tasks in hand finish for up to --grace seconds; a "
         "second Ctrl-C stops at once.",

@@ -9,6 +9,10 @@ text in terminal cells, so wide characters are cut correctly too.
 
 Into a pipe or a file a redraw would be noise, so each change of the run's or a task's
 state or attempt becomes one plain line instead: a CI log then reads as the run's story.
+
+While the run stands still, both say what it waits for (``flowforge/cli/waiting.py``):
+the live block in a last line, redrawn with the rest; the plain log in one line each
+time the task or the reason it waits for changes.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from rich.text import Text
 
 from flowforge import timefmt
 from flowforge.cli import render
+from flowforge.cli.waiting import Wait
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 #: ANSI: move the cursor to the start of the line N lines up, and clear to the end.
@@ -39,6 +44,8 @@ STATE_STYLES = {
     "ready": "blue",
     "pending": "dim",
 }
+#: The waiting line's colour: news of a wait, like a retrying task's.
+WAIT_STYLE = "yellow"
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -76,14 +83,30 @@ class Progress:
         )
         self._drawn_lengths: list[int] = []
         self._seen: dict[str, tuple[str, int]] = {}
+        self._wait_key: tuple[str, str] | None = None
 
-    def update(self, run: WorkflowRunRow, tasks: Sequence[TaskRunRow]) -> None:
+    def update(
+        self, run: WorkflowRunRow, tasks: Sequence[TaskRunRow], wait: Wait | None = None
+    ) -> None:
+        """Show a snapshot; ``wait``: what the run stands still for, if it does."""
         now = datetime.now(UTC)
         if self.live:
-            self._redraw(block(run, render.task_order(run, tasks), now))
+            lines = block(run, render.task_order(run, tasks), now)
+            if wait is not None:
+                lines.append(Text(wait.text, WAIT_STYLE))
+            self._redraw(lines)
         else:
             self._changes(run, render.task_order(run, tasks), now)
+            self._waiting(wait, now)
         self.stream.flush()
+
+    def _waiting(self, wait: Wait | None, now: datetime) -> None:
+        # Printed when what is waited for changes; not again while the same task waits
+        # for the same reason, though the times in its sentence move on.
+        key = None if wait is None else wait.key
+        if wait is not None and key != self._wait_key:
+            self.stream.write(f"{timefmt.clock(now)} {wait.text}\n")
+        self._wait_key = key
 
     def _redraw(self, lines: list[Text]) -> None:
         width = self.console.width

@@ -15,11 +15,13 @@ from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import StartedRun
 from flowforge.app.service import FlowForge
+from flowforge.app.why import why
 from flowforge.cli import common, ids, render, stopping
 from flowforge.cli import demo as demo_workflow
 from flowforge.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED
 from flowforge.cli.parser import UsageError
 from flowforge.cli.progress import Progress
+from flowforge.cli.waiting import Waiting
 from flowforge.processes.registry import TaskRegistry, default_registry
 from flowforge.projections.tables import WorkflowRunRow
 
@@ -123,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
             default_registry,
             args.timeout,
             args.grace,
+            every_run=args.all,
         )
         return report_outcome(app, final, stopped_by, args.timeout, _rerun_hint(args, final))
 
@@ -141,7 +144,14 @@ def _resume(args: argparse.Namespace) -> int:
         transport = bootstrap.transport_for(settings, app.deployment_id)
         print(f"resuming run {run_row.id} of {run_row.workflow_name} ({run_row.state})")
         final, stopped_by = drive(
-            app, transport, run_row.id, args.workers, default_registry, args.timeout, args.grace
+            app,
+            transport,
+            run_row.id,
+            args.workers,
+            default_registry,
+            args.timeout,
+            args.grace,
+            every_run=args.all,
         )
         return report_outcome(app, final, stopped_by, args.timeout, _rerun_hint(args, final))
 
@@ -165,21 +175,30 @@ def drive(
     registry: TaskRegistry,
     timeout: float | None,
     grace: float,
+    *,
+    every_run: bool = False,
 ) -> tuple[WorkflowRunRow, str]:
     """Run scheduler, publisher and workers here until the run ends, a stop signal, or
     the timeout (see :mod:`flowforge.cli.stopping`); the run as the database then holds
     it, and what stopped the wait early ('timeout', 'SIGINT', 'SIGTERM'; '' if the run
-    ended)."""
-    group = bootstrap.ProcessGroup(app, transport, workers=workers, registry=registry)
+    ended).
+
+    They run this run only, leaving every other run in the database as it is; with
+    ``every_run`` (``--all``), every run whose task types all have a handler in
+    ``registry`` too."""
+    runs = None if every_run else [run_id]
+    group = bootstrap.ProcessGroup(app, transport, workers=workers, registry=registry, runs=runs)
     progress = Progress(sys.stdout)
+    waiting = Waiting(lambda task_run_id: why(app, task_run_id))
+
+    def show(snapshot: WorkflowRunRow) -> None:
+        tasks = app.task_runs(run_id)
+        progress.update(snapshot, tasks, waiting.update(snapshot, tasks))
+
     with stopping.Interrupts(group.stop) as interrupts:
         group.start()
         try:
-            run = group.wait_for(
-                run_id,
-                timeout=timeout,
-                on_progress=lambda snapshot: progress.update(snapshot, app.task_runs(run_id)),
-            )
+            run = group.wait_for(run_id, timeout=timeout, on_progress=show)
         finally:
             stopped_by = _stop_cause(group, run_id)
             if stopped_by:
@@ -275,8 +294,9 @@ def demo(args: argparse.Namespace) -> int:
             None,
             args.grace,
         )
-        # The demo's group covers every run of its DAG in this database.
-        again = "running `flowforge demo` again in this database finishes it"
+        # The demo's handlers are its own (no --tasks module names them), and a demo
+        # runs only its own run: nothing but a cancel ends this one.
+        again = "it stays unfinished (a new `flowforge demo` starts a new run)"
         code = report_outcome(app, final, stopped_by, None, again)
         print("\nhistory (the audit log):")
         entries = app.run_history(started.run_id)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 from flowforge import errors
+from flowforge.app.scope import Scope
 from flowforge.app.service import FlowForge
 from flowforge.backoff import Backoff
 from flowforge.processes.loop import LISTEN_READY_S, Stop
@@ -35,7 +36,7 @@ class Publisher:
         interval: float = DEFAULT_INTERVAL_S,
         stop: Stop | None = None,
         backoff: Backoff | None = None,
-        task_types: Collection[str] | None = None,
+        scope: Scope | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -46,8 +47,9 @@ class Publisher:
         self.interval = interval
         self.stop = stop or Stop()
         self.backoff = backoff or Backoff()
-        #: Which task types' dispatches this publisher sends (all, if None).
-        self.task_types = None if task_types is None else frozenset(task_types)
+        #: Whose dispatches this publisher sends (all, if None): an embedded runner's
+        #: own run's, or its task types' (ProcessGroup, ``app/scope.py``).
+        self.scope = scope
 
     def sweep(self) -> int:
         """Publish one batch; how many rows were delivered."""
@@ -55,7 +57,7 @@ class Publisher:
             self._publisher = self._connect()
         try:
             return self.app.publish_pending_dispatches(
-                self._publisher, self.batch_size, task_types=self.task_types
+                self._publisher, self.batch_size, scope=self.scope
             )
         except errors.BrokerError:
             self.close()

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import asdict
-from uuid import UUID
 
 from flowforge import errors
 from flowforge.app.results import ScheduleSummary
+from flowforge.app.scope import Scope
 from flowforge.app.service import REDISPATCH_AFTER_S, FlowForge
 from flowforge.processes.loop import LISTEN_READY_S, Stop
 
@@ -40,21 +39,20 @@ class Scheduler:
         interval: float = DEFAULT_INTERVAL_S,
         redispatch_after: float = REDISPATCH_AFTER_S,
         stop: Stop | None = None,
-        covers: Callable[[UUID], bool] | None = None,
+        scope: Scope | None = None,
     ) -> None:
         self.app = app
         self.interval = interval
         self.redispatch_after = redispatch_after
         self.stop = stop or Stop()
-        #: Which runs this scheduler advances (all, if None): see ProcessGroup.
-        self.covers = covers
+        #: The runs this scheduler advances, reaps and redispatches (all, if None):
+        #: an embedded runner's (ProcessGroup, ``app/scope.py``).
+        self.scope = scope
         self._next_pass = 0.0
 
     def run_once(self) -> ScheduleSummary:
         """The full pass (the safety net)."""
-        summary = self.app.schedule_once(
-            redispatch_after=self.redispatch_after, covers=self.covers
-        )
+        summary = self.app.schedule_once(redispatch_after=self.redispatch_after, scope=self.scope)
         _log_changes("scheduler pass", summary)
         return summary
 
@@ -69,7 +67,7 @@ class Scheduler:
                 self.run_once()
                 timer = self.app.seconds_to_next_timer()
             else:
-                summary = self.app.advance_woken_runs(covers=self.covers)
+                summary = self.app.advance_woken_runs(scope=self.scope)
                 _log_changes("woken runs advanced", summary)
                 # A retry scheduled just now may fall due before the next full pass;
                 # a new lease cannot expire before it (leases outlast the interval).

@@ -93,9 +93,13 @@ class Reads:
         rows = self._tx.run("select_ready_task_runs", {"limit": limit})
         return [TaskRunRow.from_mapping(r) for r in rows]
 
-    def expired_leases(self, limit: int) -> list[UUID]:
-        """Running task runs whose lease expired by the database's clock, oldest first."""
-        return _ids(self._tx.run("select_expired_leases", {"limit": limit}))
+    def expired_leases(self, limit: int, run_ids: Collection[UUID] | None = None) -> list[UUID]:
+        """Running task runs whose lease expired by the database's clock, oldest first
+        (only of ``run_ids``, if given)."""
+        if run_ids is None:
+            return _ids(self._tx.run("select_expired_leases", {"limit": limit}))
+        params = {"limit": limit, "run_ids": id_list(run_ids)}
+        return _ids(self._tx.run("select_expired_leases_of_runs", params))
 
     def woken_runs(self, limit: int) -> list[UUID]:
         """Runs marked as needing an advance, oldest mark first."""

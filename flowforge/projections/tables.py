@@ -43,6 +43,7 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     "known_runs": ColumnCodec.JSON,
     "task_run_ids": ColumnCodec.JSON,
     "dispatch_ids": ColumnCodec.JSON,
+    "run_ids": ColumnCodec.JSON,
     "lease_expires_at": ColumnCodec.TIMESTAMP,
     "started_at": ColumnCodec.TIMESTAMP,
     "finished_at": ColumnCodec.TIMESTAMP,

@@ -73,3 +73,78 @@ def test_run_resume_refuses_a_run_it_has_no_handlers_for(embedded: Cli) -> None:
     assert done.returncode == 2
     assert "'divine' (type 'divine')" in done.stderr
     assert json.loads(cli("status", run_id, "--json").stdout)["state"] == "pending"
+
+
+#: Another workflow with the example's handlers (``examples.tasks``), as in the user's
+#: report: its older run waits in the database when `flowforge run` starts.
+OLDER_WORKFLOW = """\
+name = "older"
+
+[[tasks]]
+key = "extract"
+type = "extract"
+"""
+
+
+def test_run_runs_only_its_own_run_beside_an_older_run_with_the_same_handlers(
+    embedded: Cli,
+) -> None:
+    cli = embedded
+    (cli.cwd / "older.toml").write_text(OLDER_WORKFLOW)
+    older = cli("submit", "older.toml", "--input", "rows=3")
+    assert older.returncode == 0, older.stderr
+    older_id = older.stdout.strip()
+    done = cli("run", EXAMPLE, "--tasks", "examples.tasks", "--input", "rows=4")
+    assert done.returncode == 0, done.stderr
+    # Left exactly as it was: only its creation in its audit log, no attempt.
+    assert {e["transition"] for e in cli.json("history", older_id)} == {"create"}
+    status = cli.json("status", older_id)
+    assert status["state"] == "pending"
+    assert [(t["state"], t["attempt"]) for t in status["tasks"]] == [("ready", 1)]
+
+
+def test_run_all_also_runs_the_older_runs_it_has_the_handlers_for(embedded: Cli) -> None:
+    cli = embedded
+    (cli.cwd / "older.toml").write_text(OLDER_WORKFLOW)
+    older_id = cli("submit", "older.toml", "--input", "rows=3").stdout.strip()
+    # One worker: the older dispatch, first in the outbox and so first on the in-process
+    # queue, is taken before any of this run's, so it has run before this run can end.
+    done = cli("run", EXAMPLE, "--tasks", "examples.tasks", "--all", "--workers", "1")
+    assert done.returncode == 0, done.stderr
+    status = cli.json("status", older_id)
+    assert [(t["state"], t["result"]) for t in status["tasks"]] == [
+        ("succeeded", {"records": [0, 1, 2]})
+    ]
+
+
+#: A task whose first attempt fails, then waits 3 s for its retry: a still run.
+BACKOFF_MODULE = """
+from flowforge import task
+
+WORKFLOW = {
+    "name": "patient",
+    "retry": {"max_attempts": 2, "backoff_seconds": 3, "jitter": 0.0},
+    "tasks": [{"key": "flaky", "type": "flaky"}],
+}
+
+
+@task("flaky")
+def flaky(ctx):
+    if ctx.attempt == 1:
+        raise ConnectionError("the service is not up yet")
+    return "up"
+"""
+
+
+def test_run_says_what_a_still_run_waits_for(embedded: Cli) -> None:
+    cli = embedded
+    (cli.cwd / "patient_tasks.py").write_text(BACKOFF_MODULE)
+    done = cli("run", "patient_tasks:WORKFLOW")
+    assert done.returncode == 0, done.stderr
+    waits = [line for line in done.stdout.splitlines() if " waiting: " in line]
+    # Once, though the poll saw the same wait many times (a pipe gets each change once).
+    assert len(waits) == 1, done.stdout
+    assert (
+        "waiting: flaky is in retry backoff: attempt 1 failed (ConnectionError: the " in (waits[0])
+    )
+    assert "attempt 2 of 2 is due at " in waits[0]

@@ -387,17 +387,35 @@ SELECT id FROM task_runs
 WHERE state = 'running' AND lease_expires_at < {now}
 ORDER BY lease_expires_at LIMIT :limit;
 
+-- The same, for a runner scoped to some runs (flowforge/app/scope.py): another run's
+-- lease is left to that run's own runner or scheduler.
+-- name: select_expired_leases_of_runs
+SELECT id FROM task_runs
+WHERE state = 'running' AND lease_expires_at < {now}
+  AND workflow_run_id IN ({uuid_list[run_ids]})
+ORDER BY lease_expires_at LIMIT :limit;
+
 -- A ready task whose dispatch was lost (dead-lettered past the delivery limit, or held
 -- in memory by an embedded process that exited) would wait forever: the safety net
 -- finds ready tasks that have waited longer than :older_than seconds with no dispatch
 -- pending or recently published.
--- name: select_stalled_ready
+-- macro: stalled_ready
 SELECT t.* FROM task_runs t
 WHERE t.state = 'ready' AND t.updated_at <= {now} - {seconds[older_than]}
   AND NOT EXISTS (
       SELECT 1 FROM dispatch_outbox o
       WHERE o.task_run_id = t.id
         AND (o.published_at IS NULL OR o.published_at > {now} - {seconds[older_than]}))
+
+-- name: select_stalled_ready
+{stalled_ready}
+ORDER BY t.updated_at LIMIT :limit;
+
+-- The same, for a runner scoped to some runs: an embedded runner's start-up redispatch
+-- (its in-process channel starts empty) must not add outbox rows to another run.
+-- name: select_stalled_ready_of_runs
+{stalled_ready}
+  AND t.workflow_run_id IN ({uuid_list[run_ids]})
 ORDER BY t.updated_at LIMIT :limit;
 
 -- Parallel publishers divide the pending rows (see {for_update_skip_locked}).
@@ -410,6 +428,15 @@ ORDER BY created_at LIMIT :limit {for_update_skip_locked};
 -- name: select_pending_outbox_of_types
 SELECT * FROM dispatch_outbox WHERE published_at IS NULL
 AND task_type IN ({text_list[task_types]})
+ORDER BY created_at LIMIT :limit {for_update_skip_locked};
+
+-- Only the dispatches of some runs (a runner scoped to its own run: flowforge/app/
+-- scope.py), found through their task rows. A semi-join, not a JOIN: the row lock
+-- ({for_update_skip_locked}) then takes the outbox rows only, never a task row a
+-- worker is claiming.
+-- name: select_pending_outbox_of_runs
+SELECT * FROM dispatch_outbox WHERE published_at IS NULL
+AND task_run_id IN (SELECT id FROM task_runs WHERE workflow_run_id IN ({uuid_list[run_ids]}))
 ORDER BY created_at LIMIT :limit {for_update_skip_locked};
 
 -- name: select_deployment

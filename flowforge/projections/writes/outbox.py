@@ -46,15 +46,25 @@ class OutboxWrites:
         self.enqueued = True
         return dispatch_id
 
-    def pending(self, limit: int, task_types: Collection[str] | None = None) -> list[OutboxRow]:
-        """Up to ``limit`` unpublished rows (only of ``task_types``, if given), oldest
-        first, locked for this transaction; on PostgreSQL a row another publisher holds
-        is skipped."""
-        if task_types is None:
-            rows = self._tx.run("select_pending_outbox", {"limit": limit})
-        else:
+    def pending(
+        self,
+        limit: int,
+        task_types: Collection[str] | None = None,
+        run_ids: Collection[UUID] | None = None,
+    ) -> list[OutboxRow]:
+        """Up to ``limit`` unpublished rows, oldest first, locked for this transaction;
+        on PostgreSQL a row another publisher holds is skipped. Only the dispatches of
+        ``run_ids``, if given (the runs' task types are then not looked at: a runner
+        scoped to runs was checked to have their handlers); else only of
+        ``task_types``, if given."""
+        if run_ids is not None:
+            params: dict[str, object] = {"limit": limit, "run_ids": id_list(run_ids)}
+            rows = self._tx.run("select_pending_outbox_of_runs", params)
+        elif task_types is not None:
             params = {"limit": limit, "task_types": sorted(task_types)}
             rows = self._tx.run("select_pending_outbox_of_types", params)
+        else:
+            rows = self._tx.run("select_pending_outbox", {"limit": limit})
         return [OutboxRow.from_mapping(r) for r in rows]
 
     def mark_published(self, dispatch_ids: Collection[UUID]) -> None:
@@ -62,8 +72,14 @@ class OutboxWrites:
         if dispatch_ids:
             self._tx.defer("mark_outbox_published", {"dispatch_ids": id_list(dispatch_ids)})
 
-    def stalled_ready(self, older_than_seconds: float, limit: int) -> list[TaskRunRow]:
+    def stalled_ready(
+        self, older_than_seconds: float, limit: int, run_ids: Collection[UUID] | None = None
+    ) -> list[TaskRunRow]:
         """Tasks READY for over ``older_than_seconds`` with no dispatch pending or
-        published within that time."""
-        params = {"older_than": older_than_seconds, "limit": limit}
-        return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_stalled_ready", params)]
+        published within that time (only of ``run_ids``, if given)."""
+        params: dict[str, object] = {"older_than": older_than_seconds, "limit": limit}
+        statement = "select_stalled_ready"
+        if run_ids is not None:
+            params["run_ids"] = id_list(run_ids)
+            statement = "select_stalled_ready_of_runs"
+        return [TaskRunRow.from_mapping(r) for r in self._tx.run(statement, params)]
