@@ -76,7 +76,8 @@ def depth(config: BrokerConfig, queue: str) -> int | None:
     """Ready messages on ``queue``; None if it does not exist."""
     connection = rabbitmq.connect(config, name="test-depth")
     try:
-        return int(connection.channel().queue_declare(queue, passive=True).method.message_count)
+        declared = connection.channel().queue_declare(queue, passive=True)
+        return int(declared.method.message_count or 0)
     except pika.exceptions.ChannelClosedByBroker:
         return None
     finally:
@@ -112,7 +113,12 @@ def test_dispatches_in_flight_move_to_their_types_queues_and_each_task_runs_once
     held.basic_qos(prefetch_count=1)
     deliveries: list[bytes] = []
     held.basic_consume(broker.queue, lambda *message: deliveries.append(message[3]))
-    wait_until(lambda: deliveries or (old_worker.process_data_events(0.05) and None), 30, "")
+
+    def delivered() -> bool:
+        old_worker.process_data_events(time_limit=1)
+        return bool(deliveries)
+
+    wait_until(delivered, 30, "the old worker received nothing")
 
     assert migrate_with_the_cli(broker, postgres_url, monkeypatch) == EXIT_FAILED
     out = capsys.readouterr().out

@@ -103,7 +103,7 @@ def deployment(
             running.close()
 
 
-def claims(app: FlowForge, run_id: UUID) -> list[tuple[str, str, int]]:
+def claims(app: FlowForge, run_id: UUID) -> list[tuple[str, str, int | None]]:
     """(task type, claiming worker, attempt) of every claim in the run's audit log."""
     types = {task.id: task.task_type for task in app.task_runs(run_id)}
     return sorted(
