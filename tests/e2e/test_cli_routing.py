@@ -46,7 +46,14 @@ def test_run_with_a_broker_leaves_another_programs_run_alone_until_its_worker_co
         assert f"no worker is consuming queue {queue} for type divine" in why.stdout, why
 
         processes["worker"] = cli.popen(
-            "worker", "--tasks", "other_tasks", "--worker-id", "seer", log=tmp_path / "w.log"
+            "worker",
+            "--tasks",
+            "other_tasks",
+            "--types",
+            "divine",
+            "--worker-id",
+            "seer",
+            log=tmp_path / "w.log",
         )
         watched = cli("status", other_id, "--watch", "--json", timeout=90)
         assert watched.returncode == 0, watched.stderr
@@ -59,3 +66,15 @@ def test_run_with_a_broker_leaves_another_programs_run_alone_until_its_worker_co
         if e["transition"] == "claim"
     ]
     assert claims == [("seer", 1)]
+
+
+@pytest.mark.postgres
+@pytest.mark.rabbitmq
+def test_a_worker_refuses_a_type_it_has_no_handler_for(
+    production: Cli,  # noqa: F811 - the fixture imported above
+) -> None:
+    cli = production
+    assert cli("db", "init").returncode == 0
+    done = cli("worker", "--tasks", "examples.tasks", "--types", "train", "--types", "extract")
+    assert done.returncode == 2, done.stderr
+    assert "no handler is registered for task type(s) train" in done.stderr

@@ -8,9 +8,14 @@ from pathlib import Path
 import pytest
 
 from flowforge import bootstrap, errors
+from flowforge.bootstrap import Transport
 from flowforge.config import BrokerConfig, Settings
 from flowforge.processes.registry import TaskRegistry
-from flowforge.processes.transport import InMemoryDispatchConsumer, InMemoryDispatchPublisher
+from flowforge.processes.transport import (
+    InMemoryDispatchChannel,
+    InMemoryDispatchConsumer,
+    InMemoryDispatchPublisher,
+)
 
 
 @pytest.fixture
@@ -63,3 +68,26 @@ def test_a_broker_that_is_unreachable_at_start_fails_the_bootstrap_naming_it(
     )
     with pytest.raises(errors.BrokerUnavailableError, match=r"127\.0\.0\.1:1 "):
         bootstrap.transport_for(unreachable, "0123456789ab")
+
+
+def test_a_worker_consumes_only_the_types_it_is_given_each_with_a_handler(
+    settings: Settings,
+) -> None:
+    registry = TaskRegistry()
+    for task_type in ("extract", "train"):
+        registry.task(task_type)(lambda ctx: None)
+    channel = InMemoryDispatchChannel()
+    wired = bootstrap.bootstrap(
+        settings, registry=registry, transport=Transport.in_memory(channel)
+    )
+    try:
+        with pytest.raises(errors.ConfigurationError, match=r"task type\(s\) gpu \(registered"):
+            wired.worker("w", task_types=["gpu"])
+        consumer = wired.worker("w", task_types=["train"])._connect()
+        assert isinstance(consumer, InMemoryDispatchConsumer)
+        assert consumer.task_types == ("train",)
+        every = wired.worker("w")._connect()
+        assert isinstance(every, InMemoryDispatchConsumer)
+        assert every.task_types == ("extract", "train")
+    finally:
+        wired.app.close()
