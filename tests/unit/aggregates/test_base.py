@@ -37,6 +37,7 @@ TOPICS = {
     "flowforge.aggregates.task_run:TaskRun.FailedCancelled",
     "flowforge.aggregates.task_run:TaskRun.RetryingCancelled",
     "flowforge.aggregates.task_run:TaskRun.LeaseRenewed",
+    "flowforge.aggregates.task_run:TaskRun.ResultCarriedOver",
     "flowforge.aggregates.workflow_run:WorkflowRun.Created",
     "flowforge.aggregates.workflow_run:WorkflowRun.Started",
     "flowforge.aggregates.workflow_run:WorkflowRun.CancelledBeforeStart",
@@ -81,6 +82,9 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "retry_due_at",
         "result",
         "error",
+        "carried_from_run_id",
+        "carried_from_task_run_id",
+        "carried_from_attempt",
     )
     assert workflow_run.MUTABLE_FIELDS == ("state", "started_at", "finished_at")
     assert task_run.STATIC_FIELDS == (
@@ -96,6 +100,7 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "definition",
         "inputs",
         "idempotency_key",
+        "rerun_of",
     )
 
 

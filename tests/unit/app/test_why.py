@@ -38,6 +38,9 @@ def view(key: str, state: str, **fields: Any) -> why.TaskView:
         "retry_due_at": None,
         "result": None,
         "error": None,
+        "carried_from_run_id": None,
+        "carried_from_task_run_id": None,
+        "carried_from_attempt": None,
         **fields,
     }
     return why.TaskView(**values)
@@ -50,6 +53,7 @@ def situation(task: why.TaskView, *others: why.TaskView, **fields: Any) -> why.S
         "definition": {},
         "inputs": {},
         "idempotency_key": None,
+        "rerun_of": None,
         "state": "running",
         "started_at": AT - timedelta(minutes=1),
         "finished_at": None,
