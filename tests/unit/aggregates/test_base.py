@@ -220,3 +220,35 @@ def test_an_event_stored_before_a_field_was_declared_replays_it_as_its_initial_v
     assert replayed.fencing_token == 0
     assert replayed.max_attempts is None
     assert replayed.lease_owner == "w1"
+
+
+def test_events_stored_before_reruns_decode_without_the_rerun_fields() -> None:
+    # A run's creation and a task's events written by a FlowForge without reruns lack
+    # rerun_of and carried_from_*: they replay as None (not a rerun, not carried over).
+    run_created = workflow_run.created_event(
+        UUID(int=1),
+        at=T0,
+        workflow_name="w",
+        definition={},
+        inputs={},
+        idempotency_key=None,
+        actor="user",
+    )
+    vars(run_created).pop("rerun_of")
+    run = run_created.mutate(None)
+    assert isinstance(run, WorkflowRun)
+    assert run.rerun_of is None
+    assert run.snapshot()["rerun_of"] is None
+
+    creation = created()
+    task = creation.mutate(None)
+    assert isinstance(task, TaskRun)
+    assert task.claim("w1", timedelta(seconds=30), at=T0)
+    (claimed,) = task.collect_events()
+    for name in ("carried_from_run_id", "carried_from_task_run_id", "carried_from_attempt"):
+        vars(claimed).pop(name)
+    replayed = claimed.mutate(creation.mutate(None))
+    assert isinstance(replayed, TaskRun)
+    assert replayed.carried_from_run_id is None
+    assert replayed.carried_from_attempt is None
+    assert replayed.lease_owner == "w1"
