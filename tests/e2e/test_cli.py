@@ -43,6 +43,7 @@ COMMANDS = (
     ["db", "rebuild"],
     ["submit"],
     ["run"],
+    ["rerun"],
     ["demo"],
     ["worker"],
     ["scheduler"],
