@@ -12,10 +12,8 @@ from uuid import UUID
 
 from flowforge import bootstrap, timefmt
 from flowforge.aggregates import failures
-from flowforge.aggregates import rerun as rerun_rule
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
-from flowforge.app import commands
 from flowforge.app.results import StartedRun
 from flowforge.app.service import FlowForge
 from flowforge.cli import common, ids, render, stopping
@@ -317,9 +315,10 @@ def rerun(args: argparse.Namespace) -> int:
     with common.open_app(settings) as app:
         old = ids.resolve_run(app, args.run)
         if not args.detach:
-            # The workers of this process run every task that runs again: refuse what
-            # they cannot run before the new run exists, as `run` does.
-            _check_rerun_handlers(app, old, args.from_tasks)
+            # As for `run --resume`: every task type needs a handler here, carried-over
+            # ones included, because this process's runner covers only the runs it can
+            # run whole (bootstrap.ProcessGroup); refused before the new run exists.
+            common.check_task_types(app.definitions.of(old), default_registry)
         started = app.rerun_workflow_run(
             old.id, from_tasks=args.from_tasks, idempotency_key=args.idempotency_key
         )
@@ -336,21 +335,6 @@ def rerun(args: argparse.Namespace) -> int:
             app, transport, new.id, args.workers, default_registry, args.timeout, args.grace
         )
         return report_outcome(app, final, stopped_by, args.timeout, _rerun_hint(args, final))
-
-
-def _check_rerun_handlers(app: FlowForge, old: WorkflowRunRow, from_tasks: Sequence[str]) -> None:
-    """Refuse a rerun whose tasks that run again have no handler here. The plan is the
-    command's own pure rule, so its errors (an unknown --from, an unfinished run) are
-    the ones the command would raise, before anything is written."""
-    definition = app.definitions.of(old)
-    succeeded = {
-        t.task_key: rerun_rule.CarriedResult(t.result, commands.source_of(t))
-        for t in app.task_runs(old.id)
-        if t.state == "succeeded"
-    }
-    plan = rerun_rule.plan(old.id, old.run_state, definition, succeeded, from_tasks)
-    again = tuple(t for t in definition.tasks if t.key not in plan.carried)
-    common.check_task_types(definition.model_copy(update={"tasks": again}), default_registry)
 
 
 def _announce_rerun(

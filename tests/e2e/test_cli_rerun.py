@@ -146,6 +146,10 @@ def test_refusals_name_the_problem_with_their_exit_codes(cli: Cli) -> None:
     assert "'nope'" in one_line_error(unknown)
     assert "first, after" in one_line_error(unknown)
 
+    no_handlers = cli("rerun", run_id, "--from", "after")
+    assert no_handlers.returncode == exits.EXIT_BAD_INPUT
+    assert "'after' (type 'after')" in one_line_error(no_handlers)
+
     nothing = cli("rerun", run_id, "--tasks", "flaky_tasks")
     assert nothing.returncode == exits.EXIT_REFUSED
     assert "--from" in one_line_error(nothing)
