@@ -15,7 +15,9 @@ from flowforge.processes.registry import TaskContext
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from flowforge.projections.writes.tasks import TaskWrites
 from tests.helpers import Recorder, handle_next, states, task_id
+from tests.integration.test_contract import DirectDatabase
 from tests.integration.test_rebuild import (
     Rows,
     assert_log_agrees_with_rows,
@@ -331,3 +333,37 @@ def test_the_rebuild_reproduces_the_rerun_link_and_the_carried_over_rows(
     carried = [r for r in after["task_runs"] if r["carried_from_run_id"] is not None]
     assert len(carried) == 2 + 2  # a, b into the second run; a, b into the third
     assert_log_agrees_with_rows(app)
+
+
+def test_a_rerun_that_fails_midway_writes_nothing_at_all(
+    app: FlowForge,
+    channel: InMemoryDispatchChannel,
+    worker: Worker,
+    recorder: Recorder,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The whole new run is one transaction: a crash after its run, its tasks and two
+    # carry-overs were written leaves no row, no dispatch and no event of it.
+    old_id = failed_diamond(app, channel, worker, recorder)
+    url = request.getfixturevalue(
+        "postgres_url" if app.database.dialect == "postgres" else "sqlite_url"
+    )
+    direct = DirectDatabase(app.database.dialect, url)
+    before, events = raw_rows(app, request), direct.count_events()
+    carried: list[object] = []
+    carry_over = TaskWrites.carry_over
+
+    def carry_over_then_crash(self: TaskWrites, event: Any) -> None:
+        carry_over(self, event)
+        carried.append(event)
+        if len(carried) == 2:
+            raise RuntimeError("crash after the second carry-over")
+
+    monkeypatch.setattr(TaskWrites, "carry_over", carry_over_then_crash)
+    with pytest.raises(RuntimeError, match="second carry-over"):
+        app.rerun_workflow_run(old_id)
+
+    assert len(carried) == 2
+    assert raw_rows(app, request) == before
+    assert direct.count_events() == events
