@@ -367,3 +367,13 @@ def test_a_rerun_that_fails_midway_writes_nothing_at_all(
     assert len(carried) == 2
     assert raw_rows(app, request) == before
     assert direct.count_events() == events
+
+
+def test_from_tasks_as_a_bare_string_is_refused_rather_than_read_as_letters(
+    app: FlowForge,
+) -> None:
+    run_id = app.start_workflow_run(DIAMOND)
+    assert app.cancel_workflow_run(run_id)
+    with pytest.raises(TypeError, match=r"\('bc',\)"):
+        app.rerun_workflow_run(run_id, from_tasks="bc")
+    assert len(app.recent_runs()) == 1
