@@ -81,6 +81,30 @@ class ReaperOnlyTransitionError(DomainError):
         )
 
 
+class RerunOnlyTransitionError(DomainError):
+    """``carry_over`` is taken only by a rerun, in its new run's creation transaction."""
+
+    def __init__(self, transition: str = "carry_over") -> None:
+        self.transition = transition
+        super().__init__(
+            f"{transition!r} is taken only by rerun_workflow_run (`flowforge rerun`), "
+            f"when it creates the new run: a result is carried over from a finished run "
+            f"into a task that was just created, never into one that already exists."
+        )
+
+
+class RunNotFinishedError(DomainError):
+    """The run has not finished: wait for it to end, or cancel it, then rerun it."""
+
+
+class NothingToRerunError(DomainError):
+    """Every task of the run succeeded: name the tasks to run again with --from."""
+
+
+class UnknownTaskKeyError(DomainError):
+    """The run's workflow has no task with that key; use one of its task keys."""
+
+
 class InvalidWorkflowDefinitionError(DomainError):
     """The workflow definition is invalid; fix the named field and submit it again."""
 

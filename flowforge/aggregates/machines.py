@@ -166,10 +166,17 @@ TASK_RUN_MACHINE = StateMachine(
         # including one waiting for a retry (docs/execution-model.md, "A run ends whole").
         Transition("cancel_failed", _T.FAILED, _T.CANCELLED),
         Transition("cancel_retrying", _T.RETRYING, _T.CANCELLED),
+        # A rerun's task whose result is carried over from the run it reruns: created
+        # pending and moved straight to succeeded, with the result and where it was
+        # produced. Reachable only through the rerun, in the new run's creation
+        # transaction (docs/execution-model.md, "Rerunning a run").
+        Transition("carry_over", _T.PENDING, _T.SUCCEEDED),
     ),
 )
 
 #: The edge only the reaper may take.
 REAPER_TRANSITION = TASK_RUN_MACHINE.get("reap_lease")
+#: The edge only a rerun may take, when it creates its run.
+CARRY_OVER_TRANSITION = TASK_RUN_MACHINE.get("carry_over")
 #: The edges that spend a lease: only ``finish_task_run`` takes them.
 FINISH_TRANSITIONS = frozenset(t.name for t in TASK_RUN_MACHINE if t.requires_lease)

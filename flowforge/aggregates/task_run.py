@@ -18,6 +18,7 @@ methods side by side and compares them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 from uuid import UUID
@@ -26,6 +27,7 @@ from flowforge import errors
 from flowforge.aggregates import base
 from flowforge.aggregates.base import Fields, Initial, Show
 from flowforge.aggregates.machines import (
+    CARRY_OVER_TRANSITION,
     FINISH_TRANSITIONS,
     REAPER_TRANSITION,
     TASK_RUN_MACHINE,
@@ -60,6 +62,13 @@ class TaskRunChanges(Fields):
     retry_due_at: Annotated[datetime | None, Show(brief=True)]
     result: Annotated[Any, Show()]
     error: Annotated[dict[str, str] | None, Show()]
+    #: Where a carried-over result was produced (``carry_over``, by a rerun): the run,
+    #: the task run and the attempt that ran the handler; through any number of reruns
+    #: it names the original, never an intermediate run that carried it over too. None
+    #: for a task run that runs its own handler (and in events stored before reruns).
+    carried_from_run_id: Annotated[UUID | None, Show()]
+    carried_from_task_run_id: Annotated[UUID | None, Show()]
+    carried_from_attempt: Annotated[int | None, Show()]
 
 
 DECLARATION = base.declare("TaskRun", TaskRunFixed, TaskRunChanges)
@@ -122,6 +131,12 @@ class TaskRun(base.MachineAggregate, TaskRunFixed, TaskRunChanges):
 
     class RetryingCancelled(Transitioned):
         TRANSITION = "cancel_retrying"
+
+    class ResultCarriedOver(Transitioned):
+        """A rerun's task that does not run again: the result of the run it reruns,
+        with where it was produced (``carried_from_*``)."""
+
+        TRANSITION = "carry_over"
 
     class LeaseRenewed(Transitioned):
         """A heartbeat: not an edge (running to running), but a fact for the log."""
@@ -219,6 +234,23 @@ class TaskRun(base.MachineAggregate, TaskRunFixed, TaskRunChanges):
             lease_expires_at=None,
         )
 
+    def carry_over(self, result: Any, source: Provenance, *, at: datetime, actor: str) -> bool:
+        """A rerun's edge: a task just created pending takes ``result`` as produced by
+        ``source``, without running. Only the rerun calls it, in its creation."""
+        edge = CARRY_OVER_TRANSITION
+        if self.state != edge.source:
+            return False
+        return self._take(
+            edge,
+            at=at,
+            actor=actor,
+            finished_at=at,
+            result=result,
+            carried_from_run_id=source.run_id,
+            carried_from_task_run_id=source.task_run_id,
+            carried_from_attempt=source.attempt,
+        )
+
     def schedule_retry(self, *, delay: timedelta, at: datetime, actor: str) -> bool:
         edge = TASK_RUN_MACHINE.get("schedule_retry")
         if self.state != edge.source or self.attempt >= self.max_attempts:
@@ -246,13 +278,16 @@ def transition_rule(name: str) -> Transition:
     Legality is decided here, before any I/O: a name not in the table raises
     ``IllegalTransitionError``; an edge that spends a lease raises
     ``LeaseRequiredError`` (use ``finish_task_run``); the reaper's edge raises
-    ``ReaperOnlyTransitionError`` (use ``reclaim_task_run``).
+    ``ReaperOnlyTransitionError`` (use ``reclaim_task_run``); the rerun's edge raises
+    ``RerunOnlyTransitionError`` (use ``rerun_workflow_run``).
     """
     edge = TASK_RUN_MACHINE.get(name)
     if edge.requires_lease:
         raise errors.LeaseRequiredError(name)
     if edge is REAPER_TRANSITION:
         raise errors.ReaperOnlyTransitionError(name)
+    if edge is CARRY_OVER_TRANSITION:
+        raise errors.RerunOnlyTransitionError(name)
     return edge
 
 
@@ -293,6 +328,44 @@ def event_from_row(
     return base.event_from_row(DECLARATION, event_class, row, source=source, actor=actor)
 
 
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a task's result was produced: the run, task run and attempt that ran it."""
+
+    run_id: UUID
+    task_run_id: UUID
+    attempt: int
+
+
+def new_task_run(
+    task_run_id: UUID,
+    *,
+    at: datetime,
+    workflow_run_id: UUID,
+    task_key: str,
+    task_type: str,
+    depends_on: list[str],
+    max_attempts: int,
+    state: TaskRunState,
+    actor: str,
+    lease_seconds: float | None = None,
+) -> TaskRun:
+    """A new task run, its creation event (version 1) not yet collected."""
+    return TaskRun._create(
+        TaskRun.Created,
+        id=task_run_id,
+        timestamp=at,
+        workflow_run_id=workflow_run_id,
+        task_key=task_key,
+        task_type=task_type,
+        depends_on=list(depends_on),
+        max_attempts=max_attempts,
+        lease_seconds=lease_seconds,
+        state=state.value,
+        actor=actor,
+    )
+
+
 def created_event(
     task_run_id: UUID,
     *,
@@ -307,18 +380,17 @@ def created_event(
     lease_seconds: float | None = None,
 ) -> TaskRun.Created:
     """The creation event of a task run (version 1)."""
-    task_run = TaskRun._create(
-        TaskRun.Created,
-        id=task_run_id,
-        timestamp=at,
+    task_run = new_task_run(
+        task_run_id,
+        at=at,
         workflow_run_id=workflow_run_id,
         task_key=task_key,
         task_type=task_type,
-        depends_on=list(depends_on),
+        depends_on=depends_on,
         max_attempts=max_attempts,
-        lease_seconds=lease_seconds,
-        state=state.value,
+        state=state,
         actor=actor,
+        lease_seconds=lease_seconds,
     )
     (event,) = task_run.collect_events()
     assert isinstance(event, TaskRun.Created)

@@ -26,6 +26,9 @@ class WorkflowRunFixed(Fields):
     definition: dict[str, Any]
     inputs: Annotated[dict[str, Any], Show()]
     idempotency_key: Annotated[str | None, Show()]
+    #: The run this one reruns (``rerun_workflow_run``); None for a submitted run, and
+    #: in creation events stored before reruns existed (they decode without it).
+    rerun_of: Annotated[UUID | None, Show()]
 
 
 class WorkflowRunChanges(Fields):
@@ -122,6 +125,7 @@ def created_event(
     inputs: dict[str, Any],
     idempotency_key: str | None,
     actor: str,
+    rerun_of: UUID | None = None,
 ) -> WorkflowRun.Created:
     run = WorkflowRun._create(
         WorkflowRun.Created,
@@ -131,6 +135,7 @@ def created_event(
         definition=definition,
         inputs=inputs,
         idempotency_key=idempotency_key,
+        rerun_of=rerun_of,
         actor=actor,
     )
     (event,) = run.collect_events()

@@ -10,6 +10,9 @@ from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.app.results import AuditEntry
 
+#: The fields of a carried-over result's provenance (``TaskRun.ResultCarriedOver``).
+_PROVENANCE = ("carried_from_run_id", "carried_from_task_run_id", "carried_from_attempt")
+
 
 def entries(events: Application[UUID], aggregate_ids: list[UUID]) -> list[AuditEntry]:
     """Every event of the given aggregates, as audit entries in time order."""
@@ -55,9 +58,20 @@ def _entry(event: object, task_key: str | None) -> AuditEntry:
             retry_due_at=event.retry_due_at,
             result=event.result,
             error=event.error,
+            # Events stored before reruns lack these (and decode without them).
+            **{name: vars(event).get(name) for name in _PROVENANCE},
         )
     if isinstance(event, WorkflowRun.Created):
-        return _base(event, "WorkflowRun", "create", None, "pending", event.actor, None)
+        return _base(
+            event,
+            "WorkflowRun",
+            "create",
+            None,
+            "pending",
+            event.actor,
+            None,
+            rerun_of=vars(event).get("rerun_of"),
+        )
     if isinstance(event, WorkflowRun.Transitioned):
         return _base(
             event, "WorkflowRun", event.TRANSITION, event.source, event.state, event.actor, None

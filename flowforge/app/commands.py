@@ -17,13 +17,15 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from flowforge import errors
-from flowforge.aggregates import json_values
+from flowforge.aggregates import json_values, rerun
 from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS, WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE, Transition
+from flowforge.aggregates.states import TaskRunState
 from flowforge.aggregates.task_run import (
     ACTOR_REAPER,
     ACTOR_SCHEDULER,
     ACTOR_USER,
+    Provenance,
     finish_rule,
     transition_rule,
 )
@@ -86,6 +88,56 @@ class Commands:
             extra={"workflow_run_id": str(run_id), "run_created": created},
         )
         return StartedRun(run_id, created)
+
+    def rerun_workflow_run(
+        self,
+        run_id: UUID,
+        *,
+        from_tasks: Collection[str] = (),
+        idempotency_key: str | None = None,
+        actor: str = ACTOR_USER,
+    ) -> StartedRun:
+        """Start a new run of a finished run's definition and inputs, linked to it
+        (its ``rerun_of``). Each task that succeeded in the old run and is neither in
+        ``from_tasks`` nor downstream of one is not run again: its result is carried
+        over (the ``carry_over`` edge, recording the run, task run and attempt that
+        produced it); every other task runs again. Without ``from_tasks``, every task
+        that did not succeed runs again (``flowforge.aggregates.rerun``).
+
+        The whole new run is ONE transaction, the one :meth:`submit_workflow_run`
+        writes, and an ``idempotency_key`` works as it does there.
+        ``UnknownRunError`` for no such run, ``UnknownTaskKeyError`` for a key of
+        ``from_tasks`` the workflow lacks, ``RunNotFinishedError`` for a run that has
+        not ended, ``NothingToRerunError`` when no task would run again."""
+        if isinstance(from_tasks, str):
+            raise TypeError(f"from_tasks is a collection of task keys: ({from_tasks!r},)")
+        keys = [text(key, "from_tasks") for key in from_tasks]
+        idempotency_key = text(idempotency_key, "idempotency_key")
+        actor = text(actor, "actor")
+        with self._core.writes() as writes:
+            # A finished run never changes again, nor do its tasks (a run ends whole):
+            # reading it in this transaction reads what the rerun is made from.
+            old = advance.load_run(writes, run_id)
+            definition = self._core.definitions.of(old)
+            succeeded = {
+                task.task_key: rerun.CarriedResult(task.result, source_of(task))
+                for task in writes.task_runs_of(old.id)
+                if task.task_state is TaskRunState.SUCCEEDED
+            }
+            plan = rerun.plan(old.id, old.run_state, definition, succeeded, keys)
+            new_run_id, created = writes.runs.create(
+                definition, old.inputs, idempotency_key=idempotency_key, actor=actor, rerun=plan
+            )
+        log.info(
+            "workflow run rerun",
+            extra={
+                "workflow_run_id": str(new_run_id),
+                "rerun_of": str(old.id),
+                "carried_over": len(plan.carried),
+                "run_created": created,
+            },
+        )
+        return StartedRun(new_run_id, created)
 
     def start_workflow_runs(
         self,
@@ -335,6 +387,19 @@ class Commands:
 
     def retry_ready(self, task_run_id: UUID, *, actor: str = ACTOR_SCHEDULER) -> bool:
         return self.transition_task_run(task_run_id, "retry_ready", actor=actor)
+
+
+def source_of(task: TaskRunRow) -> Provenance:
+    """Where a succeeded task's result was produced: the task itself, unless it was
+    carried over into its run, then wherever that came from (so a rerun of a rerun
+    names the original, never the run in between)."""
+    if task.carried_from_run_id is None:
+        return Provenance(task.workflow_run_id, task.id, task.attempt)
+    assert task.carried_from_task_run_id is not None
+    assert task.carried_from_attempt is not None
+    return Provenance(
+        task.carried_from_run_id, task.carried_from_task_run_id, task.carried_from_attempt
+    )
 
 
 # --- argument checks: bad input is a clear error, before any I/O -------------------------

@@ -87,6 +87,12 @@ class AuditEntry:
     retry_due_at: datetime | None = None
     result: Any = None
     error: dict[str, str] | None = None
+    #: A run's creation: the run it reruns.
+    rerun_of: UUID | None = None
+    #: A ``carry_over``: where the result was produced (run, task run, attempt).
+    carried_from_run_id: UUID | None = None
+    carried_from_task_run_id: UUID | None = None
+    carried_from_attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

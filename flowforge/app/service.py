@@ -165,6 +165,7 @@ class FlowForge:
 
     start_workflow_run = _on("commands", Commands.start_workflow_run)
     submit_workflow_run = _on("commands", Commands.submit_workflow_run)
+    rerun_workflow_run = _on("commands", Commands.rerun_workflow_run)
     start_workflow_runs = _on("commands", Commands.start_workflow_runs)
     transition_workflow_run = _on("commands", Commands.transition_workflow_run)
     cancel_workflow_run = _on("commands", Commands.cancel_workflow_run)

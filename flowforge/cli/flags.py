@@ -32,6 +32,8 @@ class Flag:
     required: bool = False
     #: Given once per value (``action="append"``), collected in a list (default: empty).
     repeatable: bool = False
+    #: The attribute it is stored under (``None``: argparse's, from its first long name).
+    dest: str | None = None
 
 
 class _Adds(Protocol):
@@ -51,6 +53,7 @@ def add(parser: _Adds, flags: Iterable[Flag]) -> None:
             "action": flag.action,
             "nargs": flag.nargs,
             "choices": flag.choices,
+            "dest": flag.dest,
         }
         if flag.repeatable:
             options.update(action="append", default=[])  # a list of its own per parser
@@ -258,6 +261,20 @@ LIMIT = Flag(
     help="show the N most recent runs (default: 20)",
 )
 RUN = Flag(("run",), metavar="RUN", help="a run id or a unique prefix of one")
+FROM_TASKS = Flag(
+    ("--from",),
+    repeatable=True,
+    metavar="TASK",
+    dest="from_tasks",  # "from" is a Python keyword: args.from would not parse
+    help="run TASK again, and every task downstream of it, even if they succeeded "
+    "(repeatable; default: run again every task that did not succeed)",
+)
+DETACH = Flag(
+    ("--detach",),
+    action="store_true",
+    help="only create the new run and print its id; the deployment's scheduler, "
+    "publisher and workers run it (default: run it here to the end, as run --resume)",
+)
 WATCH = Flag(("--watch",), action="store_true", help="follow until the run finishes")
 RUN_OR_TASK_RUN = Flag(("id",), metavar="RUN|TASK_RUN", help="an id, id prefix or RUN/TASK_KEY")
 TASK_RUN = Flag(("task",), metavar="TASK_RUN", help="a task run id, id prefix or RUN/TASK_KEY")

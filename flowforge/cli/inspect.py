@@ -55,8 +55,13 @@ def runs(args: argparse.Namespace) -> int:
         ]
         for run, tasks in recent
     ]
-    for line in render.table(("RUN", "WORKFLOW", "STATE", "CREATED", "TIME", "TASKS"), rows):
+    header, *lines = render.table(("RUN", "WORKFLOW", "STATE", "CREATED", "TIME", "TASKS"), rows)
+    print(header)
+    for line, (run, _) in zip(lines, recent, strict=True):
         print(line)
+        if run.rerun_of is not None:
+            # A line of its own: the table's lines are already as wide as they can be.
+            print(f"  {render.rerun_note(run)}")
     return 0
 
 
@@ -98,9 +103,15 @@ def _print_status(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetim
         print(f"  inputs {render.compact_json(run.inputs)}")
     if run.idempotency_key:
         print(f"  idempotency key {run.idempotency_key}")
+    if run.rerun_of is not None:
+        print(f"  {render.rerun_note(run)}")
     print(f"  tasks: {render.counts(tasks)}\n")
     for line in render.table(render.TASK_HEADERS, render.task_rows(tasks, now)):
         print(line)
+    if carried := render.carried_over_lines(tasks):
+        print("\ncarried over from an earlier run (not run again):")
+        for line in carried:
+            print(f"  {line}")
     if failed := render.failure_lines(tasks):
         print("\nerrors (the full tracebacks: --json, or `flowforge history`):")
         for line in failed:

@@ -26,13 +26,15 @@ class UsageError(errors.FlowForgeError):
 
 EXIT_CODES_HELP = """\
 exit codes:
-  0    success (for run, status --watch and demo: the run succeeded)
+  0    success (for run, rerun, status --watch and demo: the run succeeded)
   1    the run failed or was cancelled, or did not finish within --timeout;
        status: the run failed or was cancelled; db rebuild: rows differ from the log
   2    bad input: invalid workflow (the message names file and field), flag or
-       setting; unknown run, task run or task type; worker/publisher without a broker
+       setting; unknown run, task run, task key or task type; worker/publisher
+       without a broker
   3    a server is unreachable or failed: the database or the broker (host:port named)
-  4    refused by the rules: cancelling a finished run; a database created by a newer
+  4    refused by the rules: cancelling a finished run; rerunning an unfinished run,
+       or one whose every task succeeded without --from; a database created by a newer
        FlowForge schema version; a classic queue where a quorum queue is expected
   130  interrupted (Ctrl-C; SIGTERM during run and demo) with the run unfinished
 
@@ -264,6 +266,31 @@ COMMANDS = (
         "if the run succeeded, 1 with the failed tasks' errors. --timeout or a first "
         "Ctrl-C stops, letting the tasks in hand finish for up to --grace seconds; a "
         "second Ctrl-C stops at once.",
+    ),
+    Command(
+        "rerun",
+        "start a new run of a finished run, carrying over what succeeded",
+        """\
+        flowforge rerun 3f2a --tasks examples.tasks              # what did not succeed
+        flowforge rerun 3f2a --from enrich --tasks examples.tasks  # enrich and after
+        """,
+        "flowforge.cli.runs:rerun",
+        (
+            flags.RUN,
+            flags.FROM_TASKS,
+            flags.TASKS,
+            flags.DETACH,
+            flags.WORKERS,
+            flags.IDEMPOTENCY_KEY,
+            flags.TIMEOUT,
+            flags.GRACE,
+        ),
+        description="Start a new run of a finished run's workflow and inputs, linked to "
+        "it. A task that succeeded is not run again (its result is carried over, and the "
+        "audit log says from which run, task run and attempt) unless it is named with "
+        "--from or is downstream of one; every other task runs again. Then run it here "
+        "to the end, as `run --resume` does (same output and exit codes), or only "
+        "create it with --detach.",
     ),
     Command(
         "demo",

@@ -64,6 +64,21 @@ def failure_lines(tasks: Sequence[TaskRunRow]) -> list[str]:
     return lines
 
 
+def rerun_note(run: WorkflowRunRow) -> str:
+    """How a rerun names the run it reruns."""
+    return f"rerun of {run.rerun_of}"
+
+
+def carried_over_lines(tasks: Sequence[TaskRunRow]) -> list[str]:
+    """For each task whose result was carried over: the run and attempt that produced
+    it (the task run's id is in --json and `flowforge history`)."""
+    return [
+        f"{t.task_key}: from run {t.carried_from_run_id}, attempt {t.carried_from_attempt}"
+        for t in tasks
+        if t.carried_from_run_id is not None
+    ]
+
+
 def task_rows(tasks: Sequence[TaskRunRow], now: datetime) -> list[list[str]]:
     return [
         [
@@ -71,7 +86,7 @@ def task_rows(tasks: Sequence[TaskRunRow], now: datetime) -> list[list[str]]:
             t.state,
             f"{t.attempt}/{t.max_attempts}",
             timefmt.span(t.started_at, t.finished_at, now),
-            t.lease_owner or "",
+            t.lease_owner or ("carried over" if t.carried_from_run_id is not None else ""),
             outcome_cell(t),
         ]
         for t in tasks
@@ -117,6 +132,19 @@ def _history_note(entry: AuditEntry) -> str:
         return f"lease until {timefmt.iso(entry.lease_expires_at)}"
     if entry.retry_due_at is not None and entry.transition == "schedule_retry":
         return f"retry due {timefmt.iso(entry.retry_due_at)}"
+    return _rerun_history_note(entry)
+
+
+def _rerun_history_note(entry: AuditEntry) -> str:
+    """A rerun's creation names the run it reruns; a carry-over, where its result was
+    produced."""
+    if entry.carried_from_run_id is not None and entry.transition == "carry_over":
+        return (
+            f"from run {entry.carried_from_run_id} task run {entry.carried_from_task_run_id} "
+            f"attempt {entry.carried_from_attempt}"
+        )
+    if entry.rerun_of is not None:
+        return f"rerun of {entry.rerun_of}"
     return ""
 
 

@@ -1,4 +1,5 @@
-"""``flowforge submit``, ``run``, ``demo`` and ``cancel``: starting and stopping runs."""
+"""``flowforge submit``, ``run``, ``rerun``, ``demo`` and ``cancel``: starting and stopping
+runs."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from flowforge.cli.parser import UsageError
 from flowforge.cli.progress import Progress
 from flowforge.cli.waiting import Waiting
 from flowforge.processes.registry import TaskRegistry, default_registry
-from flowforge.projections.tables import WorkflowRunRow
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 
 def submit(args: argparse.Namespace) -> int:
@@ -323,3 +324,71 @@ def cancel(args: argparse.Namespace) -> int:
         return EXIT_REFUSED
     print(f"cancelled run {target.id} ({after.workflow_name}): {render.counts(tasks)}")
     return 0
+
+
+def rerun(args: argparse.Namespace) -> int:
+    """``rerun RUN``: a new run of a finished run, carrying over the results that need
+    not be produced again; run here to the end as ``run --resume`` does, or only
+    created (``--detach``)."""
+    common.import_task_modules(args.tasks, default_registry)
+    settings = common.settings_from(args)
+    with common.open_app(settings) as app:
+        old = ids.resolve_run(app, args.run)
+        if not args.detach:
+            # As for `run --resume`: every task type needs a handler here, carried-over
+            # ones included, because this process's runner covers only the runs it can
+            # run whole (bootstrap.ProcessGroup); refused before the new run exists.
+            common.check_task_types(app.definitions.of(old), default_registry)
+        started = app.rerun_workflow_run(
+            old.id, from_tasks=args.from_tasks, idempotency_key=args.idempotency_key
+        )
+        new = app.get_workflow_run(started.run_id)
+        tasks = app.task_runs(new.id)
+        if args.detach:
+            print(new.id)
+            _announce_rerun(old, new, started, tasks, args.idempotency_key)
+            _follow_hint(args, new)
+            return 0
+        _announce_rerun(old, new, started, tasks, args.idempotency_key)
+        transport = bootstrap.transport_for(settings, app.deployment_id)
+        final, stopped_by = drive(
+            app, transport, new.id, args.workers, default_registry, args.timeout, args.grace
+        )
+        return report_outcome(app, final, stopped_by, args.timeout, _rerun_hint(args, final))
+
+
+def _announce_rerun(
+    old: WorkflowRunRow,
+    new: WorkflowRunRow,
+    started: StartedRun,
+    tasks: Sequence[TaskRunRow],
+    key: str | None,
+) -> None:
+    """Say on stderr what the rerun carries over and what runs again, so stdout stays
+    the bare id under --detach."""
+    if not started.created:
+        print(
+            f"note: a run with idempotency key {key!r} already exists: {new.id}, "
+            f"{new.state}; returned it and created nothing",
+            file=sys.stderr,
+        )
+        return
+    ordered = render.task_order(new, tasks)
+    carried = [t.task_key for t in ordered if t.carried_from_run_id is not None]
+    again = [t.task_key for t in ordered if t.carried_from_run_id is None]
+    print(f"rerun of run {old.id} ({old.state}): new run {new.id}", file=sys.stderr)
+    print(f"  carried over: {', '.join(carried) or 'nothing'}", file=sys.stderr)
+    print(f"  running again: {', '.join(again)}", file=sys.stderr)
+
+
+def _follow_hint(args: argparse.Namespace, run: WorkflowRunRow) -> None:
+    """What runs a detached rerun, and how to follow it."""
+    if common.settings_from(args).embedded:
+        definition = WorkflowDefinition.model_validate(run.definition)
+        print(f"note: {embedded_runner_hint(args, run.id, definition)}", file=sys.stderr)
+        return
+    print(
+        f"the deployment's workers run it; follow it with "
+        f"`{common.program(args)} status {run.id} --watch`",
+        file=sys.stderr,
+    )

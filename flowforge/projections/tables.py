@@ -31,6 +31,9 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     "id": ColumnCodec.UUID,
     "workflow_run_id": ColumnCodec.UUID,
     "task_run_id": ColumnCodec.UUID,
+    "rerun_of": ColumnCodec.UUID,
+    "carried_from_run_id": ColumnCodec.UUID,
+    "carried_from_task_run_id": ColumnCodec.UUID,
     "dispatch_id": ColumnCodec.UUID,
     "originator_id": ColumnCodec.ORIGINATOR_ID,
     "definition": ColumnCodec.JSON,
@@ -132,6 +135,9 @@ class TaskRunRow(_Row):
     retry_due_at: datetime | None
     result: Any
     error: dict[str, str] | None
+    carried_from_run_id: UUID | None
+    carried_from_task_run_id: UUID | None
+    carried_from_attempt: int | None
     version: int
     created_at: datetime
     updated_at: datetime
@@ -148,6 +154,7 @@ class WorkflowRunRow(_Row):
     definition: dict[str, Any]
     inputs: dict[str, Any]
     idempotency_key: str | None
+    rerun_of: UUID | None
     state: str
     started_at: datetime | None
     finished_at: datetime | None

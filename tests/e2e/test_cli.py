@@ -46,6 +46,7 @@ COMMANDS = (
     ["broker", "migrate"],
     ["submit"],
     ["run"],
+    ["rerun"],
     ["demo"],
     ["worker"],
     ["scheduler"],

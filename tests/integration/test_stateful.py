@@ -65,6 +65,7 @@ REFUSED_EDGES: dict[str, type[Exception]] = {
     "fail": errors.LeaseRequiredError,
     "cancel_running": errors.LeaseRequiredError,
     "reap_lease": errors.ReaperOnlyTransitionError,
+    "carry_over": errors.RerunOnlyTransitionError,
 }
 MOVES = (
     "dependencies_satisfied",

@@ -297,6 +297,16 @@ def _failed(s: Situation) -> _Answer:
 
 def _succeeded(s: Situation) -> _Answer:
     task = s.task
+    if task.carried_from_run_id is not None:
+        # A rerun's task that did not run: say where its result really came from.
+        return (
+            "succeeded",
+            f"{task.task_key} did not run in this run: its result was carried over at "
+            f"{_clock(task.finished_at)} from run {task.carried_from_run_id}, where task "
+            f"run {task.carried_from_task_run_id} produced it on attempt "
+            f"{task.carried_from_attempt}",
+            [],
+        )
     took = _seconds(task.started_at, task.finished_at)
     return (
         "succeeded",

@@ -18,7 +18,8 @@ CREATE TABLE workflow_runs (
     finished_at {timestamp},
     version {bigint} NOT NULL CONSTRAINT workflow_runs_version_positive CHECK (version >= 1),
     created_at {timestamp} NOT NULL,
-    updated_at {timestamp} NOT NULL
+    updated_at {timestamp} NOT NULL,
+    rerun_of {uuid}
 );
 CREATE INDEX workflow_runs_created_at_idx ON workflow_runs (created_at DESC);
 CREATE INDEX workflow_runs_active_idx ON workflow_runs (state)
@@ -46,6 +47,10 @@ CREATE TABLE task_runs (
     created_at {timestamp} NOT NULL,
     updated_at {timestamp} NOT NULL,
     lease_seconds {real} CONSTRAINT task_runs_lease_seconds_positive CHECK (lease_seconds > 0),
+    carried_from_run_id {uuid},
+    carried_from_task_run_id {uuid},
+    carried_from_attempt integer
+        CONSTRAINT task_runs_carried_from_attempt_positive CHECK (carried_from_attempt >= 1),
     CONSTRAINT task_runs_workflow_run_task_key_unique UNIQUE (workflow_run_id, task_key),
     CONSTRAINT taskrun_lease_iff_running
         CHECK ((state = 'running') = (lease_expires_at IS NOT NULL))

@@ -15,8 +15,9 @@ from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.ids import new_id
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE, Transition
+from flowforge.aggregates.rerun import RerunPlan
 from flowforge.aggregates.rules import initial_task_run_state
-from flowforge.aggregates.states import WorkflowRunState
+from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.projections import projector
 from flowforge.projections.reads import RunCompletion, first_row
 from flowforge.projections.tables import WorkflowRunRow
@@ -59,10 +60,20 @@ class RunWrites:
         *,
         idempotency_key: str | None,
         actor: str,
+        rerun: RerunPlan | None = None,
     ) -> tuple[UUID, bool]:
         """Create the run and its task runs; ``(id, False)`` and nothing written if a
-        run already has the idempotency key."""
-        at, run_id = self._recording.creation_time(self._now), new_id()
+        run already has the idempotency key.
+
+        ``rerun``: the run reruns ``rerun.rerun_of``; each task in ``rerun.carried``
+        is created pending and takes its carried-over result (``carry_over``) here,
+        and the others start as the plan says (ready once their dependencies are all
+        carried over)."""
+        # A carry-over event holds its time twice (its own and finished_at), which the
+        # stand-in for the transaction's clock cannot (projector.TRANSACTION_NOW holds
+        # it once): a rerun asks the clock first, one round trip, as SQLite always does.
+        at = self._now() if rerun is not None else self._recording.creation_time(self._now)
+        run_id = new_id()
         created = workflow_run.created_event(
             run_id,
             at=at,
@@ -71,13 +82,21 @@ class RunWrites:
             inputs=inputs,
             idempotency_key=idempotency_key,
             actor=actor,
+            rerun_of=None if rerun is None else rerun.rerun_of,
         )
         if not projector.apply_event(self._tx, created):
             assert idempotency_key is not None  # only a key can conflict
             return self.id_by_idempotency_key(idempotency_key), False
         self._recording.append([created])
         for task in definition.tasks:
-            event = task_run.created_event(
+            carried = None if rerun is None else rerun.carried.get(task.key)
+            if carried is not None:
+                state = TaskRunState.PENDING
+            elif rerun is not None:
+                state = rerun.initial_state(task)
+            else:
+                state = initial_task_run_state(len(task.depends_on))
+            new = task_run.new_task_run(
                 new_id(),
                 at=at,
                 workflow_run_id=run_id,
@@ -86,10 +105,17 @@ class RunWrites:
                 depends_on=list(task.depends_on),
                 max_attempts=definition.retry_policy_for(task.key).max_attempts,
                 lease_seconds=definition.lease_seconds_for(task.key),
-                state=initial_task_run_state(len(task.depends_on)),
+                state=state,
                 actor=actor,
             )
-            self._tasks.create(event)
+            if carried is not None:
+                new.carry_over(carried.result, carried.source, at=at, actor=actor)
+            creation, *carry_over = new.collect_events()
+            assert isinstance(creation, task_run.TaskRun.Created)
+            self._tasks.create(creation)
+            for event in carry_over:
+                assert isinstance(event, task_run.TaskRun.ResultCarriedOver)
+                self._tasks.carry_over(event)
         return run_id, True
 
     def lock(self, run_id: UUID) -> WorkflowRunRow | None:

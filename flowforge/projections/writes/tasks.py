@@ -17,6 +17,7 @@ from uuid import UUID
 
 from flowforge.aggregates import task_run
 from flowforge.aggregates.machines import (
+    CARRY_OVER_TRANSITION,
     FINISH_TRANSITIONS,
     REAPER_TRANSITION,
     TASK_RUN_MACHINE,
@@ -63,6 +64,7 @@ TASK_EDGE_METHODS: Mapping[str, str] = {
     REAPER_TRANSITION.name: "reclaim",
     SCHEDULE_RETRY.name: "schedule_retry",
     RETRY_READY.name: "retry_ready",
+    CARRY_OVER_TRANSITION.name: "carry_over",
 }
 if set(TASK_EDGE_METHODS) != {t.name for t in TASK_RUN_MACHINE}:
     raise ValueError("every TaskRun edge needs exactly one conditional write")
@@ -84,6 +86,17 @@ class TaskWrites:
         if event.state == _READY.value:
             at = event.timestamp
             self._outbox.enqueue(event.originator_id, event.task_key, event.task_type, 0, at=at)
+
+    def carry_over(self, event: TaskRun.ResultCarriedOver) -> None:
+        """A rerun's task created just before in this transaction (:meth:`create`, in
+        ``pending``) takes its carried-over result: the event, built by the pure
+        aggregate, is applied to the row as the rebuild applies it. No conditional write
+        can lose here (no other transaction can see the row yet), so none is needed;
+        a row not at version 1 in ``pending`` is corruption and raises."""
+        if CARRY_OVER_TRANSITION.name != event.TRANSITION:
+            raise ValueError(f"carry_over takes a carry-over event, not {event.TRANSITION!r}")
+        projector.apply_event(self._tx, event)
+        self._recording.append([event])
 
     def move(self, task_run_id: UUID, edge: Transition, *, actor: str) -> TaskRunRow | None:
         """dependencies_satisfied, cancel_pending or cancel_ready."""

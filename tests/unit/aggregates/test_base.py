@@ -37,6 +37,7 @@ TOPICS = {
     "flowforge.aggregates.task_run:TaskRun.FailedCancelled",
     "flowforge.aggregates.task_run:TaskRun.RetryingCancelled",
     "flowforge.aggregates.task_run:TaskRun.LeaseRenewed",
+    "flowforge.aggregates.task_run:TaskRun.ResultCarriedOver",
     "flowforge.aggregates.workflow_run:WorkflowRun.Created",
     "flowforge.aggregates.workflow_run:WorkflowRun.Started",
     "flowforge.aggregates.workflow_run:WorkflowRun.CancelledBeforeStart",
@@ -81,6 +82,9 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "retry_due_at",
         "result",
         "error",
+        "carried_from_run_id",
+        "carried_from_task_run_id",
+        "carried_from_attempt",
     )
     assert workflow_run.MUTABLE_FIELDS == ("state", "started_at", "finished_at")
     assert task_run.STATIC_FIELDS == (
@@ -96,6 +100,7 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "definition",
         "inputs",
         "idempotency_key",
+        "rerun_of",
     )
 
 
@@ -214,4 +219,36 @@ def test_an_event_stored_before_a_field_was_declared_replays_it_as_its_initial_v
     assert isinstance(replayed, TaskRun)
     assert replayed.fencing_token == 0
     assert replayed.max_attempts is None
+    assert replayed.lease_owner == "w1"
+
+
+def test_events_stored_before_reruns_decode_without_the_rerun_fields() -> None:
+    # A run's creation and a task's events written by a FlowForge without reruns lack
+    # rerun_of and carried_from_*: they replay as None (not a rerun, not carried over).
+    run_created = workflow_run.created_event(
+        UUID(int=1),
+        at=T0,
+        workflow_name="w",
+        definition={},
+        inputs={},
+        idempotency_key=None,
+        actor="user",
+    )
+    vars(run_created).pop("rerun_of")
+    run = run_created.mutate(None)
+    assert isinstance(run, WorkflowRun)
+    assert run.rerun_of is None
+    assert run.snapshot()["rerun_of"] is None
+
+    creation = created()
+    task = creation.mutate(None)
+    assert isinstance(task, TaskRun)
+    assert task.claim("w1", timedelta(seconds=30), at=T0)
+    (claimed,) = task.collect_events()
+    for name in ("carried_from_run_id", "carried_from_task_run_id", "carried_from_attempt"):
+        vars(claimed).pop(name)
+    replayed = claimed.mutate(creation.mutate(None))
+    assert isinstance(replayed, TaskRun)
+    assert replayed.carried_from_run_id is None
+    assert replayed.carried_from_attempt is None
     assert replayed.lease_owner == "w1"

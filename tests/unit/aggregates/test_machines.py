@@ -39,11 +39,13 @@ SPEC_TASK_RUN_TABLE = {
     ("schedule_retry", "failed", "retrying", False),
     ("retry_ready", "retrying", "ready", False),
 }
-#: FlowForge's two further cancels (docs/execution-model.md, "A run ends whole").
+#: FlowForge's two further cancels (docs/execution-model.md, "A run ends whole"), and
+#: a rerun's carry-over ("Rerunning a run").
 EXTENDED_TASK_RUN_TABLE = {
     *SPEC_TASK_RUN_TABLE,
     ("cancel_failed", "failed", "cancelled", False),
     ("cancel_retrying", "retrying", "cancelled", False),
+    ("carry_over", "pending", "succeeded", False),
 }
 
 MACHINES = [
@@ -72,9 +74,10 @@ def test_the_table_is_exactly_the_specs_table(
     assert sorted(rows(machine)) == sorted(spec_table)
 
 
-def test_the_workflow_run_machine_has_five_edges_and_the_task_run_machine_twelve() -> None:
+def test_the_workflow_run_machine_has_five_edges_and_the_task_run_machine_thirteen() -> None:
     assert len(WORKFLOW_RUN_MACHINE) == 5
-    assert len(TASK_RUN_MACHINE) == 12  # the spec's ten and FlowForge's two cancels
+    # The spec's ten, FlowForge's two cancels and the rerun's carry-over.
+    assert len(TASK_RUN_MACHINE) == 13
 
 
 @pytest.mark.parametrize(("machine", "states", "spec_table"), MACHINES)

@@ -252,8 +252,14 @@ def test_transition_rule_refuses_a_name_not_in_the_table() -> None:
     assert caught.value.transition == "start"
 
 
+def test_transition_rule_refuses_the_reruns_edge() -> None:
+    with pytest.raises(errors.RerunOnlyTransitionError, match="rerun_workflow_run"):
+        task_run.transition_rule("carry_over")
+
+
 def test_transition_rule_returns_every_other_edge() -> None:
-    others = {t.name for t in TASK_RUN_MACHINE} - FINISH_TRANSITIONS - {"reap_lease"}
+    others = {t.name for t in TASK_RUN_MACHINE} - FINISH_TRANSITIONS
+    others -= {"reap_lease", "carry_over"}
     assert len(others) == 8
     for name in others:
         assert task_run.transition_rule(name) is TASK_RUN_MACHINE.get(name)
@@ -271,6 +277,7 @@ def test_finish_rule_returns_exactly_the_lease_spending_edges() -> None:
         ("fail", errors.LeaseRequiredError),
         ("cancel_running", errors.LeaseRequiredError),
         ("reap_lease", errors.ReaperOnlyTransitionError),
+        ("carry_over", errors.RerunOnlyTransitionError),
         ("claim", errors.IllegalTransitionError),
         ("cancel", errors.IllegalTransitionError),
         ("renew_lease", errors.IllegalTransitionError),
@@ -287,6 +294,45 @@ def test_an_illegal_transition_raises_before_any_event_even_from_its_source_stat
         task.transition(name, at=T0 + LEASE + TICK, actor=task_run.ACTOR_USER)
     assert task.collect_events() == []
     assert task.snapshot() == before
+
+
+# --- a rerun's carry-over ---------------------------------------------------------------
+
+SOURCE = task_run.Provenance(
+    UUID("00000000-0000-4000-8000-0000000000a1"), UUID("00000000-0000-4000-8000-0000000000b2"), 2
+)
+
+
+def test_carry_over_moves_a_pending_task_to_succeeded_with_the_result_and_its_source() -> None:
+    task = new_task(T.PENDING)
+    assert task.carry_over({"rows": 8}, SOURCE, at=T0, actor=task_run.ACTOR_USER)
+    (event,) = task.collect_events()
+    assert isinstance(event, TaskRun.ResultCarriedOver)
+    assert (event.source, event.state) == ("pending", "succeeded")
+    assert task.state is T.SUCCEEDED
+    assert task.result == {"rows": 8}
+    assert task.finished_at == T0
+    assert task.started_at is None  # it did not run here
+    assert (task.carried_from_run_id, task.carried_from_task_run_id) == (
+        SOURCE.run_id,
+        SOURCE.task_run_id,
+    )
+    assert task.carried_from_attempt == 2
+    assert (task.attempt, task.fencing_token) == (1, 0)
+
+
+@pytest.mark.parametrize("state", [s for s in TaskRunState if s is not T.PENDING])
+def test_carry_over_of_a_task_that_is_not_pending_returns_false(state: TaskRunState) -> None:
+    task = in_state(state)
+    assert not task.carry_over(1, SOURCE, at=T0, actor=task_run.ACTOR_USER)
+    assert task.collect_events() == []
+
+
+def test_a_carried_over_task_replays_from_its_two_events() -> None:
+    task = new_task(T.PENDING)
+    assert task.carry_over([1, 2], SOURCE, at=T0, actor=task_run.ACTOR_USER)
+    (event,) = task.collect_events()
+    assert replay(created(T.PENDING), [event]).snapshot() == task.snapshot()
 
 
 # --- the moves that need no lease -----------------------------------------------------
@@ -624,6 +670,7 @@ NAMES = sorted(t.name for t in TASK_RUN_MACHINE)
 EXPECTED_REFUSAL: dict[str, type[errors.DomainError]] = {
     **dict.fromkeys(FINISH_TRANSITIONS, errors.LeaseRequiredError),
     "reap_lease": errors.ReaperOnlyTransitionError,
+    "carry_over": errors.RerunOnlyTransitionError,
     "claim": errors.IllegalTransitionError,
     "no_such_edge": errors.IllegalTransitionError,
 }

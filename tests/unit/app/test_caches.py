@@ -34,6 +34,7 @@ def parsed(run_id: UUID) -> DefinitionCache:
             definition=WorkflowDefinition.model_validate(CHAIN).to_dict(),
             inputs={},
             idempotency_key=None,
+            rerun_of=None,
             state="running",
             started_at=AT,
             finished_at=None,

@@ -39,6 +39,9 @@ def view(key: str, state: str, **fields: Any) -> why.TaskView:
         "retry_due_at": None,
         "result": None,
         "error": None,
+        "carried_from_run_id": None,
+        "carried_from_task_run_id": None,
+        "carried_from_attempt": None,
         **fields,
     }
     return why.TaskView(**values)
@@ -51,6 +54,7 @@ def situation(task: why.TaskView, *others: why.TaskView, **fields: Any) -> why.S
         "definition": {},
         "inputs": {},
         "idempotency_key": None,
+        "rerun_of": None,
         "state": "running",
         "started_at": AT - timedelta(minutes=1),
         "finished_at": None,
@@ -188,3 +192,21 @@ def test_why_json_names_every_brief_field_of_each_upstream_task() -> None:
 
     assert set(fact) == {"task_run_id", *task_run.DECLARATION.brief.values()}
     assert fact["lease_owner"] == "worker-1"
+
+
+def test_why_says_a_carried_over_task_did_not_run_and_where_its_result_came_from() -> None:
+    source_run, source_task = uuid.UUID(int=11), uuid.UUID(int=12)
+    task = view(
+        "extract",
+        "succeeded",
+        finished_at=AT,
+        result={"rows": 8},
+        carried_from_run_id=source_run,
+        carried_from_task_run_id=source_task,
+        carried_from_attempt=2,
+    )
+    answer = why.explain(situation(task))
+    assert answer.reason == "succeeded"
+    assert answer.headline.startswith("extract did not run in this run")
+    assert f"from run {source_run}" in answer.headline
+    assert f"task run {source_task} produced it on attempt 2" in answer.headline

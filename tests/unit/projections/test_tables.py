@@ -11,17 +11,18 @@ import pytest
 from flowforge.projections import tables
 
 #: The tables' columns, as the rows carry them (schema.sql declares them, migrations
-#: added lease_seconds last): a field added to or dropped from an aggregate's
-#: declaration changes a table, which must be a deliberate change here, in schema.sql
-#: and in a migration, not a side effect.
+#: added lease_seconds, then the rerun columns, last): a field added to or dropped
+#: from an aggregate's declaration changes a table, which must be a deliberate change
+#: here, in schema.sql and in a migration, not a side effect.
 TASK_RUN_COLUMNS = (
     *("id", "workflow_run_id", "task_key", "task_type", "depends_on", "max_attempts"),
     *("lease_seconds", "state", "fencing_token", "attempt", "lease_owner"),
     *("lease_expires_at", "started_at", "finished_at", "retry_due_at", "result", "error"),
+    *("carried_from_run_id", "carried_from_task_run_id", "carried_from_attempt"),
     *("version", "created_at", "updated_at"),
 )
 WORKFLOW_RUN_COLUMNS = (
-    *("id", "workflow_name", "definition", "inputs", "idempotency_key", "state"),
+    *("id", "workflow_name", "definition", "inputs", "idempotency_key", "rerun_of", "state"),
     *("started_at", "finished_at", "version", "created_at", "updated_at"),
 )
 
@@ -62,7 +63,7 @@ def test_values_are_the_columns_by_name_without_copying() -> None:
     at = datetime(2026, 1, 1, tzinfo=UTC)
     definition = {"name": "w", "tasks": []}
     row = tables.WorkflowRunRow(
-        uuid4(), "w", definition, {}, None, "pending", None, None, 1, at, at
+        uuid4(), "w", definition, {}, None, None, "pending", None, None, 1, at, at
     )
     values = row.values()
     assert set(values) == set(tables.WORKFLOW_RUN_COLUMNS)

@@ -127,6 +127,7 @@ def _run(run_id: object) -> dict[str, object]:
         "workflow_name": "w",
         "definition": {"name": "w", "tasks": []},
         "inputs": {"x": [1, 2.5, None, "é"]},
+        "rerun_of": None,
         "state": "pending",
         "version": 1,
         "created_at": None,
