@@ -366,32 +366,9 @@ def new_task_run(
     )
 
 
-def created_event(
-    task_run_id: UUID,
-    *,
-    at: datetime,
-    workflow_run_id: UUID,
-    task_key: str,
-    task_type: str,
-    depends_on: list[str],
-    max_attempts: int,
-    state: TaskRunState,
-    actor: str,
-    lease_seconds: float | None = None,
-) -> TaskRun.Created:
-    """The creation event of a task run (version 1)."""
-    task_run = new_task_run(
-        task_run_id,
-        at=at,
-        workflow_run_id=workflow_run_id,
-        task_key=task_key,
-        task_type=task_type,
-        depends_on=depends_on,
-        max_attempts=max_attempts,
-        state=state,
-        actor=actor,
-        lease_seconds=lease_seconds,
-    )
+def created_event(task_run_id: UUID, **fields: Any) -> TaskRun.Created:
+    """The creation event of a task run (version 1): :func:`new_task_run`'s, collected."""
+    task_run = new_task_run(task_run_id, **fields)
     (event,) = task_run.collect_events()
     assert isinstance(event, TaskRun.Created)
     return event

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Any
@@ -90,29 +91,23 @@ def build() -> argparse.ArgumentParser:
     )
     main.add_argument("--version", action="version", version=f"flowforge {_version()}")
     commands = main.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    db = commands.add_parser(
+    _group(
+        commands,
         "db",
-        help="create, migrate or rebuild the database",
-        description="Database maintenance. Only db init / db migrate (and run, demo) "
-        "change the schema; every other command checks its version.",
-        epilog="example:\n  flowforge db init\n  flowforge db migrate\n  flowforge db rebuild",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "create, migrate or rebuild the database",
+        "Database maintenance. Only db init / db migrate (and run, demo) change the schema; "
+        "every other command checks its version.",
+        DB_ACTIONS,
     )
-    actions = db.add_subparsers(title="actions", metavar="ACTION", required=True)
-    for action in DB_ACTIONS:
-        _command(actions, action)
-    broker = commands.add_parser(
+    _group(
+        commands,
         "broker",
-        help="upgrade the broker's queues",
-        description="Broker maintenance: `broker migrate` moves the dispatches of the one "
-        "queue of a FlowForge before routing to their task types' queues "
-        "(docs/deployment.md, 'Upgrading to per-type queues').",
-        epilog="example:\n  flowforge broker migrate",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "upgrade the broker's queues",
+        "Broker maintenance: `broker migrate` moves the dispatches of the one queue of a "
+        "FlowForge before routing to their task types' queues (docs/deployment.md, "
+        "'Upgrading to per-type queues').",
+        BROKER_ACTIONS,
     )
-    actions = broker.add_subparsers(title="actions", metavar="ACTION", required=True)
-    for action in BROKER_ACTIONS:
-        _command(actions, action)
     for command in COMMANDS:
         _command(commands, command)
     return main
@@ -164,6 +159,23 @@ def _global_options(
         (replace(flag, default=default) for flag in (flags.DATABASE_URL, broker_url, log)),
     )
     return options
+
+
+def _group(
+    commands: Any, name: str, summary: str, description: str, actions: Sequence[Command]
+) -> None:
+    """A command of actions (``flowforge db init``): its help lists each action's example."""
+    examples = "".join(f"\n  flowforge {name} {action.name}" for action in actions)
+    group = commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog="example:" + examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    subcommands = group.add_subparsers(title="actions", metavar="ACTION", required=True)
+    for action in actions:
+        _command(subcommands, action)
 
 
 def _command(commands: Any, command: Command) -> None:

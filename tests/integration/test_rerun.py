@@ -25,18 +25,8 @@ from tests.integration.test_rebuild import (
     postgres_rows,
     sqlite_rows,
 )
+from tests.integration.test_scheduler import DIAMOND  # a -> (b, c) -> d, 1 attempt each
 
-#: a -> (b, c) -> d; one attempt each, so a failure fails the run at once.
-DIAMOND = {
-    "name": "diamond",
-    "retry": {"max_attempts": 1},
-    "tasks": [
-        {"key": "a", "type": "work"},
-        {"key": "b", "type": "work", "depends_on": ["a"]},
-        {"key": "c", "type": "work", "depends_on": ["a"]},
-        {"key": "d", "type": "work", "depends_on": ["b", "c"]},
-    ],
-}
 #: Bounds the drive loop: a diamond needs far fewer steps.
 MAX_STEPS = 60
 
