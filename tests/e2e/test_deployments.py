@@ -42,7 +42,7 @@ class Deployment:
         found = re.search(r"deployment ([0-9a-f]{12})", done.stdout)
         assert found, done.stdout
         self.id = found[1]
-        assert f"dispatch queue flowforge.{self.id}.tasks" in done.stdout
+        assert f"dispatch queues flowforge.{self.id}.tasks.<type>" in done.stdout
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         return self.cli.popen(*args, log=self.cwd / f"{name}.log")
