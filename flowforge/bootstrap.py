@@ -182,12 +182,18 @@ class Processes:
         *,
         batch: int = 1,
         task_types: Collection[str] | None = None,
-    ) -> None:
-        """Workers in threads of this process until a stop; re-raise a thread's failure."""
+        grace: float | None = None,
+    ) -> list[str]:
+        """Workers in threads of this process until a stop; re-raise a thread's failure.
+        After the stop each finishes the task in hand, for ``grace`` seconds at most if
+        given; the ids of the workers abandoned with a task still running (unacked: the
+        broker redelivers it when this process exits, and the fencing token makes a late
+        outcome of theirs harmless)."""
         workers = [
             self.worker(worker_id, batch=batch, task_types=task_types) for worker_id in worker_ids
         ]
-        self.supervisor().run([(worker.worker_id, worker.run) for worker in workers])
+        targets = [(worker.worker_id, worker.run) for worker in workers]
+        return self.supervisor().run(targets, grace=grace)
 
 
 def bootstrap(

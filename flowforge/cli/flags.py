@@ -198,6 +198,17 @@ ALL_RUNS = Flag(
     help="also run every other unfinished run in the database that this process has all "
     "the handlers for (default: only this run)",
 )
+#: A worker's stop grace: long enough for most handlers to finish their task.
+WORKER_STOP_GRACE_S = 30.0
+WORKER_GRACE = Flag(
+    ("--grace",),
+    type=_grace_seconds,
+    default=WORKER_STOP_GRACE_S,
+    metavar="S",
+    help="on SIGTERM/SIGINT, how long the tasks in hand may take to finish; then the "
+    "worker exits without acking them (the broker redelivers them, the fencing token "
+    "makes that safe) (default: %(default)s)",
+)
 RESUME = Flag(
     ("--resume",),
     metavar="RUN",

@@ -329,12 +329,14 @@ COMMANDS = (
             flags.CONCURRENCY,
             flags.BATCH,
             flags.WORKER_ID,
+            flags.WORKER_GRACE,
         ),
         log_level="INFO",
         description="A worker process: claims dispatched tasks and runs their handlers "
         "(imported with --tasks). It consumes only the queues of the task types it has "
         "handlers for (or of --types), so a dispatch reaches only a worker that can run "
-        "it. Stops cleanly on SIGTERM/SIGINT.",
+        "it. On SIGTERM/SIGINT it lets the task in hand finish for --grace seconds, then "
+        "exits.",
     ),
     Command(
         "scheduler",

@@ -1,20 +1,24 @@
 """``flowforge scheduler``, ``publisher`` and ``worker``: the production processes.
 
-Each runs until SIGTERM or SIGINT and then stops cleanly (exit 0): the worker finishes
-or abandons its current message as the Worker class decides, the publisher leaves
-unpublished rows pending. A server that is unreachable at start is a one-line error
+Each runs until SIGTERM or SIGINT and then stops cleanly (exit 0): the worker lets the
+task in hand finish for ``--grace`` seconds, then exits without acking it (the broker
+redelivers it; the fencing token makes that safe), the publisher leaves unpublished rows
+pending. A server that is unreachable at start is a one-line error
 (exit 3); an outage later is ridden out by the loops' reconnect backoff.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 
 from flowforge import bootstrap, config
 from flowforge.cli import common
 from flowforge.cli.parser import UsageError
 from flowforge.processes.registry import default_registry
 from flowforge.processes.worker import default_worker_id
+
+log = logging.getLogger(__name__)
 
 
 def scheduler(args: argparse.Namespace) -> int:
@@ -51,7 +55,16 @@ def worker(args: argparse.Namespace) -> int:
         base_id = args.worker_id or default_worker_id()
         count = args.concurrency
         ids = [base_id] if count == 1 else [f"{base_id}-{n}" for n in range(1, count + 1)]
-        processes.run_workers(ids, batch=args.batch, task_types=args.types or None)
+        abandoned = processes.run_workers(
+            ids, batch=args.batch, task_types=args.types or None, grace=args.grace
+        )
+    if abandoned:
+        # Exiting drops the broker connection: the unacked dispatches go back on their
+        # queues, and the leases of the tasks in hand expire and are reaped.
+        log.warning(
+            "stop grace ran out; exiting with tasks still running, unacked",
+            extra={"grace_s": args.grace, "abandoned_workers": abandoned},
+        )
     return 0
 
 

@@ -92,6 +92,37 @@ def test_a_worker_killed_mid_handler_is_reaped_and_another_worker_completes_the_
     assert [(e["fencing_token"], e["pid"] != victim["pid"]) for e in ran] == [(3, True)]
 
 
+def test_a_worker_stopped_with_a_hung_handler_exits_within_its_grace_and_loses_nothing(
+    cluster: Cluster,
+) -> None:
+    """SIGTERM with a handler that would run 60 s more: the worker waits its --grace (1 s),
+    then exits without acking, saying so; the task's lease expires, it is reaped, and
+    another worker runs it."""
+    cluster.start("scheduler", "scheduler", "--interval", "0.2")
+    cluster.start("publisher", "publisher", "--interval", "0.1")
+    stuck = cluster.start(
+        "worker-1",
+        "worker",
+        "--tasks",
+        "tests.e2e.fault_tasks",
+        "--worker-id",
+        "worker-1",
+        "--grace",
+        "1",
+    )
+    run_id = cluster.submit(single("held"))
+    first_start(cluster)
+    stuck.send_signal(signal.SIGTERM)
+    assert stuck.wait(timeout=20) == 0, cluster.log_tails()
+    assert "stop grace ran out" in (cluster.logs / "worker-1.log").read_text()
+    cluster.start_worker("worker-2")
+    assert cluster.wait_for_run(run_id).state == "succeeded"
+    log = transitions(cluster.app, only_task_id(cluster.app, run_id))
+    assert log == ["create", "claim", "reap_lease", "claim", "succeed"]
+    ran = [e for e in cluster.effects() if e["event"] == "ran"]
+    assert [e["worker_id"] for e in ran] == ["worker-2"]
+
+
 def test_a_batching_worker_killed_mid_batch_loses_none_of_it_and_runs_none_twice(
     cluster: Cluster,
 ) -> None:
