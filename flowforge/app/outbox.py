@@ -11,7 +11,7 @@ from flowforge.app.commands import non_negative
 from flowforge.app.core import ServiceCore
 from flowforge.app.ports import DispatchPublisher
 from flowforge.app.queries import REAP_BATCH
-from flowforge.app.scope import Scope
+from flowforge.app.scope import EVERY_RUN, Scope
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,8 @@ class Outbox:
         row stays pending for the next sweep.
         """
         with self._core.writes() as writes:
-            if scope is None:
-                rows = writes.outbox.pending(limit)
-            else:
-                rows = writes.outbox.pending(limit, scope.task_types, scope.run_ids)
+            scope = scope or EVERY_RUN
+            rows = writes.outbox.pending(limit, scope.task_types, scope.run_ids)
             if not rows:
                 return 0
             publisher.publish(
@@ -66,8 +64,9 @@ class Outbox:
         older_than = non_negative(older_than_seconds, "older_than_seconds", MAX_SECONDS)
         with self._core.writes() as writes:
             at = writes.now()
-            run_ids = None if scope is None else scope.run_ids
-            rows = writes.outbox.stalled_ready(older_than, REAP_BATCH, run_ids)
+            rows = writes.outbox.stalled_ready(
+                older_than, REAP_BATCH, (scope or EVERY_RUN).run_ids
+            )
             for row in rows:
                 writes.outbox.enqueue(
                     row.id, row.task_key, row.task_type, row.fencing_token, at=at

@@ -13,7 +13,7 @@ from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.app import audit
 from flowforge.app.core import ServiceCore
 from flowforge.app.results import AuditEntry
-from flowforge.app.scope import Scope
+from flowforge.app.scope import EVERY_RUN, Scope
 from flowforge.limits import row_limit
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
@@ -91,7 +91,7 @@ class Queries:
         """Running tasks whose lease expired (only of the runs ``scope`` names, if any)."""
         limit = row_limit(limit)
         with self._core.reads() as reads:
-            return reads.expired_leases(limit, None if scope is None else scope.run_ids)
+            return reads.expired_leases(limit, (scope or EVERY_RUN).run_ids)
 
     def dispatches_of(self, task_run_id: UUID) -> list[OutboxRow]:
         with self._core.reads() as reads:

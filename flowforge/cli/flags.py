@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from flowforge.cli.logs import LEVELS
@@ -200,11 +200,9 @@ ALL_RUNS = Flag(
 )
 #: A worker's stop grace: long enough for most handlers to finish their task.
 WORKER_STOP_GRACE_S = 30.0
-WORKER_GRACE = Flag(
-    ("--grace",),
-    type=_grace_seconds,
+WORKER_GRACE = replace(
+    GRACE,
     default=WORKER_STOP_GRACE_S,
-    metavar="S",
     help="on SIGTERM/SIGINT, how long the tasks in hand may take to finish; then the "
     "worker exits without acking them (the broker redelivers them, the fencing token "
     "makes that safe) (default: %(default)s)",

@@ -44,22 +44,30 @@ def queue_state(config: BrokerConfig, task_type: str) -> QueueState:
     queue = config.queue_for(task_type)
     connection = connect(config, name="flowforge-inspect")
     try:
-        declared = connection.channel().queue_declare(queue, passive=True)
-    except pika.exceptions.ChannelClosedByBroker as exc:
-        if exc.reply_code != translate.NOT_FOUND:
-            translate.raise_unavailable(config, "inspect a queue on", exc)
-        return QueueState(queue=queue, exists=False, messages=0, consumers=0)
+        counts = _counts(connection, queue)
     except translate.UNAVAILABLE as exc:
         translate.raise_unavailable(config, "inspect a queue on", exc)
     finally:
         close_quietly(connection)
-    method = declared.method
-    return QueueState(
-        queue=queue,
-        exists=True,
-        messages=int(method.message_count or 0),
-        consumers=int(method.consumer_count or 0),
-    )
+    if counts is None:
+        return QueueState(queue=queue, exists=False, messages=0, consumers=0)
+    messages, consumers = counts
+    return QueueState(queue=queue, exists=True, messages=messages, consumers=consumers)
+
+
+def _counts(connection: pika.BlockingConnection, queue: str) -> tuple[int, int] | None:
+    """``queue``'s ready messages and consumers, or None if it does not exist: a passive
+    declare on a channel of its own (the broker closes a channel that names a missing
+    queue)."""
+    channel = connection.channel()
+    try:
+        method = channel.queue_declare(queue, passive=True).method
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        if exc.reply_code == translate.NOT_FOUND:
+            return None
+        raise
+    channel.close()
+    return int(method.message_count or 0), int(method.consumer_count or 0)
 
 
 @dataclass
@@ -95,7 +103,7 @@ def migrate_single_queue(
     connection = connect(config, name="flowforge-migrate")
     try:
         channel = connection.channel()
-        if not _exists(connection, config.queue):
+        if _counts(connection, config.queue) is None:
             return migration
         migration.existed = True
         while _move_batch(channel, publisher, config, batch, migration):
@@ -110,19 +118,6 @@ def migrate_single_queue(
         publisher.close()
         close_quietly(connection)
     return migration
-
-
-def _exists(connection: pika.BlockingConnection, queue: str) -> bool:
-    """A passive declare on a channel of its own: a missing queue closes the channel."""
-    channel = connection.channel()
-    try:
-        channel.queue_declare(queue, passive=True)
-    except pika.exceptions.ChannelClosedByBroker as exc:
-        if exc.reply_code == translate.NOT_FOUND:
-            return False
-        raise
-    channel.close()
-    return True
 
 
 def _move_batch(
@@ -178,9 +173,10 @@ def _delete_if_done(
     """
     deadline = time.monotonic() + settle_seconds
     while True:
-        declared = connection.channel().queue_declare(config.queue, passive=True)
-        migration.left = int(declared.method.message_count or 0)
-        migration.consumers = int(declared.method.consumer_count or 0)
+        counts = _counts(connection, config.queue)
+        if counts is None:
+            return  # deleted meanwhile (by another migration)
+        migration.left, migration.consumers = counts
         if migration.left:
             return  # arrived meanwhile (an old worker let one go): run again
         if not migration.consumers:
