@@ -1,4 +1,4 @@
-"""The workflow definition: tasks, their dependencies, task types, retry policy and leases.
+"""The workflow definition: tasks, dependencies, task types, retry policy, leases, timeouts.
 
 A definition is checked in full when it is submitted (a cycle, an unknown dependency or a
 duplicate task key is a clear error then, never at run time), and is immutable after.
@@ -9,6 +9,7 @@ The shape, as TOML (JSON is the same tree)::
     name = "etl"                 # a plain identifier
     description = "nightly load" # optional
     lease_seconds = 30           # optional: a worker's lease on a task, > 0
+    timeout_seconds = 3600       # optional: an attempt running longer fails (none: no limit)
 
     [retry]                      # optional: the policy of every task without its own
     max_attempts = 3             # attempts in all, including the first, >= 1
@@ -26,6 +27,7 @@ The shape, as TOML (JSON is the same tree)::
     type = "load"
     depends_on = ["extract"]     # keys of other tasks of this workflow
     lease_seconds = 120          # optional: overrides the workflow's
+    timeout_seconds = 600        # optional: overrides the workflow's
     [tasks.retry]                # optional: this task's whole policy (fields not given
     max_attempts = 5             # take RetryPolicy's defaults, not the workflow's)
 
@@ -69,6 +71,9 @@ MAX_SECONDS = 365 * 24 * 3600.0
 #: The longest lease (a week): a worker renews it every third of it, so a longer one
 #: only delays the reaper after a crash.
 MAX_LEASE_SECONDS = 7 * 24 * 3600.0
+#: The longest execution timeout (a week, as the lease): an attempt that needs longer
+#: is better split into tasks, and the bound keeps the deadline inside every range.
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600.0
 #: Attempts are a 32-bit integer column; a policy that needs more is a loop, not a retry.
 MAX_ATTEMPTS = 2**31 - 1
 #: Growth per failure; past this the cap is reached on the second retry anyway.
@@ -159,6 +164,8 @@ class TaskDefinition(BaseModel):
     retry: RetryPolicy | None = None
     #: ``None``: the workflow's lease.
     lease_seconds: float | None = Field(default=None, gt=0, le=MAX_LEASE_SECONDS, strict=True)
+    #: ``None``: the workflow's timeout (if it has one).
+    timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SECONDS, strict=True)
 
     @field_validator("depends_on")
     @classmethod
@@ -188,6 +195,10 @@ class WorkflowDefinition(BaseModel):
     tasks: tuple[TaskDefinition, ...]
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     lease_seconds: float = Field(default=30.0, gt=0, le=MAX_LEASE_SECONDS, strict=True)
+    #: An attempt running longer than this is failed (``None``: no timeout); a task's
+    #: own ``timeout_seconds`` overrides it. Distinct from the lease, which a heartbeat
+    #: extends for as long as the worker is alive.
+    timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SECONDS, strict=True)
     description: Text = ""
 
     @field_validator("tasks")
@@ -236,6 +247,11 @@ class WorkflowDefinition(BaseModel):
         """The task's own lease, or else the workflow's."""
         lease = self.task(key).lease_seconds
         return lease if lease is not None else self.lease_seconds
+
+    def timeout_seconds_for(self, key: str) -> float | None:
+        """The task's own timeout, or else the workflow's (``None``: none)."""
+        timeout = self.task(key).timeout_seconds
+        return timeout if timeout is not None else self.timeout_seconds
 
     def topological_order(self) -> tuple[str, ...]:
         """Every task key, each after all its dependencies.

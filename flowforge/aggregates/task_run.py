@@ -48,6 +48,9 @@ class TaskRunFixed(Fields):
     #: so a worker claims without reading the definition first. None in events stored
     #: before it was recorded (the rebuild fills it in from the run's definition).
     lease_seconds: Annotated[float | None, Show()]
+    #: How long one attempt may run before it is failed (the execution timeout), from
+    #: the definition; None: no timeout (and in events stored before timeouts).
+    timeout_seconds: Annotated[float | None, Show()]
 
 
 class TaskRunChanges(Fields):
@@ -57,6 +60,10 @@ class TaskRunChanges(Fields):
     attempt: Annotated[int, Show(brief=True), Initial(1)]
     lease_owner: Annotated[str | None, Show(brief=True)]
     lease_expires_at: Annotated[datetime | None, Show(brief=True)]
+    #: When the attempt in hand times out: its claim's time plus ``timeout_seconds``,
+    #: by the database's clock; None when not running or with no timeout. Unlike the
+    #: lease, no heartbeat moves it.
+    deadline_at: Annotated[datetime | None, Show(brief=True)]
     started_at: Annotated[datetime | None, Show()]
     finished_at: Annotated[datetime | None, Show()]
     retry_due_at: Annotated[datetime | None, Show(brief=True)]
@@ -178,6 +185,7 @@ class TaskRun(base.MachineAggregate, TaskRunFixed, TaskRunChanges):
             fencing_token=self.fencing_token + 1,
             lease_owner=worker_id,
             lease_expires_at=at + lease,
+            deadline_at=deadline(self.timeout_seconds, at),
             started_at=self.started_at or at,
         )
 
@@ -200,10 +208,19 @@ class TaskRun(base.MachineAggregate, TaskRunFixed, TaskRunChanges):
             actor=actor,
             lease_owner=None,
             lease_expires_at=None,
+            deadline_at=None,
             finished_at=at,
             result=result if edge.name == "succeed" else None,
             error=error if edge.name == "fail" else None,
         )
+
+    def time_out(self, fencing_token: int, *, at: datetime, actor: str) -> bool:
+        """The execution timeout: the fail edge for the attempt holding ``fencing_token``,
+        only once its deadline has passed by ``at`` (the database's clock)."""
+        if self.fencing_token != fencing_token or not is_overdue(self.deadline_at, at):
+            return False
+        error = timed_out_error(self.timeout_seconds, self.attempt)
+        return self.finish("fail", fencing_token, at=at, actor=actor, error=error)
 
     def renew_lease(
         self, fencing_token: int, lease: timedelta, *, at: datetime, actor: str
@@ -232,6 +249,7 @@ class TaskRun(base.MachineAggregate, TaskRunFixed, TaskRunChanges):
             fencing_token=self.fencing_token + 1,
             lease_owner=None,
             lease_expires_at=None,
+            deadline_at=None,
         )
 
     def carry_over(self, result: Any, source: Provenance, *, at: datetime, actor: str) -> bool:
@@ -265,6 +283,31 @@ class TaskRun(base.MachineAggregate, TaskRunFixed, TaskRunChanges):
             lease_expires_at=None,
             retry_due_at=at + delay,
         )
+
+
+def deadline(timeout_seconds: float | None, claimed_at: datetime) -> datetime | None:
+    """When an attempt claimed at ``claimed_at`` times out (None: no timeout)."""
+    return None if timeout_seconds is None else claimed_at + timedelta(seconds=timeout_seconds)
+
+
+def is_overdue(deadline_at: datetime | None, at: datetime) -> bool:
+    """Whether a running attempt with this deadline has timed out by ``at``."""
+    return deadline_at is not None and deadline_at < at
+
+
+#: The error type a timed-out attempt fails with (``time_out``), as ``why`` reads it.
+TIMED_OUT = "TimedOut"
+
+
+def timed_out_error(timeout_seconds: float | None, attempt: int) -> dict[str, str]:
+    """What the audit log records of an attempt failed by its execution timeout."""
+    limit = "its timeout" if timeout_seconds is None else f"its timeout of {timeout_seconds:g}s"
+    return {
+        "type": TIMED_OUT,
+        "message": f"attempt {attempt} ran past {limit} and was failed by the scheduler; "
+        f"its worker's finish, if it ever comes, is stale and written nowhere",
+        "traceback": "",
+    }
 
 
 def is_due(due_at: datetime | None, at: datetime) -> bool:
@@ -349,6 +392,7 @@ def new_task_run(
     state: TaskRunState,
     actor: str,
     lease_seconds: float | None = None,
+    timeout_seconds: float | None = None,
 ) -> TaskRun:
     """A new task run, its creation event (version 1) not yet collected."""
     return TaskRun._create(
@@ -361,6 +405,7 @@ def new_task_run(
         depends_on=list(depends_on),
         max_attempts=max_attempts,
         lease_seconds=lease_seconds,
+        timeout_seconds=timeout_seconds,
         state=state.value,
         actor=actor,
     )

@@ -27,6 +27,7 @@ from flowforge.aggregates.task_run import (
     ACTOR_USER,
     Provenance,
     finish_rule,
+    timed_out_error,
     transition_rule,
 )
 from flowforge.app import advance
@@ -376,6 +377,20 @@ class Commands:
         """The reaper's edge: RUNNING with an expired lease back to READY, token + 1."""
         with self._core.writes() as writes:
             row = writes.tasks.reclaim(task_run_id, actor=ACTOR_REAPER)
+        return row is not None
+
+    def time_out_task_run(self, task_run_id: UUID, fencing_token: int) -> bool:
+        """The execution timeout: fail the attempt holding ``fencing_token`` (error type
+        ``TimedOut``) if it is still running past its deadline by the database's clock;
+        the retry policy then applies, as to any failure. False (nothing written) if the
+        attempt finished, was reaped or cancelled first, or is not yet overdue."""
+        with self._core.reads() as reads:
+            task = reads.task_run(task_run_id)
+        if task is None or task.fencing_token != fencing_token:
+            return False
+        error = timed_out_error(task.timeout_seconds, task.attempt)
+        with self._core.writes() as writes:
+            row = writes.tasks.time_out(task_run_id, fencing_token, error, actor=ACTOR_SCHEDULER)
         return row is not None
 
     def schedule_retry(

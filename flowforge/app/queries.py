@@ -15,6 +15,7 @@ from flowforge.app.core import ServiceCore
 from flowforge.app.results import AuditEntry
 from flowforge.app.scope import EVERY_RUN, Scope
 from flowforge.limits import row_limit
+from flowforge.projections.reads import OverdueTask
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 #: How many expired leases (or stalled ready tasks) one pass handles at most.
@@ -92,6 +93,11 @@ class Queries:
         limit = row_limit(limit)
         with self._core.reads() as reads:
             return reads.expired_leases(limit, (scope or EVERY_RUN).run_ids)
+
+    def overdue_tasks(self, limit: int = REAP_BATCH) -> list[OverdueTask]:
+        """Running attempts past their execution timeout, by the database's clock."""
+        with self._core.reads() as reads:
+            return reads.overdue_tasks(row_limit(limit))
 
     def dispatches_of(self, task_run_id: UUID) -> list[OutboxRow]:
         with self._core.reads() as reads:

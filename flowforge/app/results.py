@@ -51,6 +51,7 @@ class ScheduleSummary:
     """What one ``schedule_once`` pass changed."""
 
     reaped: int = 0
+    timed_out: int = 0
     promoted: int = 0
     retried: int = 0
     runs_advanced: int = 0

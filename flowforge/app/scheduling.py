@@ -51,12 +51,14 @@ class Scheduling:
         redispatch_after: float = REDISPATCH_AFTER_S,
         scope: Scope | None = None,
     ) -> ScheduleSummary:
-        """One full pass: reap expired leases, advance every marked run and every run
+        """One full pass: reap expired leases, fail attempts past their execution
+        timeout, advance every marked run and every run
         with a retry due, and redispatch ready tasks whose dispatch was lost (see
         :meth:`redispatch_stalled`). With a ``scope`` (an embedded runner: its own run,
         or the runs it has handlers for), each of the four acts only on the runs the
         scope takes in (``app/scope.py``)."""
         summary = ScheduleSummary(reaped=len(self.reap_expired_leases(scope=scope)))
+        summary.timed_out = len(self.time_out_overdue_tasks(scope=scope))
         self.advance_woken_runs(summary, scope=scope)
         self.advance_runs_with_retries_due(summary, scope=scope)
         redispatched = self._outbox.redispatch_stalled(redispatch_after, scope=scope)
@@ -113,10 +115,22 @@ class Scheduling:
                 summary.add(self._commands.advance_workflow_run(run_id))
 
     def seconds_to_next_timer(self) -> float | None:
-        """Seconds until the next retry falls due or lease expires (the database's
-        clock); None when nothing is waiting on a timer."""
+        """Seconds until the next retry falls due, lease expires or attempt times out
+        (the database's clock); None when nothing is waiting on a timer."""
         with self._core.reads() as reads:
             return reads.seconds_to_next_timer()
+
+    def time_out_overdue_tasks(self, *, scope: Scope | None = None) -> list[UUID]:
+        """Fail every attempt running past its execution timeout (only of the runs
+        ``scope`` takes in), each with its own fencing token: one that finished or was
+        reaped meanwhile is left alone. The failures mark their runs, which the same
+        pass then advances (a retry, or the run's end)."""
+        return [
+            task.task_run_id
+            for task in self._queries.overdue_tasks(REAP_BATCH)
+            if self._core.covers(scope, task.workflow_run_id)
+            and self._commands.time_out_task_run(task.task_run_id, task.fencing_token)
+        ]
 
     def reap_expired_leases(self, *, scope: Scope | None = None) -> list[UUID]:
         """Reclaim every task whose lease expired by the database's clock (only of the

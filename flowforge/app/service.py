@@ -153,6 +153,7 @@ class FlowForge:
     every_run = _on("queries", Queries.every_run)
     ready_task_runs = _on("queries", Queries.ready_task_runs)
     expired_leases = _on("queries", Queries.expired_leases)
+    overdue_tasks = _on("queries", Queries.overdue_tasks)
     dispatches_of = _on("queries", Queries.dispatches_of)
     pending_dispatch_count = _on("queries", Queries.pending_dispatch_count)
     database_now = _on("queries", Queries.database_now)
@@ -178,6 +179,7 @@ class FlowForge:
     finish_task_runs = _on("commands", Commands.finish_task_runs)
     renew_lease = _on("commands", Commands.renew_lease)
     reclaim_task_run = _on("commands", Commands.reclaim_task_run)
+    time_out_task_run = _on("commands", Commands.time_out_task_run)
     schedule_retry = _on("commands", Commands.schedule_retry)
     retry_ready = _on("commands", Commands.retry_ready)
 
@@ -193,3 +195,4 @@ class FlowForge:
     advance_runs_with_retries_due = _on("scheduling", Scheduling.advance_runs_with_retries_due)
     seconds_to_next_timer = _on("scheduling", Scheduling.seconds_to_next_timer)
     reap_expired_leases = _on("scheduling", Scheduling.reap_expired_leases)
+    time_out_overdue_tasks = _on("scheduling", Scheduling.time_out_overdue_tasks)

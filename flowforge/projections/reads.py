@@ -8,6 +8,7 @@ transaction (:class:`~flowforge.projections.writes.Writes`) can read the same wa
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID
@@ -17,6 +18,16 @@ from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 _R = TypeVar("_R", TaskRunRow, WorkflowRunRow)
 RunCompletion = Literal["unfinished", "cancelled", "succeeded"]
+
+
+@dataclass(frozen=True, slots=True)
+class OverdueTask:
+    """A running attempt past its execution timeout: the task, the token of the attempt
+    (the timeout fails only that attempt), and its run."""
+
+    task_run_id: UUID
+    fencing_token: int
+    workflow_run_id: UUID
 
 
 class Reads:
@@ -101,6 +112,12 @@ class Reads:
         params = {"limit": limit, "run_ids": id_list(run_ids)}
         return _ids(self._tx.run("select_expired_leases_of_runs", params))
 
+    def overdue_tasks(self, limit: int) -> list[OverdueTask]:
+        """Running attempts past their execution timeout by the database's clock, the
+        most overdue first, each with the fencing token it is failed with."""
+        rows = self._tx.run("select_overdue_tasks", {"limit": limit})
+        return [OverdueTask(r["id"], r["fencing_token"], r["workflow_run_id"]) for r in rows]
+
     def woken_runs(self, limit: int) -> list[UUID]:
         """Runs marked as needing an advance, oldest mark first."""
         return _ids(self._tx.run("select_woken_runs", {"limit": limit}))
@@ -114,10 +131,15 @@ class Reads:
         return _ids(self._tx.run("select_runs_with_retries_due", {"limit": limit}))
 
     def seconds_to_next_timer(self) -> float | None:
-        """Seconds until the next retry falls due or lease expires (negative: already
+        """Seconds until the next retry falls due, lease expires or attempt times out
+        (negative: already
         past), by the database's clock; None when there is neither."""
         (row,) = self._tx.run("select_next_timers")
-        timers = [t for t in (row["retry_due_at"], row["lease_expires_at"]) if t is not None]
+        timers = [
+            t
+            for t in (row["retry_due_at"], row["lease_expires_at"], row["deadline_at"])
+            if t is not None
+        ]
         if not timers:
             return None
         return float((min(timers) - row["db_now"]).total_seconds())

@@ -34,16 +34,18 @@ _PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 class _Parameterized:
     """A macro that names its parameter: ``{seconds[p]}``, ``{uuid_list[p]}``,
     ``{text_list[p]}`` are the dialect's text with ``:param`` naming ``p``;
-    ``{seconds_or_row[p]}`` is the duration falling back to the row's column ``p``."""
+    ``{seconds_or_row[p]}`` is the duration falling back to the row's column ``p``;
+    ``{seconds_of_row[c]}`` the duration in the row's column ``c`` (NULL stays NULL)."""
 
-    def __init__(self, text: str, *, or_row: bool = False) -> None:
+    def __init__(self, text: str, *, or_row: bool = False, of_row: bool = False) -> None:
         self._text = text
         self._or_row = or_row
+        self._of_row = of_row
 
     def __getitem__(self, parameter: str) -> str:
         # {seconds_or_row[p]}: the row's column p stands in for a NULL :p.
         value = f"coalesce(:{parameter}, {parameter})" if self._or_row else f":{parameter}"
-        return self._text.replace(":param", value)
+        return self._text.replace(":param", parameter if self._of_row else value)
 
 
 #: The dialect macros written with ``:param``, used as ``{name[parameter]}``.
@@ -88,6 +90,7 @@ RECORDED_STATEMENTS: Mapping[str, Declaration] = MappingProxyType(
                 "task_move",
                 "task_claim",
                 "task_finish",
+                "task_time_out",
                 "task_renew_lease",
                 "task_reclaim",
                 "task_schedule_retry",
@@ -208,6 +211,7 @@ def load(dialect: str) -> Mapping[str, str]:
                 macros[name] = _Parameterized(text)
             if name == "seconds":
                 macros["seconds_or_row"] = _Parameterized(text, or_row=True)
+                macros["seconds_of_row"] = _Parameterized(text, of_row=True)
             continue
         if name in raw:
             raise ValueError(f"SQL statement {name!r} is defined twice ({dialect})")

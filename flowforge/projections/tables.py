@@ -48,6 +48,7 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     "dispatch_ids": ColumnCodec.JSON,
     "run_ids": ColumnCodec.JSON,
     "lease_expires_at": ColumnCodec.TIMESTAMP,
+    "deadline_at": ColumnCodec.TIMESTAMP,
     "started_at": ColumnCodec.TIMESTAMP,
     "finished_at": ColumnCodec.TIMESTAMP,
     "retry_due_at": ColumnCodec.TIMESTAMP,
@@ -125,11 +126,13 @@ class TaskRunRow(_Row):
     depends_on: list[str]
     max_attempts: int
     lease_seconds: float | None
+    timeout_seconds: float | None
     state: str
     fencing_token: int
     attempt: int
     lease_owner: str | None
     lease_expires_at: datetime | None
+    deadline_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
     retry_due_at: datetime | None

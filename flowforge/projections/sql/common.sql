@@ -159,7 +159,9 @@ LIMIT :limit;
 SELECT {now} AS db_now,
        (SELECT min(retry_due_at) FROM task_runs WHERE state = 'retrying') AS retry_due_at,
        (SELECT min(lease_expires_at) FROM task_runs WHERE state = 'running')
-           AS lease_expires_at;
+           AS lease_expires_at,
+       (SELECT min(deadline_at) FROM task_runs WHERE deadline_at IS NOT NULL)
+           AS deadline_at;
 
 -- --- the conditional writes ---------------------------------------------------------------
 -- Each is ONE statement: the WHERE clause is the whole condition, the database decides
@@ -191,6 +193,7 @@ UPDATE task_runs
 SET state = :target, fencing_token = fencing_token + 1,
     lease_owner = :worker_id,
     lease_expires_at = {now} + {seconds_or_row[lease_seconds]},
+    deadline_at = {now} + {seconds_of_row[timeout_seconds]},
     started_at = coalesce(started_at, {now}),
     version = version + 1, updated_at = {touched_at}
 WHERE id = :id AND state = :source AND coalesce(:lease_seconds, lease_seconds) IS NOT NULL
@@ -198,9 +201,22 @@ RETURNING *;
 
 -- name: task_finish
 UPDATE task_runs
-SET state = :target, lease_owner = NULL, lease_expires_at = NULL, finished_at = {now},
-    result = :result, error = :error, version = version + 1, updated_at = {touched_at}
+SET state = :target, lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL,
+    finished_at = {now}, result = :result, error = :error, version = version + 1,
+    updated_at = {touched_at}
 WHERE id = :id AND state = :source AND fencing_token = :fencing_token
+RETURNING *;
+
+-- The execution timeout: the fail edge, taken for the attempt in hand (its token) once
+-- its deadline has passed by the database's clock. The worker's own finish, later,
+-- then matches no row: it is stale.
+-- name: task_time_out
+UPDATE task_runs
+SET state = :target, lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL,
+    finished_at = {now}, result = NULL, error = :error, version = version + 1,
+    updated_at = {touched_at}
+WHERE id = :id AND state = :source AND fencing_token = :fencing_token
+  AND deadline_at < {now}
 RETURNING *;
 
 -- name: task_renew_lease
@@ -213,7 +229,8 @@ RETURNING *;
 -- name: task_reclaim
 UPDATE task_runs
 SET state = :target, fencing_token = fencing_token + 1, lease_owner = NULL,
-    lease_expires_at = NULL, version = version + 1, updated_at = {touched_at}
+    lease_expires_at = NULL, deadline_at = NULL, version = version + 1,
+    updated_at = {touched_at}
 WHERE id = :id AND state = :source AND lease_expires_at < {now}
 RETURNING *;
 
@@ -386,6 +403,12 @@ SELECT * FROM task_runs WHERE state = 'ready' ORDER BY updated_at LIMIT :limit;
 SELECT id FROM task_runs
 WHERE state = 'running' AND lease_expires_at < {now}
 ORDER BY lease_expires_at LIMIT :limit;
+
+-- Running attempts past their execution timeout, with the token each is failed with.
+-- name: select_overdue_tasks
+SELECT id, fencing_token, workflow_run_id FROM task_runs
+WHERE deadline_at < {now}
+ORDER BY deadline_at LIMIT :limit;
 
 -- The same, for a runner scoped to some runs (flowforge/app/scope.py): another run's
 -- lease is left to that run's own runner or scheduler.

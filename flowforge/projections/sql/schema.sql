@@ -51,12 +51,18 @@ CREATE TABLE task_runs (
     carried_from_task_run_id {uuid},
     carried_from_attempt integer
         CONSTRAINT task_runs_carried_from_attempt_positive CHECK (carried_from_attempt >= 1),
+    timeout_seconds {real}
+        CONSTRAINT task_runs_timeout_seconds_positive CHECK (timeout_seconds > 0),
+    deadline_at {timestamp}
+        CONSTRAINT task_runs_deadline_only_running CHECK (deadline_at IS NULL OR state = 'running'),
     CONSTRAINT task_runs_workflow_run_task_key_unique UNIQUE (workflow_run_id, task_key),
     CONSTRAINT taskrun_lease_iff_running
         CHECK ((state = 'running') = (lease_expires_at IS NOT NULL))
 );
 CREATE INDEX task_runs_lease_expires_at_idx ON task_runs (lease_expires_at)
     WHERE state = 'running';
+CREATE INDEX task_runs_deadline_at_idx ON task_runs (deadline_at)
+    WHERE deadline_at IS NOT NULL;
 CREATE INDEX task_runs_unfinished_idx ON task_runs (workflow_run_id)
     WHERE state IN ('pending', 'ready', 'running', 'retrying', 'failed');
 CREATE TABLE dispatch_outbox (

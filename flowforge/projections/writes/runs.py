@@ -105,6 +105,7 @@ class RunWrites:
                 depends_on=list(task.depends_on),
                 max_attempts=definition.retry_policy_for(task.key).max_attempts,
                 lease_seconds=definition.lease_seconds_for(task.key),
+                timeout_seconds=definition.timeout_seconds_for(task.key),
                 state=state,
                 actor=actor,
             )

@@ -48,6 +48,7 @@ CLAIM = TASK_RUN_MACHINE.get("claim")
 SCHEDULE_RETRY = TASK_RUN_MACHINE.get("schedule_retry")
 RETRY_READY = TASK_RUN_MACHINE.get("retry_ready")
 SUCCEED_TASK = TASK_RUN_MACHINE.get("succeed")
+FAIL_TASK = TASK_RUN_MACHINE.get("fail")
 START_RUN = WORKFLOW_RUN_MACHINE.get("start")
 FINISH_EDGES = frozenset(FINISH_TRANSITIONS)
 _RUNNING = TaskRunState.RUNNING.value
@@ -209,6 +210,15 @@ class TaskWrites:
         )
         row = self._recording.recorded(TaskRunRow, task_rows, event)
         return run_state_of(run_rows), self._followed(row, edge)
+
+    def time_out(
+        self, task_run_id: UUID, fencing_token: int, error: Mapping[str, str], *, actor: str
+    ) -> TaskRunRow | None:
+        """The fail edge for the attempt holding ``fencing_token``, only once its deadline
+        has passed by the database's clock (the execution timeout)."""
+        params = finish_params(task_run_id, FAIL_TASK, fencing_token, None, error)
+        event = EventRecipe.of_task(FAIL_TASK, actor, {"result": None, "error": error})
+        return self._followed(self._task("task_time_out", params, event), FAIL_TASK)
 
     def renew_lease(
         self,

@@ -77,6 +77,7 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "attempt",
         "lease_owner",
         "lease_expires_at",
+        "deadline_at",
         "started_at",
         "finished_at",
         "retry_due_at",
@@ -94,6 +95,7 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "depends_on",
         "max_attempts",
         "lease_seconds",
+        "timeout_seconds",
     )
     assert workflow_run.STATIC_FIELDS == (
         "workflow_name",

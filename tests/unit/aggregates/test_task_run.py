@@ -31,7 +31,9 @@ TASK_ID = UUID("00000000-0000-4000-8000-000000000002")
 WORKER = "worker-1"
 
 
-def created(state: TaskRunState = T.READY, max_attempts: int = 3) -> TaskRun.Created:
+def created(
+    state: TaskRunState = T.READY, max_attempts: int = 3, timeout_seconds: float | None = None
+) -> TaskRun.Created:
     return task_run.created_event(
         TASK_ID,
         at=T0,
@@ -42,11 +44,14 @@ def created(state: TaskRunState = T.READY, max_attempts: int = 3) -> TaskRun.Cre
         max_attempts=max_attempts,
         state=state,
         actor=task_run.ACTOR_USER,
+        timeout_seconds=timeout_seconds,
     )
 
 
-def new_task(state: TaskRunState = T.READY, max_attempts: int = 3) -> TaskRun:
-    task = created(state, max_attempts).mutate(None)
+def new_task(
+    state: TaskRunState = T.READY, max_attempts: int = 3, timeout_seconds: float | None = None
+) -> TaskRun:
+    task = created(state, max_attempts, timeout_seconds).mutate(None)
     assert isinstance(task, TaskRun)
     return task
 
@@ -107,6 +112,53 @@ def test_a_new_task_run_has_token_zero_attempt_one_and_no_lease() -> None:
 
 
 # --- claim ------------------------------------------------------------------------------
+
+
+def test_a_claim_of_a_task_with_a_timeout_sets_its_deadline_from_at_and_a_finish_clears_it() -> (
+    None
+):
+    task = new_task(timeout_seconds=90)
+    assert task.claim(WORKER, LEASE, at=T0)
+    assert only_event(task).deadline_at == T0 + timedelta(seconds=90)
+    assert task.finish("succeed", 1, at=T0, actor=WORKER)
+    assert (only_event(task).deadline_at, task.deadline_at) == (None, None)
+
+
+def test_a_claim_of_a_task_without_a_timeout_has_no_deadline() -> None:
+    task = claimed()
+    assert task.deadline_at is None
+
+
+# --- the execution timeout ----------------------------------------------------------------
+
+
+def test_time_out_fails_the_attempt_past_its_deadline_with_a_timed_out_error() -> None:
+    task = new_task(timeout_seconds=60)
+    assert task.claim(WORKER, LEASE, at=T0)
+    task.collect_events()
+    assert task.time_out(1, at=T0 + timedelta(seconds=60) + TICK, actor="scheduler")
+    event = only_event(task)
+    assert isinstance(event, TaskRun.Failed)
+    assert (task.state, task.lease_owner, task.deadline_at) == (T.FAILED, None, None)
+    assert task.error is not None and task.error["type"] == task_run.TIMED_OUT
+    assert "timeout of 60s" in task.error["message"]
+    assert not task.finish("succeed", 1, at=T0, actor=WORKER)  # the worker's is stale
+
+
+def test_time_out_before_the_deadline_or_with_another_token_returns_false() -> None:
+    task = new_task(timeout_seconds=60)
+    assert task.claim(WORKER, LEASE, at=T0)
+    task.collect_events()
+    assert not task.time_out(1, at=T0 + timedelta(seconds=60), actor="scheduler")
+    assert not task.time_out(2, at=T0 + timedelta(hours=1), actor="scheduler")
+    assert task.collect_events() == []
+    assert task.state is T.RUNNING
+
+
+def test_time_out_of_a_task_with_no_timeout_never_fires() -> None:
+    task = claimed()
+    assert not task.time_out(1, at=T0 + timedelta(days=365), actor="scheduler")
+    assert task.collect_events() == []
 
 
 def test_a_claim_moves_ready_to_running_with_token_plus_one_and_a_lease_from_at() -> None:
