@@ -8,6 +8,7 @@ A timeout is a deadline set by the claim, which no heartbeat moves (unlike the l
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -122,8 +123,8 @@ def test_a_finish_racing_its_timeout_either_wins_whole_or_is_stale(pg_app: FlowF
         won = claim(app, task, "w1")
         overdue(app, task)
         finished, timed_out = race(
-            lambda: app.finish_task_run(task, won.fencing_token, "succeed", {"ok": 1}),
-            lambda: app.time_out_task_run(task, won.fencing_token),
+            partial(app.finish_task_run, task, won.fencing_token, "succeed", {"ok": 1}),
+            partial(app.time_out_task_run, task, won.fencing_token),
         )
         assert finished != timed_out
         row = app.get_task_run(task)
