@@ -13,6 +13,7 @@ its ``except`` clauses::
       BrokerError          RabbitMQ refused the operation (publish, declare, consume)
         BrokerUnavailableError      unreachable or connection lost: reconnect with backoff
       ConfigurationError   a setting is invalid: fix it and start again
+      HandlersHungError    a worker's abandoned handlers would not return: restart it
 
 A class's docstring is its default message; each message says what was attempted and
 what to do about it. Driver errors are translated in one place per adapter
@@ -204,6 +205,14 @@ class MalformedDispatchError(BrokerError):
 
 
 # --- configuration -------------------------------------------------------------------
+
+
+class HandlersHungError(FlowForgeError):
+    """A worker abandoned more handlers than it may keep: each still runs on a thread of
+    its own after its task's lease was lost (timed out, cancelled or reaped), and will
+    not return. The worker exits so that its supervisor (systemd, Kubernetes, ...)
+    starts a fresh process; find the handler that hangs (the worker's log names each
+    task it abandoned) and give it a timeout of its own."""
 
 
 class ConfigurationError(FlowForgeError):

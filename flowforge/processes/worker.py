@@ -9,6 +9,13 @@ message is requeued, never acked, and the outcome kept for its redelivery. The w
 is at-least-once: a crash between the commit and the ack redelivers the message, and
 the claim makes that redelivery harmless (it matches no ready row and is acked).
 
+A worker is never held hostage by its handler. When the heartbeat finds the lease lost
+while the handler runs (the task timed out, was cancelled, or was reaped), the attempt is
+no longer this worker's: it stops waiting, leaves the handler running on its own thread
+(Python cannot kill a thread), settles the message and takes the next one on a fresh
+thread. Past ``max_abandoned`` abandoned handlers still running it raises
+``HandlersHungError`` and the process exits, so that its supervisor restarts it.
+
 A broker connection lost while a handler runs does not abandon the task: the heartbeat
 goes on, the handler's outcome is written when it returns, and only then does the
 worker notice the loss (the settle fails) and reconnect. It takes no new message while
@@ -56,6 +63,11 @@ _Step = TypeVar("_Step")
 POLL_INTERVAL_S = 0.5
 #: How often the connection is serviced while a handler runs.
 PUMP_INTERVAL_S = 0.05
+#: Abandoned handlers (lease lost, still running) a worker keeps before it exits: each
+#: holds a thread and whatever the handler holds.
+MAX_ABANDONED_HANDLERS = 4
+#: The error type an abandoned attempt's outcome carries (it is stale: written nowhere).
+ABANDONED = "HandlerAbandoned"
 
 
 def heartbeat_start_after(lease_seconds: float) -> float:
@@ -85,6 +97,7 @@ class Worker:
         backoff: Backoff | None = None,
         outcome_patience: float = OUTCOME_WRITE_PATIENCE_S,
         batch: int = 1,
+        max_abandoned: int = MAX_ABANDONED_HANDLERS,
     ) -> None:
         self.app = app
         self._connect = connect
@@ -101,6 +114,9 @@ class Worker:
         #: One thread each for the handlers and the heartbeats, reused task after task.
         self._handlers = Lane(f"handler-{self.worker_id}")
         self._beats = Lane(f"heartbeat-{self.worker_id}")
+        #: Handlers left running after their lease was lost, each on its own lane.
+        self._abandoned: list[HandlerCall] = []
+        self.max_abandoned = max_abandoned
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -144,6 +160,7 @@ class Worker:
                     self.handle(delivery, consumer)
                 else:
                     self.handle_batch(deliveries, consumer)
+                self._check_abandoned()
         finally:
             consumer.close()
 
@@ -251,10 +268,48 @@ class Worker:
                 # Before anything that may block (a batch's due writes): the renewals
                 # never wait for the consumer thread once they are handed over.
                 heartbeat.keep_up()
+                if heartbeat.lost:
+                    return self._abandon(task, claim, call)
                 self._pump(consumer, 0)
                 meanwhile()
         result, error = call.outcome()
         return _outcome(task, claim, result, error)
+
+    def _abandon(self, task: TaskRunRow, claim: Claim, call: HandlerCall) -> Outcome:
+        """Stop waiting for a handler whose lease is lost: it goes on on its lane, and
+        the next handler gets a new one. Its outcome is stale by construction (the
+        token has moved on or the task has left running), so it is written nowhere."""
+        self._abandoned.append(call)
+        self._handlers = Lane(f"handler-{self.worker_id}-{len(self._abandoned)}")
+        log.warning(
+            "lease lost while the handler runs; handler abandoned, taking the next task",
+            extra=self._extra(
+                task_run_id=str(task.id),
+                task_key=task.task_key,
+                attempt=claim.attempt,
+                fencing_token=claim.fencing_token,
+                abandoned_running=self.abandoned_running,
+                max_abandoned=self.max_abandoned,
+            ),
+        )
+        message = "the lease was lost while the handler ran; the worker stopped waiting"
+        return _outcome(task, claim, None, {"type": ABANDONED, "message": message})
+
+    @property
+    def abandoned_running(self) -> int:
+        """How many abandoned handlers are still running (one that returned is gone)."""
+        self._abandoned = [call for call in self._abandoned if not call.join(0)]
+        return len(self._abandoned)
+
+    def _check_abandoned(self) -> None:
+        if self.abandoned_running > self.max_abandoned:
+            raise errors.HandlersHungError(
+                f"worker {self.worker_id} has {self.abandoned_running} abandoned handlers "
+                f"still running (at most {self.max_abandoned}): each kept running after "
+                f"its task's lease was lost (timed out, cancelled or reaped). Exiting so "
+                f"that the supervisor restarts the worker; give the handler that hangs a "
+                f"timeout of its own (the log names each task abandoned)"
+            )
 
     def _context(self, task: TaskRunRow, claim: Claim) -> TaskContext:
         run_id = task.workflow_run_id
