@@ -123,6 +123,43 @@ def test_a_worker_stopped_with_a_hung_handler_exits_within_its_grace_and_loses_n
     assert [e["worker_id"] for e in ran] == ["worker-2"]
 
 
+def test_a_hung_handler_that_times_out_or_is_cancelled_does_not_hold_its_worker(
+    cluster: Cluster,
+) -> None:
+    """One worker, two handlers that hang (60 s): the first attempt times out (1 s), the
+    second run is cancelled. Each time the worker finds its lease lost, abandons the
+    handler and takes the next task: a third run, of a quick task, succeeds on it."""
+    cluster.start("scheduler", "scheduler", "--interval", "0.2")
+    cluster.start("publisher", "publisher", "--interval", "0.1")
+    cluster.start_worker("worker-1")
+    hung = single("held", retry={"max_attempts": 1})
+    timed_out = cluster.submit(
+        {**hung, "tasks": [{"key": "victim", "type": "held", "timeout_seconds": 1}]}
+    )
+    assert cluster.wait_for_run(timed_out).state == "failed"
+    (error,) = [
+        e.error
+        for e in cluster.app.history(only_task_id(cluster.app, timed_out))
+        if e.transition == "fail"
+    ]
+    assert error is not None and error["type"] == "TimedOut"
+
+    cancelled = cluster.submit(hung)
+    wait_until(
+        lambda: len([e for e in cluster.effects() if e["event"] == "started"]) == 2,
+        30,
+        "the second hung handler never started",
+    )
+    assert cluster.app.cancel_workflow_run(cancelled)
+    after = cluster.submit(single("quick"))
+
+    assert cluster.wait_for_run(after).state == "succeeded"
+    ran = [e for e in cluster.effects() if e["event"] == "ran"]
+    assert [(e["task_key"], e["worker_id"]) for e in ran] == [("victim", "worker-1")]
+    log = (cluster.logs / "worker-1.log").read_text()
+    assert log.count("handler abandoned") == 2, cluster.log_tails()
+
+
 def test_a_batching_worker_killed_mid_batch_loses_none_of_it_and_runs_none_twice(
     cluster: Cluster,
 ) -> None:

@@ -241,11 +241,46 @@ def _running(s: Situation) -> _Answer:
                 f"{task.fencing_token} and is refused",
             ],
         )
+    deadline = task.deadline_at
+    if deadline is not None and deadline < s.at:
+        return (
+            "timed_out",
+            f"{key} is running on {owner} past its timeout of "
+            f"{timefmt.duration(task.timeout_seconds)}: its deadline was {_clock(deadline)} "
+            f"({_ago(deadline, s.at)}), and a scheduler fails it on its next pass",
+            [
+                *beat,
+                f"the failure takes fencing token {task.fencing_token}'s attempt: "
+                f"{owner}'s finish, if it ever comes, is stale; the retry policy applies",
+                _who_runs(s, _SCHEDULER_RUNNING),
+            ],
+        )
     return (
         "running",
         f"{key} is running: attempt {task.attempt} of {task.max_attempts} on {owner}, "
         f"lease held until {_clock(expires)} ({_until(expires, s.at)})",
-        [*beat, f"started at {_iso(task.started_at)}; the worker's heartbeat renews the lease"],
+        [
+            *beat,
+            f"started at {_iso(task.started_at)}; the worker's heartbeat renews the lease",
+            _time_limit(s),
+        ],
+    )
+
+
+def _time_limit(s: Situation) -> str:
+    """When the attempt in hand times out; or, with no timeout, how long it has run."""
+    task = s.task
+    if task.deadline_at is not None:
+        return (
+            f"it times out at {_clock(task.deadline_at)} ({_until(task.deadline_at, s.at)}; "
+            f"timeout {timefmt.duration(task.timeout_seconds)})"
+        )
+    claims = [e.at for e in s.task_log if e.transition == "claim"]
+    claimed = claims[-1] if claims else task.started_at
+    ran = timefmt.duration((s.at - claimed).total_seconds()) if claimed else "?"
+    return (
+        f"attempt {task.attempt} has run for {ran} and no timeout is set: a handler that "
+        f"hangs keeps it running (set timeout_seconds on the task or the workflow)"
     )
 
 

@@ -212,3 +212,39 @@ def test_why_says_a_carried_over_task_did_not_run_and_where_its_result_came_from
     assert answer.headline.startswith("extract did not run in this run")
     assert f"from run {source_run}" in answer.headline
     assert f"task run {source_task} produced it on attempt 2" in answer.headline
+
+
+def running(**fields: Any) -> why.TaskView:
+    return view(
+        "slow",
+        "running",
+        lease_owner="worker-1",
+        lease_expires_at=AT + timedelta(seconds=20),
+        started_at=AT - timedelta(minutes=5),
+        fencing_token=1,
+        **fields,
+    )
+
+
+def test_why_of_a_running_task_says_when_it_times_out() -> None:
+    task = running(timeout_seconds=600.0, deadline_at=AT + timedelta(minutes=5))
+    found = why.explain(situation(task))
+    assert found.reason == "running"
+    assert any("times out at" in line and "timeout 10m00s" in line for line in found.details)
+
+
+def test_why_of_a_running_task_past_its_deadline_says_it_timed_out() -> None:
+    task = running(timeout_seconds=60.0, deadline_at=AT - timedelta(seconds=3))
+    found = why.explain(situation(task))
+    assert found.reason == "timed_out"
+    assert "past its timeout of 1m00s" in found.headline
+    assert "a scheduler fails it" in found.headline
+
+
+def test_why_of_a_long_running_task_without_a_timeout_says_how_long_and_that_none_is_set() -> (
+    None
+):
+    found = why.explain(situation(running()))
+    assert found.reason == "running"
+    (line,) = [d for d in found.details if "no timeout is set" in d]
+    assert "has run for 5m00s" in line
