@@ -146,7 +146,8 @@ def _waiting_for_start_time(s: Situation, start_at: datetime) -> _Answer:
         return (
             "waiting_for_start_time",
             f"{key} is waiting for its run's start time: the run starts at "
-            f"{_clock(start_at)} ({_until(start_at, s.at)}){after}",
+            f"{_clock(start_at)} (in {timefmt.duration((start_at - s.at).total_seconds())})"
+            f"{after}",
             [
                 f"the run was submitted to start at {_iso(start_at)} (the database's "
                 f"clock): until then none of its tasks is ready or dispatched; then a "
