@@ -19,13 +19,25 @@ from uuid import UUID
 import pytest
 
 from flowforge.app.service import FlowForge
+from flowforge.processes.scheduler import Scheduler
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
-from tests.helpers import CLOCK_DEADLINE_S, POLL_S, Recorder, race, states, task_id
+from tests.helpers import (
+    CLOCK_DEADLINE_S,
+    POLL_S,
+    Recorder,
+    race,
+    states,
+    task_id,
+    wait_until,
+)
 from tests.integration.test_contract import DirectDatabase
 from tests.integration.test_rebuild import assert_log_agrees_with_rows, differences
 from tests.integration.test_rerun import raw_rows, run_to_end
 from tests.integration.test_scheduler import DIAMOND  # a -> (b, c) -> d
+from tests.integration.test_wakeups import HOUR, WAIT_S, other, running
+
+__all__ = ["other"]  # a fixture, used by name
 
 LATER = timedelta(hours=1)
 #: Long enough to look at the run before it starts, short enough to wait for.
@@ -92,6 +104,21 @@ def test_the_creation_wakes_the_scheduler_whose_timer_then_waits_for_the_start(
     assert timer is not None
     assert LATER.total_seconds() - 5 < timer <= LATER.total_seconds()
     assert app.get_workflow_run(run_id).state == "pending"
+
+
+def test_an_idle_scheduler_starts_a_delayed_run_on_time_without_its_periodic_pass(
+    app: FlowForge, other: FlowForge
+) -> None:
+    scheduler = Scheduler(other, interval=HOUR)  # one pass at its start, then only timers
+    with running(scheduler):
+        wait_until(lambda: scheduler._next_pass > 0, WAIT_S, "first pass done")
+        run_id = app.start_workflow_run(DIAMOND, start_at=SOON)
+        # Its creation's wake-up set the scheduler's timer to its start time.
+        wait_until(lambda: states(app, run_id)["a"] == "ready", WAIT_S, "the run started")
+    run = app.get_workflow_run(run_id)
+    assert run.state == "running"
+    assert run.start_at is not None and run.started_at is not None
+    assert run.started_at >= run.start_at
 
 
 def test_the_timer_counts_only_start_times_still_to_come(app: FlowForge) -> None:
