@@ -106,6 +106,18 @@ def test_the_creation_wakes_the_scheduler_whose_timer_then_waits_for_the_start(
     assert app.get_workflow_run(run_id).state == "pending"
 
 
+def test_a_woken_advance_after_the_start_time_starts_it_and_promotes_its_roots(
+    app: FlowForge,
+) -> None:
+    run_id = app.start_workflow_run(DIAMOND, start_at=SOON)
+    wait_for_start_time(app, run_id)
+    # The creation's mark, advanced late: the start alone would leave the roots pending.
+    summary = app.advance_woken_runs()
+    assert (summary.runs_advanced, summary.promoted, summary.waiting_to_start) == (1, 1, 0)
+    assert states(app, run_id)["a"] == "ready"
+    assert app.get_workflow_run(run_id).state == "running"
+
+
 def test_an_idle_scheduler_starts_a_delayed_run_on_time_without_its_periodic_pass(
     app: FlowForge, other: FlowForge
 ) -> None:
