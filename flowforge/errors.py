@@ -13,7 +13,8 @@ its ``except`` clauses::
       BrokerError          RabbitMQ refused the operation (publish, declare, consume)
         BrokerUnavailableError      unreachable or connection lost: reconnect with backoff
       ConfigurationError   a setting is invalid: fix it and start again
-      HandlersHungError    a worker's abandoned handlers would not return: restart it
+      ProcessError         a long-running process cannot go on: its supervisor restarts it
+        HandlersHungError           a worker's abandoned handlers would not return
 
 A class's docstring is its default message; each message says what was attempted and
 what to do about it. Driver errors are translated in one place per adapter
@@ -207,7 +208,12 @@ class MalformedDispatchError(BrokerError):
 # --- configuration -------------------------------------------------------------------
 
 
-class HandlersHungError(FlowForgeError):
+class ProcessError(FlowForgeError):
+    """A long-running process cannot go on and exits: its supervisor (systemd,
+    Kubernetes, ...) restarts it."""
+
+
+class HandlersHungError(ProcessError):
     """A worker abandoned more handlers than it may keep: each still runs on a thread of
     its own after its task's lease was lost (timed out, cancelled or reaped), and will
     not return. The worker exits so that its supervisor (systemd, Kubernetes, ...)

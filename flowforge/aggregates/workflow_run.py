@@ -29,6 +29,9 @@ class WorkflowRunFixed(Fields):
     #: The run this one reruns (``rerun_workflow_run``); None for a submitted run, and
     #: in creation events stored before reruns existed (they decode without it).
     rerun_of: Annotated[UUID | None, Show()]
+    #: When a delayed run may start, by the database's clock (``start_time``); None for
+    #: a run that starts at once, and in creation events stored before delayed starts.
+    start_at: Annotated[datetime | None, Show()]
 
 
 class WorkflowRunChanges(Fields):
@@ -126,6 +129,7 @@ def created_event(
     idempotency_key: str | None,
     actor: str,
     rerun_of: UUID | None = None,
+    start_at: datetime | None = None,
 ) -> WorkflowRun.Created:
     run = WorkflowRun._create(
         WorkflowRun.Created,
@@ -136,6 +140,7 @@ def created_event(
         inputs=inputs,
         idempotency_key=idempotency_key,
         rerun_of=rerun_of,
+        start_at=start_at,
         actor=actor,
     )
     (event,) = run.collect_events()

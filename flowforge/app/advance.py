@@ -1,6 +1,8 @@
 """``advance_workflow_run``: one run's scheduling work, in one transaction.
 
-Start the run; promote pending tasks whose dependencies all succeeded; schedule retries
+Start the run (a delayed run only once its start time has come, by the database's clock:
+until then nothing else happens to it); promote pending tasks whose dependencies all
+succeeded (a delayed run's first tasks too, once it has started); schedule retries
 (with the definition's backoff) for failed tasks that have attempts left, and make them
 ready once due; derive the run's state; once the run is terminal, cancel what can no
 longer run. Every step is a conditional write, so several schedulers may advance the
@@ -109,7 +111,8 @@ def advance_woken(
     if state is WorkflowRunState.PENDING:
         started, moved = writes.runs.start(run_id, actor=ACTOR_SCHEDULER)
         result.started = started is not None
-        if result.started and not moved:
+        # A delayed run's first tasks are still pending: the full advance promotes them.
+        if started is not None and not moved and started.start_at is None:
             return result
     elif state is WorkflowRunState.RUNNING and None not in changed:
         keys = {key for key in changed if key is not None}
@@ -256,6 +259,11 @@ def _advance_locked(
         started = writes.runs.move(run.id, _START, actor=ACTOR_SCHEDULER)
         result.started = result.started or started is not None
         run = started or load_run(writes, run.id)
+        if run.run_state is WorkflowRunState.PENDING:
+            # Its row is locked here, so only its start time can have refused the start
+            # (run_move): a delayed run waits, its tasks untouched (none can have moved).
+            result.waiting_to_start = True
+            return result
     if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
         _cancel_leftovers(writes, _tasks(writes, run.id), result)
         return result

@@ -70,7 +70,9 @@ def _entry(event: object, task_key: str | None) -> AuditEntry:
             "pending",
             event.actor,
             None,
+            # Events stored before these fields existed decode without them.
             rerun_of=vars(event).get("rerun_of"),
+            start_at=vars(event).get("start_at"),
         )
     if isinstance(event, WorkflowRun.Transitioned):
         return _base(

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from flowforge import errors
-from flowforge.aggregates import json_values, rerun
+from flowforge.aggregates import json_values, rerun, start_time
 from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS, WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE, Transition
 from flowforge.aggregates.states import TaskRunState
@@ -56,14 +56,20 @@ class Commands:
         *,
         idempotency_key: str | None = None,
         actor: str = ACTOR_USER,
+        start_at: start_time.StartAt = None,
     ) -> UUID:
         """Create a run and its task runs in one transaction; the run's id.
 
         With an ``idempotency_key`` that a run already has, returns that run's id and
         creates nothing.
+
+        ``start_at``: an aware ``datetime``, or a ``timedelta`` counted from the
+        database's now: the run stays pending, none of its tasks ready, until then by
+        the database's clock; a time not in the future starts it at once
+        (``flowforge.aggregates.start_time``). ``ValueError`` for a naive time.
         """
         return self.submit_workflow_run(
-            definition, inputs, idempotency_key=idempotency_key, actor=actor
+            definition, inputs, idempotency_key=idempotency_key, actor=actor, start_at=start_at
         ).run_id
 
     def submit_workflow_run(
@@ -73,16 +79,19 @@ class Commands:
         *,
         idempotency_key: str | None = None,
         actor: str = ACTOR_USER,
+        start_at: start_time.StartAt = None,
     ) -> StartedRun:
         """Like :meth:`start_workflow_run`, also saying whether the run is new."""
         checked = load_definition(definition)
         run_inputs = json_values.checked_json(dict(inputs or {}), "inputs")
+        start = start_time.checked(start_at)
         with self._core.writes() as writes:
             run_id, created = writes.runs.create(
                 checked,
                 run_inputs,
                 idempotency_key=text(idempotency_key, "idempotency_key"),
                 actor=text(actor, "actor"),
+                start_at=start,
             )
         log.info(
             "workflow run submitted",
@@ -146,21 +155,26 @@ class Commands:
         inputs: Sequence[Mapping[str, Any] | None],
         *,
         actor: str = ACTOR_USER,
+        start_at: start_time.StartAt = None,
     ) -> list[UUID]:
         """Create one run of ``definition`` per entry of ``inputs``, all in ONE
         transaction (one commit, one wake-up for the lot); their ids, in order.
+        ``start_at``: each run's, as in :meth:`start_workflow_run`.
 
         All or nothing: bad inputs anywhere raise before anything is written. For
         idempotency keys, start runs one at a time (:meth:`submit_workflow_run`).
         """
         checked = load_definition(definition)
+        start = start_time.checked(start_at)
         run_inputs = [
             json_values.checked_json(dict(each or {}), f"inputs[{index}]")
             for index, each in enumerate(inputs)
         ]
         with self._core.writes() as writes:
             run_ids = [
-                writes.runs.create(checked, each, idempotency_key=None, actor=actor)[0]
+                writes.runs.create(
+                    checked, each, idempotency_key=None, actor=actor, start_at=start
+                )[0]
                 for each in run_inputs
             ]
         log.info("workflow runs submitted", extra={"runs": len(run_ids)})

@@ -44,6 +44,8 @@ class AdvanceResult:
     made_ready: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     finished_as: str | None = None
+    #: A delayed run left pending: its start time has not come (the database's clock).
+    waiting_to_start: bool = False
 
 
 @dataclass(slots=True)
@@ -58,9 +60,12 @@ class ScheduleSummary:
     runs_finished: int = 0
     cancelled: int = 0
     redispatched: int = 0
+    #: Delayed runs advanced before their start time (a new one: a new timer).
+    waiting_to_start: int = 0
 
     def add(self, result: AdvanceResult) -> None:
         self.runs_advanced += 1
+        self.waiting_to_start += result.waiting_to_start
         self.promoted += len(result.promoted)
         self.retried += len(result.retried)
         self.cancelled += len(result.cancelled)
@@ -90,6 +95,8 @@ class AuditEntry:
     error: dict[str, str] | None = None
     #: A run's creation: the run it reruns.
     rerun_of: UUID | None = None
+    #: A run's creation: a delayed run's start time.
+    start_at: datetime | None = None
     #: A ``carry_over``: where the result was produced (run, task run, attempt).
     carried_from_run_id: UUID | None = None
     carried_from_task_run_id: UUID | None = None

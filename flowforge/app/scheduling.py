@@ -5,8 +5,9 @@ Event-driven: a transition that can change what its run should do next marks the
 (``flowforge/projections/wakeups.py``). :meth:`Scheduling.advance_woken_runs` advances
 only marked runs, clearing each run's marks in its advance's transaction, so a pass costs
 O(changes), not O(active runs). The periodic :meth:`Scheduling.schedule_once` is the
-safety net for what no commit announces: leases that expire, retries that fall due, and
-dispatches that stalled; it also advances any marked run whose wake-up was lost.
+safety net for what no commit announces: leases that expire, retries that fall due,
+delayed runs whose start time comes, and dispatches that stalled; it also advances any
+marked run whose wake-up was lost.
 """
 
 from __future__ import annotations
@@ -52,15 +53,16 @@ class Scheduling:
         scope: Scope | None = None,
     ) -> ScheduleSummary:
         """One full pass: reap expired leases, fail attempts past their execution
-        timeout, advance every marked run and every run
-        with a retry due, and redispatch ready tasks whose dispatch was lost (see
-        :meth:`redispatch_stalled`). With a ``scope`` (an embedded runner: its own run,
-        or the runs it has handlers for), each of the four acts only on the runs the
-        scope takes in (``app/scope.py``)."""
+        timeout, advance every marked run, every run with a retry due and every
+        delayed run whose start time has come, and redispatch ready tasks whose
+        dispatch was lost (see :meth:`redispatch_stalled`). With a ``scope`` (an
+        embedded runner: its own run, or the runs it has handlers for), each step acts
+        only on the runs the scope takes in (``app/scope.py``)."""
         summary = ScheduleSummary(reaped=len(self.reap_expired_leases(scope=scope)))
         summary.timed_out = len(self.time_out_overdue_tasks(scope=scope))
         self.advance_woken_runs(summary, scope=scope)
         self.advance_runs_with_retries_due(summary, scope=scope)
+        self.advance_runs_due_to_start(summary, scope=scope)
         redispatched = self._outbox.redispatch_stalled(redispatch_after, scope=scope)
         summary.redispatched = len(redispatched)
         return summary
@@ -114,9 +116,22 @@ class Scheduling:
             if self._core.covers(scope, run_id):
                 summary.add(self._commands.advance_workflow_run(run_id))
 
+    def advance_runs_due_to_start(
+        self, summary: ScheduleSummary, *, scope: Scope | None = None
+    ) -> None:
+        """Start the delayed runs whose start time has come (the database's clock) and
+        promote their first tasks; several schedulers may race for one: its advance's
+        conditional writes let exactly one start it."""
+        with self._core.reads() as reads:
+            runs = reads.runs_due_to_start(REAP_BATCH)
+        for run_id in runs:
+            if self._core.covers(scope, run_id):
+                summary.add(self._commands.advance_workflow_run(run_id))
+
     def seconds_to_next_timer(self) -> float | None:
-        """Seconds until the next retry falls due, lease expires or attempt times out
-        (the database's clock); None when nothing is waiting on a timer."""
+        """Seconds until the next retry falls due, lease expires, attempt times out or
+        delayed run may start (the database's clock); None when nothing is waiting on
+        a timer."""
         with self._core.reads() as reads:
             return reads.seconds_to_next_timer()
 

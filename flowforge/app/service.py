@@ -193,6 +193,7 @@ class FlowForge:
     schedule_once = _on("scheduling", Scheduling.schedule_once)
     advance_woken_runs = _on("scheduling", Scheduling.advance_woken_runs)
     advance_runs_with_retries_due = _on("scheduling", Scheduling.advance_runs_with_retries_due)
+    advance_runs_due_to_start = _on("scheduling", Scheduling.advance_runs_due_to_start)
     seconds_to_next_timer = _on("scheduling", Scheduling.seconds_to_next_timer)
     reap_expired_leases = _on("scheduling", Scheduling.reap_expired_leases)
     time_out_overdue_tasks = _on("scheduling", Scheduling.time_out_overdue_tasks)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from flowforge.cli import start_times
 from flowforge.cli.logs import LEVELS
 from flowforge.limits import MAX_BATCH, MAX_ROWS
 
@@ -287,6 +288,23 @@ DETACH = Flag(
 WATCH = Flag(("--watch",), action="store_true", help="follow until the run finishes")
 RUN_OR_TASK_RUN = Flag(("id",), metavar="RUN|TASK_RUN", help="an id, id prefix or RUN/TASK_KEY")
 TASK_RUN = Flag(("task",), metavar="TASK_RUN", help="a task run id, id prefix or RUN/TASK_KEY")
+START_AT = Flag(
+    ("--at",),
+    type=start_times.start_time,
+    metavar="TIME",
+    dest="start_at",
+    help="start the run at TIME, by the database's clock: ISO 8601, e.g. "
+    "2026-01-31T12:03:00Z or ...+01:00; a TIME without an offset is this machine's local "
+    "time; a TIME already past starts it at once (default: start at once)",
+)
+START_IN = Flag(
+    ("--in",),
+    type=start_times.delay,
+    metavar="DURATION",
+    dest="start_in",  # "in" is a Python keyword: args.in would not parse
+    help="start the run DURATION after its creation, by the database's clock, e.g. 90s, "
+    "10m, 2h or 1h30m (default: start at once)",
+)
 AT = Flag(
     ("--at",),
     metavar="TIME",

@@ -62,6 +62,8 @@ def runs(args: argparse.Namespace) -> int:
         if run.rerun_of is not None:
             # A line of its own: the table's lines are already as wide as they can be.
             print(f"  {render.rerun_note(run)}")
+        if note := render.start_note(run, now):
+            print(f"  {note}")
     return 0
 
 
@@ -105,6 +107,8 @@ def _print_status(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetim
         print(f"  idempotency key {run.idempotency_key}")
     if run.rerun_of is not None:
         print(f"  {render.rerun_note(run)}")
+    if note := render.start_note(run, now):
+        print(f"  {note}")
     print(f"  tasks: {render.counts(tasks)}\n")
     for line in render.table(render.TASK_HEADERS, render.task_rows(tasks, now)):
         print(line)

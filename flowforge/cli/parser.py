@@ -245,12 +245,23 @@ COMMANDS = (
         """\
         flowforge submit examples/fan_out.toml --input rows=8 --idempotency-key nightly-01
           3f2a6c1e-...
+        flowforge submit examples/fan_out.toml --in 10m     # or --at 2026-01-31T12:00Z
         """,
         "flowforge.cli.runs:submit",
-        (flags.WORKFLOW, flags.INPUT, flags.IDEMPOTENCY_KEY, flags.JSON),
+        (
+            flags.WORKFLOW,
+            flags.INPUT,
+            flags.IDEMPOTENCY_KEY,
+            flags.START_AT,
+            flags.START_IN,
+            flags.JSON,
+        ),
         description="Validate a workflow (a .toml/.json file or module:attr) and start a "
         "run. With --idempotency-key, a second submit returns the first run instead of "
-        "creating another. Processes (flowforge scheduler/publisher/worker) run it.",
+        "creating another. Processes (flowforge scheduler/publisher/worker) run it. With "
+        "--at or --in the run stays pending, none of its tasks dispatched, until its "
+        "start time by the database's clock (a TIME without an offset is this machine's "
+        "local time).",
     ),
     Command(
         "run",

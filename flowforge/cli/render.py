@@ -69,6 +69,17 @@ def rerun_note(run: WorkflowRunRow) -> str:
     return f"rerun of {run.rerun_of}"
 
 
+def start_note(run: WorkflowRunRow, now: datetime) -> str | None:
+    """When a delayed run that has not started yet starts (``now``: this machine's
+    clock, good enough for a display; the database's decides); ``None`` for any other."""
+    if run.state != "pending" or run.start_at is None:
+        return None
+    when = f"starts at {timefmt.iso(run.start_at)}"
+    if run.start_at > now:
+        return f"{when} (in {timefmt.duration((run.start_at - now).total_seconds())})"
+    return f"{when} (due: a scheduler starts it on its next pass)"
+
+
 def carried_over_lines(tasks: Sequence[TaskRunRow]) -> list[str]:
     """For each task whose result was carried over: the run and attempt that produced
     it (the task run's id is in --json and `flowforge history`)."""
@@ -132,6 +143,8 @@ def _history_note(entry: AuditEntry) -> str:
         return f"lease until {timefmt.iso(entry.lease_expires_at)}"
     if entry.retry_due_at is not None and entry.transition == "schedule_retry":
         return f"retry due {timefmt.iso(entry.retry_due_at)}"
+    if entry.start_at is not None and entry.transition == "create":
+        return f"starts at {timefmt.iso(entry.start_at)}"
     return _rerun_history_note(entry)
 
 

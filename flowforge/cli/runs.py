@@ -31,15 +31,22 @@ def submit(args: argparse.Namespace) -> int:
     # Validate everything the user typed before touching the database.
     definition = common.load_workflow(args.workflow)
     inputs = common.parse_inputs(args.input)
+    if args.start_at is not None and args.start_in is not None:
+        raise UsageError("give --at TIME or --in DURATION, not both")
+    start_at = args.start_at if args.start_at is not None else args.start_in
     settings = common.settings_from(args)
     with common.open_app(settings) as app:
-        started = app.submit_workflow_run(definition, inputs, idempotency_key=args.idempotency_key)
+        started = app.submit_workflow_run(
+            definition, inputs, idempotency_key=args.idempotency_key, start_at=start_at
+        )
         run = app.get_workflow_run(started.run_id)
     if args.json:
         print(render.to_json(_submitted(started, run)))
     else:
         print(started.run_id)
     _announce(started, run, definition, args.idempotency_key, show_id=False)
+    if started.created and (note := render.start_note(run, datetime.now(UTC))):
+        print(f"note: run {run.id} {note}", file=sys.stderr)
     if settings.embedded and not WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
         # No worker can reach a run without a broker: say what will run it.
         print(f"note: {embedded_runner_hint(args, run.id, definition)}", file=sys.stderr)
@@ -73,6 +80,7 @@ def _submitted(started: StartedRun, run: WorkflowRunRow) -> dict[str, object]:
         "workflow": run.workflow_name,
         "state": run.state,
         "idempotency_key": run.idempotency_key,
+        "start_at": run.start_at,
     }
 
 

@@ -69,9 +69,10 @@ class Scheduler:
             else:
                 summary = self.app.advance_woken_runs(scope=self.scope)
                 _log_changes("woken runs advanced", summary)
-                # A retry scheduled just now may fall due before the next full pass;
-                # a new lease cannot expire before it (leases outlast the interval).
-                if summary.retried:
+                # A retry scheduled just now, or a delayed run just submitted (its
+                # creation marks it), may fall due before the next full pass; a new
+                # lease cannot expire before it (leases outlast the interval).
+                if summary.retried or summary.waiting_to_start:
                     timer = self.app.seconds_to_next_timer()
         except (errors.PersistenceError, errors.NotFoundError) as exc:
             # NotFoundError: a run that vanished mid-pass (its rows being rebuilt) is

@@ -130,14 +130,23 @@ class Reads:
         """Runs with a retrying task whose retry is due by the database's clock."""
         return _ids(self._tx.run("select_runs_with_retries_due", {"limit": limit}))
 
+    def runs_due_to_start(self, limit: int) -> list[UUID]:
+        """Pending delayed runs whose start time has come by the database's clock."""
+        return _ids(self._tx.run("select_runs_due_to_start", {"limit": limit}))
+
     def seconds_to_next_timer(self) -> float | None:
-        """Seconds until the next retry falls due, lease expires or attempt times out
-        (negative: already
-        past), by the database's clock; None when there is neither."""
+        """Seconds until the next retry falls due, lease expires, attempt times out or
+        delayed run may start (negative: already past), by the database's clock; None
+        when there is none of them."""
         (row,) = self._tx.run("select_next_timers")
         timers = [
             t
-            for t in (row["retry_due_at"], row["lease_expires_at"], row["deadline_at"])
+            for t in (
+                row["retry_due_at"],
+                row["lease_expires_at"],
+                row["deadline_at"],
+                row["start_at"],
+            )
             if t is not None
         ]
         if not timers:

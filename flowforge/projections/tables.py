@@ -52,6 +52,7 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     "started_at": ColumnCodec.TIMESTAMP,
     "finished_at": ColumnCodec.TIMESTAMP,
     "retry_due_at": ColumnCodec.TIMESTAMP,
+    "start_at": ColumnCodec.TIMESTAMP,
     "created_at": ColumnCodec.TIMESTAMP,
     "updated_at": ColumnCodec.TIMESTAMP,
     "published_at": ColumnCodec.TIMESTAMP,
@@ -158,6 +159,7 @@ class WorkflowRunRow(_Row):
     inputs: dict[str, Any]
     idempotency_key: str | None
     rerun_of: UUID | None
+    start_at: datetime | None
     state: str
     started_at: datetime | None
     finished_at: datetime | None

@@ -88,8 +88,10 @@ class Workload:
         definition = rng.choice([DEFINITION, DEFINITION, SINGLE])
         # A few shared keys: threads race to create the same run, and one run results.
         key = rng.choice([None, None, None, f"key-{rng.randrange(4)}"])
+        # Some runs are delayed: some start during the workload, some never do.
+        start_at = rng.choice([None, None, None, timedelta(seconds=TINY), timedelta(hours=1)])
         started = self.app.submit_workflow_run(
-            definition, {"seed": rng.random()}, idempotency_key=key
+            definition, {"seed": rng.random()}, idempotency_key=key, start_at=start_at
         )
         tasks = self.app.task_runs(started.run_id)
         with self.lock:

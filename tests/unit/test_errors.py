@@ -15,6 +15,7 @@ KINDS = (
     errors.PersistenceError,
     errors.BrokerError,
     errors.ConfigurationError,
+    errors.ProcessError,
 )
 
 

@@ -100,7 +100,10 @@ def explain(s: Situation) -> Explanation:
 
 def _pending(s: Situation) -> _Answer:
     # A pending run (no task claimed yet: a claim starts it) is no reason of its own: a
-    # task pending in it waits for its upstream like any other.
+    # task pending in it waits for its upstream like any other. A delayed run is: none
+    # of its tasks can move before its start time.
+    if s.run.state == "pending" and s.run.start_at is not None:
+        return _waiting_for_start_time(s, s.run.start_at)
     task, key = s.task, s.task.task_key
     upstream = [s.siblings[k] for k in task.depends_on if k in s.siblings]
     blocking = [u for u in upstream if u.state != "succeeded"]
@@ -132,6 +135,31 @@ def _pending(s: Situation) -> _Answer:
             f"ask `flowforge why {s.run.id}/{blocking[0].task_key}` why "
             f"{blocking[0].task_key} is not done",
         ],
+    )
+
+
+def _waiting_for_start_time(s: Situation, start_at: datetime) -> _Answer:
+    """A task of a delayed run that has not started (``flowforge submit --at/--in``)."""
+    key, upstream = s.task.task_key, s.task.depends_on
+    after = f"; then it waits for its upstream: {', '.join(upstream)}" if upstream else ""
+    if start_at > s.at:
+        return (
+            "waiting_for_start_time",
+            f"{key} is waiting for its run's start time: the run starts at "
+            f"{_clock(start_at)} (in {timefmt.duration((start_at - s.at).total_seconds())})"
+            f"{after}",
+            [
+                f"the run was submitted to start at {_iso(start_at)} (the database's "
+                f"clock): until then none of its tasks is ready or dispatched; then a "
+                f"scheduler starts it and makes its first tasks ready",
+                f"`flowforge cancel {s.run.id}` cancels it before it starts",
+            ],
+        )
+    return (
+        "start_due",
+        f"{key} is waiting for its run's start time, {_clock(start_at)} "
+        f"({_ago(start_at, s.at)}): a scheduler starts the run on its next pass{after}",
+        [_who_runs(s, _SCHEDULER_RUNNING)],
     )
 
 

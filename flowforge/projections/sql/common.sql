@@ -155,13 +155,25 @@ SELECT DISTINCT workflow_run_id FROM task_runs {indexed_by_retry_due}
 WHERE state = 'retrying' AND retry_due_at <= {now}
 LIMIT :limit;
 
+-- Delayed runs whose start time has come, by the database's clock (they start on the
+-- safety net's pass: nothing marks a run when its time comes).
+-- name: select_runs_due_to_start
+SELECT id FROM workflow_runs
+WHERE state = 'pending' AND start_at <= {now}
+ORDER BY start_at LIMIT :limit;
+
+-- A start time already past is not a timer: each pass tries that run (runs_due_to_start),
+-- and a run no scheduler here may start (an embedded runner's scope leaves it out) would
+-- otherwise make the timer fire again at once, pass after pass.
 -- name: select_next_timers
 SELECT {now} AS db_now,
        (SELECT min(retry_due_at) FROM task_runs WHERE state = 'retrying') AS retry_due_at,
        (SELECT min(lease_expires_at) FROM task_runs WHERE state = 'running')
            AS lease_expires_at,
        (SELECT min(deadline_at) FROM task_runs WHERE deadline_at IS NOT NULL)
-           AS deadline_at;
+           AS deadline_at,
+       (SELECT min(start_at) FROM workflow_runs WHERE state = 'pending' AND start_at > {now})
+           AS start_at;
 
 -- --- the conditional writes ---------------------------------------------------------------
 -- Each is ONE statement: the WHERE clause is the whole condition, the database decides
@@ -262,6 +274,7 @@ WHERE id = (
 ) AND state = :source
 RETURNING *;
 
+-- The start edge waits for a delayed run's start time, by the database's clock.
 -- name: run_move
 UPDATE workflow_runs
 SET state = :target,
@@ -269,6 +282,7 @@ SET state = :target,
     finished_at = CASE WHEN :terminal THEN {now} ELSE finished_at END,
     version = version + 1, updated_at = {touched_at}
 WHERE id = :id AND state = :source
+    AND (NOT :starts OR start_at IS NULL OR start_at <= {now})
 RETURNING *;
 
 -- A user's cancel: ONE conditional write over both edges that leave a live run

@@ -19,7 +19,8 @@ CREATE TABLE workflow_runs (
     version {bigint} NOT NULL CONSTRAINT workflow_runs_version_positive CHECK (version >= 1),
     created_at {timestamp} NOT NULL,
     updated_at {timestamp} NOT NULL,
-    rerun_of {uuid}
+    rerun_of {uuid},
+    start_at {timestamp}
 );
 CREATE INDEX workflow_runs_created_at_idx ON workflow_runs (created_at DESC);
 CREATE INDEX workflow_runs_active_idx ON workflow_runs (state)
@@ -97,4 +98,5 @@ CREATE TABLE run_wakeups (
 );
 CREATE INDEX run_wakeups_workflow_run_idx ON run_wakeups (workflow_run_id);
 CREATE INDEX task_runs_retry_due_idx ON task_runs (retry_due_at) WHERE state = 'retrying';
+CREATE INDEX workflow_runs_start_at_idx ON workflow_runs (start_at) WHERE state = 'pending';
 {create_event_json_function};

@@ -11,12 +11,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from flowforge.aggregates import task_run, workflow_run
+from flowforge.aggregates import start_time, task_run, workflow_run
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.ids import new_id
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE, Transition
 from flowforge.aggregates.rerun import RerunPlan
-from flowforge.aggregates.rules import initial_task_run_state
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.projections import projector
 from flowforge.projections.reads import RunCompletion, first_row
@@ -61,6 +60,7 @@ class RunWrites:
         idempotency_key: str | None,
         actor: str,
         rerun: RerunPlan | None = None,
+        start_at: start_time.StartAt = None,
     ) -> tuple[UUID, bool]:
         """Create the run and its task runs; ``(id, False)`` and nothing written if a
         run already has the idempotency key.
@@ -68,11 +68,18 @@ class RunWrites:
         ``rerun``: the run reruns ``rerun.rerun_of``; each task in ``rerun.carried``
         is created pending and takes its carried-over result (``carry_over``) here,
         and the others start as the plan says (ready once their dependencies are all
-        carried over)."""
+        carried over).
+
+        ``start_at`` (checked by ``start_time.checked``): a delayed run records its
+        start time from the database's clock, and every task is created pending
+        (``flowforge.aggregates.start_time``)."""
         # A carry-over event holds its time twice (its own and finished_at), which the
         # stand-in for the transaction's clock cannot (projector.TRANSACTION_NOW holds
         # it once): a rerun asks the clock first, one round trip, as SQLite always does.
-        at = self._now() if rerun is not None else self._recording.creation_time(self._now)
+        # So does a start time, which is compared with (or counted from) that clock.
+        asks_clock = rerun is not None or start_at is not None
+        at = self._now() if asks_clock else self._recording.creation_time(self._now)
+        starts = start_time.start_time(start_at, at)
         run_id = new_id()
         created = workflow_run.created_event(
             run_id,
@@ -83,6 +90,7 @@ class RunWrites:
             idempotency_key=idempotency_key,
             actor=actor,
             rerun_of=None if rerun is None else rerun.rerun_of,
+            start_at=starts,
         )
         if not projector.apply_event(self._tx, created):
             assert idempotency_key is not None  # only a key can conflict
@@ -95,7 +103,7 @@ class RunWrites:
             elif rerun is not None:
                 state = rerun.initial_state(task)
             else:
-                state = initial_task_run_state(len(task.depends_on))
+                state = start_time.initial_state(len(task.depends_on), starts)
             new = task_run.new_task_run(
                 new_id(),
                 at=at,
@@ -117,6 +125,10 @@ class RunWrites:
             for event in carry_over:
                 assert isinstance(event, task_run.TaskRun.ResultCarriedOver)
                 self._tasks.carry_over(event)
+        if starts is not None:
+            # Wakes the schedulers, whose advance of it finds it waiting and sets their
+            # timer to its start time: on time even when it comes before their next pass.
+            self._marks.mark(run_id)
         return run_id, True
 
     def lock(self, run_id: UUID) -> WorkflowRunRow | None:

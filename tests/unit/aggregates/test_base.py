@@ -103,6 +103,7 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "inputs",
         "idempotency_key",
         "rerun_of",
+        "start_at",
     )
 
 
@@ -224,7 +225,7 @@ def test_an_event_stored_before_a_field_was_declared_replays_it_as_its_initial_v
     assert replayed.lease_owner == "w1"
 
 
-def test_events_stored_before_reruns_decode_without_the_rerun_fields() -> None:
+def test_events_stored_before_reruns_and_delayed_starts_decode_without_their_fields() -> None:
     # A run's creation and a task's events written by a FlowForge without reruns lack
     # rerun_of and carried_from_*: they replay as None (not a rerun, not carried over).
     run_created = workflow_run.created_event(
@@ -237,10 +238,12 @@ def test_events_stored_before_reruns_decode_without_the_rerun_fields() -> None:
         actor="user",
     )
     vars(run_created).pop("rerun_of")
+    vars(run_created).pop("start_at")
     run = run_created.mutate(None)
     assert isinstance(run, WorkflowRun)
-    assert run.rerun_of is None
+    assert (run.rerun_of, run.start_at) == (None, None)
     assert run.snapshot()["rerun_of"] is None
+    assert run.snapshot()["start_at"] is None
 
     creation = created()
     task = creation.mutate(None)

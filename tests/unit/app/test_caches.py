@@ -35,6 +35,7 @@ def parsed(run_id: UUID) -> DefinitionCache:
             inputs={},
             idempotency_key=None,
             rerun_of=None,
+            start_at=None,
             state="running",
             started_at=AT,
             finished_at=None,

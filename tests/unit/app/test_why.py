@@ -57,6 +57,7 @@ def situation(task: why.TaskView, *others: why.TaskView, **fields: Any) -> why.S
         "inputs": {},
         "idempotency_key": None,
         "rerun_of": None,
+        "start_at": None,
         "state": "running",
         "started_at": AT - timedelta(minutes=1),
         "finished_at": None,
@@ -241,10 +242,62 @@ def test_why_of_a_running_task_past_its_deadline_says_it_timed_out() -> None:
     assert "a scheduler fails it" in found.headline
 
 
-def test_why_of_a_long_running_task_without_a_timeout_says_how_long_and_that_none_is_set() -> (
-    None
-):
+def test_why_of_a_long_running_task_without_a_timeout_says_how_long_and_that_none_is_set() -> None:
     found = why.explain(situation(running()))
     assert found.reason == "running"
     (line,) = [d for d in found.details if "no timeout is set" in d]
     assert "has run for 5m00s" in line
+
+
+# --- a delayed run (flowforge submit --at/--in) ------------------------------------------
+
+
+def run_as(s: why.Situation, **fields: Any) -> why.RunView:
+    return dataclasses.replace(s.run, **fields)
+
+
+def delayed(
+    start_at: datetime, task: why.TaskView, *others: why.TaskView, **fields: Any
+) -> why.Situation:
+    """A situation in a delayed run that has not started."""
+    s = situation(task, *others, **fields)
+    return dataclasses.replace(
+        s, run=run_as(s, state="pending", started_at=None, start_at=start_at)
+    )
+
+
+def test_why_says_a_task_of_a_delayed_run_waits_for_its_start_time() -> None:
+    start_at = AT + timedelta(minutes=10)
+    root = view("extract", "pending", started_at=None)
+    answer = why.explain(delayed(start_at, root))
+    assert answer.reason == "waiting_for_start_time"
+    assert answer.headline == (
+        "extract is waiting for its run's start time: the run starts at 12:13:00Z (in 10m00s)"
+    )
+    assert any("2026-01-31T12:13:00.000000Z" in line for line in answer.details)
+    assert any(f"flowforge cancel {RUN_ID}" in line for line in answer.details)
+    # A downstream task waits for the same start time, then for its upstream.
+    load = view("load", "pending", started_at=None, depends_on=("extract",))
+    answer = why.explain(delayed(start_at, load, root))
+    assert answer.reason == "waiting_for_start_time"
+    assert answer.headline.endswith("; then it waits for its upstream: extract")
+
+
+def test_why_says_a_delayed_run_whose_start_time_passed_is_started_on_the_next_pass() -> None:
+    start_at = AT - timedelta(seconds=2)
+    root = view("extract", "pending", started_at=None)
+    answer = why.explain(delayed(start_at, root))
+    assert answer.reason == "start_due"
+    assert answer.headline == (
+        "extract is waiting for its run's start time, 12:02:58Z (2.0s ago): a scheduler "
+        "starts the run on its next pass"
+    )
+    embedded = why.explain(delayed(start_at, root, embedded=True))
+    assert any("flowforge run --resume" in line for line in embedded.details)
+
+
+def test_why_of_a_started_delayed_run_is_the_usual_answer() -> None:
+    root = view("extract", "pending", started_at=None)
+    started = delayed(AT - timedelta(minutes=1), root)
+    answer = why.explain(dataclasses.replace(started, run=run_as(started, state="running")))
+    assert answer.reason == "promotion_due"

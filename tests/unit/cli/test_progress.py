@@ -41,6 +41,7 @@ def run(state: str = "running") -> WorkflowRunRow:
         inputs={},
         idempotency_key=None,
         rerun_of=None,
+        start_at=None,
         state=state,
         started_at=NOW,
         finished_at=None,

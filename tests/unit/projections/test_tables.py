@@ -30,7 +30,8 @@ TASK_RUN_COLUMNS = (
     *("version", "created_at", "updated_at"),
 )
 WORKFLOW_RUN_COLUMNS = (
-    *("id", "workflow_name", "definition", "inputs", "idempotency_key", "rerun_of", "state"),
+    *("id", "workflow_name", "definition", "inputs", "idempotency_key", "rerun_of"),
+    *("start_at", "state"),
     *("started_at", "finished_at", "version", "created_at", "updated_at"),
 )
 
@@ -71,7 +72,7 @@ def test_values_are_the_columns_by_name_without_copying() -> None:
     at = datetime(2026, 1, 1, tzinfo=UTC)
     definition = {"name": "w", "tasks": []}
     row = tables.WorkflowRunRow(
-        uuid4(), "w", definition, {}, None, None, "pending", None, None, 1, at, at
+        uuid4(), "w", definition, {}, None, None, None, "pending", None, None, 1, at, at
     )
     values = row.values()
     assert set(values) == set(tables.WORKFLOW_RUN_COLUMNS)

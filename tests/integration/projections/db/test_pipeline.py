@@ -128,6 +128,7 @@ def _run(run_id: object) -> dict[str, object]:
         "definition": {"name": "w", "tasks": []},
         "inputs": {"x": [1, 2.5, None, "é"]},
         "rerun_of": None,
+        "start_at": None,
         "state": "pending",
         "version": 1,
         "created_at": None,
