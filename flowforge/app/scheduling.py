@@ -21,6 +21,7 @@ from flowforge.app.core import ServiceCore
 from flowforge.app.outbox import Outbox
 from flowforge.app.queries import REAP_BATCH, Queries
 from flowforge.app.results import ScheduleSummary
+from flowforge.app.schedules import Schedules, fires_schedules
 from flowforge.app.scope import Scope
 
 #: A ready task undispatched for this long gets a new dispatch (see redispatch_stalled).
@@ -38,12 +39,18 @@ class Scheduling:
     """The scheduler's pass, over the service's queries, commands and outbox."""
 
     def __init__(
-        self, core: ServiceCore, queries: Queries, commands: Commands, outbox: Outbox
+        self,
+        core: ServiceCore,
+        queries: Queries,
+        commands: Commands,
+        outbox: Outbox,
+        schedules: Schedules,
     ) -> None:
         self._core = core
         self._queries = queries
         self._commands = commands
         self._outbox = outbox
+        self._schedules = schedules
 
     def schedule_once(
         self,
@@ -55,8 +62,11 @@ class Scheduling:
         with a retry due, and redispatch ready tasks whose dispatch was lost (see
         :meth:`redispatch_stalled`). With a ``scope`` (an embedded runner: its own run,
         or the runs it has handlers for), each of the four acts only on the runs the
-        scope takes in (``app/scope.py``)."""
+        scope takes in (``app/scope.py``). Without a scope it also fires the cron
+        schedules that are due (``app/schedules.py``)."""
         summary = ScheduleSummary(reaped=len(self.reap_expired_leases(scope=scope)))
+        if fires_schedules(scope):
+            summary.fired = len(self._schedules.fire_due_schedules())
         self.advance_woken_runs(summary, scope=scope)
         self.advance_runs_with_retries_due(summary, scope=scope)
         redispatched = self._outbox.redispatch_stalled(redispatch_after, scope=scope)
@@ -112,11 +122,16 @@ class Scheduling:
             if self._core.covers(scope, run_id):
                 summary.add(self._commands.advance_workflow_run(run_id))
 
-    def seconds_to_next_timer(self) -> float | None:
-        """Seconds until the next retry falls due or lease expires (the database's
-        clock); None when nothing is waiting on a timer."""
+    def seconds_to_next_timer(self, *, scope: Scope | None = None) -> float | None:
+        """Seconds until the next retry falls due or lease expires, or (without a
+        scope) the next cron schedule fires, by the database's clock; None when nothing
+        is waiting on a timer."""
         with self._core.reads() as reads:
-            return reads.seconds_to_next_timer()
+            timers = [reads.seconds_to_next_timer()]
+            if fires_schedules(scope):
+                timers.append(reads.seconds_to_next_fire())
+        known = [timer for timer in timers if timer is not None]
+        return min(known) if known else None
 
     def reap_expired_leases(self, *, scope: Scope | None = None) -> list[UUID]:
         """Reclaim every task whose lease expired by the database's clock (only of the
