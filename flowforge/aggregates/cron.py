@@ -39,7 +39,8 @@ MAX_CATCH_UP = 1000
 #: The longest a valid expression may go without a fire time: an expression that names a
 #: day no month has (``0 0 30 2 *``) never fires, and the library would search forever.
 _HORIZON = timedelta(days=5 * 366)
-_SECOND = timedelta(seconds=1)
+#: How far back from now ``due_fire_times`` looks first.
+_FIRST_WINDOW = timedelta(hours=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +78,19 @@ class Cron:
         return _zone(self.timezone)
 
     def fire_times_after(self, after: datetime) -> Iterator[datetime]:
-        """The fire times strictly after ``after`` (aware), in order, in UTC."""
+        """The fire times strictly after ``after`` (aware), in order, in UTC.
+
+        The library's, less any it gives at or before the last one: started inside an
+        autumn change's repeated hour (02:00 CET, the second time round), it gives the
+        fire time of that hour's first pass (02:59 CEST), which is in the past. Taken
+        as it came, a scheduler would fire that time again and again until the hour
+        ends (the property test found it)."""
         local = after.astimezone(self.zone)
-        return (fire.astimezone(UTC) for fire in cronsim.CronSim(self.expression, local))
+        last = after
+        for fire in cronsim.CronSim(self.expression, local):
+            if (utc := fire.astimezone(UTC)) > last:
+                last = utc
+                yield utc
 
     def next_fire_after(self, after: datetime) -> datetime:
         """The first fire time strictly after ``after``, in UTC."""
@@ -87,18 +98,27 @@ class Cron:
 
     def due_fire_times(self, due: datetime, now: datetime, newest: int) -> list[datetime]:
         """The newest ``newest`` fire times from ``due`` (a fire time) to ``now``, both
-        included, oldest first. Counted back from ``now`` (the library iterates in
-        reverse too), so a schedule down for a year costs ``newest`` steps, not one per
-        missed minute."""
-        if due > now:
-            return []
-        # Fire times are whole seconds: "at or before now" is "before now's next second".
-        start = now.astimezone(self.zone).replace(microsecond=0) + _SECOND
-        backwards = cronsim.CronSim(self.expression, start, reverse=True)
-        newest_first = itertools.takewhile(
-            lambda fire: fire >= due, (fire.astimezone(UTC) for fire in backwards)
-        )
-        return sorted(itertools.islice(newest_first, newest))
+        included, oldest first.
+
+        Found forwards from a point before ``now`` that moves back (doubling) until it
+        holds enough of them or reaches ``due``: a schedule down for a year costs about
+        as many steps as it fires, not one per missed minute. Not by the library's
+        reverse iteration, which disagrees with its forward one across an autumn
+        change (the property test found it)."""
+        window = _FIRST_WINDOW
+        while True:
+            start = now - window
+            if start <= due:
+                fires = [due, *self._until(now, self.fire_times_after(due))]
+                return fires[-newest:] if due <= now else []
+            fires = list(self._until(now, self.fire_times_after(start)))
+            if len(fires) >= newest:
+                return fires[-newest:]
+            window *= 2
+
+    @staticmethod
+    def _until(now: datetime, fires: Iterator[datetime]) -> Iterator[datetime]:
+        return itertools.takewhile(lambda fire: fire <= now, fires)
 
 
 @dataclass(frozen=True, slots=True)
