@@ -32,9 +32,8 @@ def add(args: argparse.Namespace) -> int:
     if args.json:
         print(render.to_json(schedule_fact(row)))
     else:
-        print(
-            f"schedule {row.name}: {row.workflow_name} at {_when(row)}, next {_local(row, row.next_fire_at)}"
-        )
+        next_fire = _local(row, row.next_fire_at)
+        print(f"schedule {row.name}: {row.workflow_name} at {_when(row)}, next {next_fire}")
     return 0
 
 

@@ -99,7 +99,7 @@ def test_fire_times_across_dst_changes_are_the_librarys_strictly_increasing_and_
         at = cron.next_fire_after(at)
         fires.append(at)
     assert fires == expected
-    assert all(a < b for a, b in zip(fires, fires[1:], strict=False)), fires
+    assert all(a < b for a, b in itertools.pairwise(fires)), fires
     assert len(set(fires)) == len(fires)
     # A pass a little late (the poll's latency) computes the same next fire time.
     assert [cron.next_fire_after(f + timedelta(milliseconds=300)) for f in fires[:-1]] == fires[1:]
@@ -148,7 +148,7 @@ def test_catch_up_n_runs_the_newest_n_missed_fires_oldest_first_then_the_latest(
     now = NOON + timedelta(hours=5, minutes=20)
     fires = plan(HOURLY, NOON, now, catch_up=2)
     hours = [NOON + timedelta(hours=h) for h in (3, 4, 5, 6)]
-    assert [(f.fire_at, f.next_fire_at) for f in fires] == list(zip(hours, hours[1:]))
+    assert [(f.fire_at, f.next_fire_at) for f in fires] == list(itertools.pairwise(hours))
 
 
 def test_catch_up_larger_than_the_missed_fires_runs_each_of_them_once() -> None:
