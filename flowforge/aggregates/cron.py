@@ -105,6 +105,7 @@ class Cron:
         as many steps as it fires, not one per missed minute. Not by the library's
         reverse iteration, which disagrees with its forward one across an autumn
         change (the property test found it)."""
+        due = due.astimezone(UTC)  # a row's time comes in the session's time zone
         window = _FIRST_WINDOW
         while True:
             start = now - window

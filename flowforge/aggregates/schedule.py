@@ -16,7 +16,7 @@ fire times come from :mod:`flowforge.aggregates.cron`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -155,7 +155,8 @@ Schedule.NOT_EDGES = {Schedule.Fired.TRANSITION: (ScheduleState.ACTIVE, Schedule
 def idempotency_key(name: str, fire_at: datetime) -> str:
     """The key of the run a fire creates: the schedule's name and the nominal fire time
     (UTC, to the second), so two fires of one time can never create two runs."""
-    return f"{IDEMPOTENCY_PREFIX}{name}@{fire_at.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    utc = fire_at.astimezone(UTC)  # a row's time comes in the session's time zone
+    return f"{IDEMPOTENCY_PREFIX}{name}@{utc.strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
 
 def check_replayable(event: Schedule.Transitioned) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -143,6 +144,9 @@ def test_a_fired_runs_key_is_the_schedules_name_and_the_fire_time_to_the_second(
     key = schedule.idempotency_key("nightly", datetime(2026, 3, 29, 1, 0, 0, 1234, tzinfo=UTC))
     assert key == "schedule:nightly@2026-03-29T01:00:00Z"
     assert schedule.idempotency_key("a", FIRST) != schedule.idempotency_key("a", AT)
+    # The same instant read in another time zone (a session's) is the same key.
+    paris = FIRST.astimezone(ZoneInfo("Europe/Paris"))
+    assert schedule.idempotency_key("a", paris) == schedule.idempotency_key("a", FIRST)
 
 
 def test_every_event_carries_the_whole_mutable_state() -> None:
