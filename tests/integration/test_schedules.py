@@ -6,6 +6,7 @@ together by a ``threading.Barrier``, create exactly one run per fire time."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -305,8 +306,13 @@ class TestRaces:
             each.close()
 
     def test_schedulers_racing_to_fire_one_schedule_create_exactly_one_run_per_fire_time(
-        self, pg_app: FlowForge, schedulers: list[FlowForge]
+        self,
+        pg_app: FlowForge,
+        schedulers: list[FlowForge],
+        postgres_url: str,
+        caplog: pytest.LogCaptureFixture,
     ) -> None:
+        caplog.set_level(logging.DEBUG, logger="flowforge.app.schedules")
         row: ScheduleRow = pg_app.add_schedule("race", HOURLY, WORKFLOW, catch_up=2)
         assert row.next_fire_at is not None
         expected: list[datetime] = []
@@ -320,12 +326,21 @@ class TestRaces:
             expected += sorted(times)
             assert len(times) == 3, f"round {round_}: {times}"
 
+        # The schedulers did race: some lost a fire and rolled it back.
+        lost = [r for r in caplog.records if r.getMessage() == "schedule fired elsewhere"]
+        assert lost
         assert fire_times(pg_app, "race") == expected
         keys = runs_of(pg_app, "race")
         assert sorted(keys) == sorted(schedule.idempotency_key("race", t) for t in expected)
         assert len(pg_app.every_run()) == len(expected)  # no run was left by a loser
         events = _events(pg_app, row.id)
         assert [e.originator_version for e in events] == list(range(1, len(expected) + 2))
+        # What the racing schedulers left, rebuilt from the log, is the same rows.
+        raw = DirectDatabase("postgres", postgres_url)
+        tables = ("SELECT * FROM schedules", "SELECT * FROM workflow_runs ORDER BY id")
+        before = [raw.execute(query) for query in tables]
+        pg_app.rebuild_projections()
+        assert [raw.execute(query) for query in tables] == before
 
     def test_a_pause_racing_a_fire_has_one_winner_and_the_run_exists_iff_the_fire_won(
         self, pg_app: FlowForge, schedulers: list[FlowForge]
