@@ -405,7 +405,7 @@ COMMANDS = (
     ),
     Command(
         "scheduler",
-        "advance runs, schedule retries and reap expired leases",
+        "advance runs, schedule retries, reap expired leases and fire cron schedules",
         "flowforge scheduler --interval 0.5",
         "flowforge.cli.processes:scheduler",
         (flags.SCHEDULER_INTERVAL,),
