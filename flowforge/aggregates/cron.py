@@ -41,21 +41,37 @@ MAX_CATCH_UP = 1000
 _HORIZON = timedelta(days=5 * 366)
 #: How far back from now ``due_fire_times`` looks first.
 _FIRST_WINDOW = timedelta(hours=1)
+#: The nicknames of Vixie cron and Airflow, as the five fields they stand for.
+NICKNAMES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Cron:
     """A validated cron expression in a time zone (an IANA name, e.g. Europe/Paris).
 
-    Five fields (minute hour day-of-month month day-of-week), or six with a leading
-    seconds field. ``InvalidScheduleError`` names what is wrong with either."""
+    Five fields (minute hour day-of-month month day-of-week), six with a leading
+    seconds field, or a nickname (``@daily``: :data:`NICKNAMES`). ``InvalidScheduleError``
+    names what is wrong with the expression or the zone."""
 
     expression: str
     timezone: str
 
     def __post_init__(self) -> None:
         zone = _zone(self.timezone)
-        fields = self.expression.split()
+        if self.expression.startswith("@") and self.expression not in NICKNAMES:
+            raise errors.InvalidScheduleError(
+                f"cron expression {self.expression!r}: not a nickname; use one of "
+                f"{', '.join(NICKNAMES)}, or five fields"
+            )
+        fields = self.fields.split()
         if len(fields) not in (5, 6):
             raise errors.InvalidScheduleError(
                 f"cron expression {self.expression!r}: expected 5 fields (minute hour "
@@ -63,7 +79,7 @@ class Cron:
                 f"got {len(fields)}"
             )
         try:
-            first = next(cronsim.CronSim(self.expression, datetime.now(zone)))
+            first = next(cronsim.CronSim(self.fields, datetime.now(zone)))
         except (cronsim.CronSimError, ValueError, StopIteration) as exc:
             raise errors.InvalidScheduleError(
                 f"cron expression {self.expression!r}: {_reason(exc)}"
@@ -72,6 +88,11 @@ class Cron:
             raise errors.InvalidScheduleError(
                 f"cron expression {self.expression!r} never fires within five years"
             )
+
+    @property
+    def fields(self) -> str:
+        """The expression as the library reads it: a nickname as its five fields."""
+        return NICKNAMES.get(self.expression, self.expression)
 
     @property
     def zone(self) -> ZoneInfo:
@@ -87,7 +108,7 @@ class Cron:
         ends (the property test found it)."""
         local = after.astimezone(self.zone)
         last = after
-        for fire in cronsim.CronSim(self.expression, local):
+        for fire in cronsim.CronSim(self.fields, local):
             if (utc := fire.astimezone(UTC)) > last:
                 last = utc
                 yield utc

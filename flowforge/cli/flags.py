@@ -315,7 +315,8 @@ CRON = Flag(
     required=True,
     metavar="EXPR",
     help='a cron expression: "minute hour day-of-month month day-of-week", e.g. '
-    '"30 2 * * *" (every day at 02:30); a sixth, leading field is seconds',
+    '"30 2 * * *" (every day at 02:30); a sixth, leading field is seconds; or @hourly, '
+    "@daily, @weekly, @monthly, @yearly",
 )
 TIMEZONE = Flag(
     ("--timezone",),

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from flowforge.app.service import FlowForge
-from flowforge.cli import exits
-from tests.e2e.test_cli import ROOT, Cli, clean_environment, make_cli, one_line_error
+from tests.e2e.test_cli import ROOT, Cli, clean_environment, make_cli
 from tests.helpers import wait_until
 
 DOC = ROOT / "docs" / "scheduling" / "cron.md"
@@ -61,17 +60,6 @@ def test_the_docs_commands_run_as_written(cli: Cli) -> None:
     assert (shown["state"], shown["inputs"], shown["catch_up"]) == ("active", {"rows": 8}, 0)
     assert shown["next_fire_at"].endswith(("T01:30:00.000000Z", "T00:30:00.000000Z"))
     assert cli(*delete).stdout == "schedule nightly: deleted\n"
-    # The refusals: one line naming the problem, with its exit code.
-    bad_minute = "cron expression '61 * * * *': bad minute"
-    for flags, code, says in [
-        (["--cron", "61 * * * *"], exits.EXIT_BAD_INPUT, bad_minute),
-        (["--cron", "* * * * *"], exits.EXIT_REFUSED, "a schedule named 'nightly' exists"),
-    ]:
-        if code == exits.EXIT_REFUSED:
-            assert cli(*add).returncode == 0
-        done = cli("schedule", "add", "nightly", *flags, EXAMPLE)
-        assert done.returncode == code, (flags, done.stderr)
-        assert says in one_line_error(done)
 
 
 def test_a_scheduler_process_fires_a_due_schedule_once_per_fire_time(

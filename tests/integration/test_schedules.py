@@ -10,6 +10,7 @@ import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -20,6 +21,8 @@ from flowforge.aggregates import schedule
 from flowforge.aggregates.cron import Cron
 from flowforge.app.scope import EVERY_RUN, Scope
 from flowforge.app.service import FlowForge
+from flowforge.cli import exits, logs
+from flowforge.cli import main as cli_main
 from flowforge.projections.tables import ScheduleRow
 from tests.helpers import race, wait_until
 from tests.integration.test_contract import DirectDatabase, _NoDatabase
@@ -371,3 +374,44 @@ def test_fire_times_are_utc(app: FlowForge) -> None:
     assert row.next_fire_at is not None
     assert row.next_fire_at.utcoffset() == timedelta(0)
     assert row.next_fire_at.astimezone(UTC).hour in (13, 14)  # 09:00 EST or EDT
+
+
+def test_the_cli_refuses_a_bad_schedule_in_one_line_with_its_exit_code(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In this process (the real CLI is tests/e2e/test_cli_schedule.py): its logging set-up
+    # would replace pytest's handlers.
+    monkeypatch.setattr(logs, "configure", lambda level: None)
+    FlowForge(sqlite_url, migrate=True).close()
+    workflow = str(Path(__file__).resolve().parents[2] / "examples" / "fan_out.toml")
+
+    def add(*flags: str) -> tuple[int, str]:
+        code = cli_main.main(
+            ["schedule", "add", "s", *flags, "--database-url", sqlite_url, workflow]
+        )
+        return code, capsys.readouterr().err
+
+    for flags, code, says in [
+        (
+            ["--cron", "61 * * * *"],
+            exits.EXIT_BAD_INPUT,
+            "cron expression '61 * * * *': bad minute",
+        ),
+        (["--cron", "* * *"], exits.EXIT_BAD_INPUT, "expected 5 fields"),
+        (["--cron", "@often"], exits.EXIT_BAD_INPUT, "'@often': not a nickname; use one of"),
+        (
+            ["--cron", "* * * * *", "--timezone", "Mars/Olympus"],
+            exits.EXIT_BAD_INPUT,
+            "Mars/Olympus",
+        ),
+        (["--cron", "* * * * *", "--catch-up", "5000"], exits.EXIT_BAD_INPUT, "from 0 to 1000"),
+    ]:
+        got, err = add(*flags)
+        assert got == code, err
+        assert err.startswith("error: ") and err.count("\n") == 1 and says in err, err
+    assert add("--cron", "* * * * *")[0] == exits.EXIT_OK
+    assert add("--cron", "* * * * *") == (
+        exits.EXIT_REFUSED,
+        "error: a schedule named 's' exists: pick another name, or delete it first "
+        "(`flowforge schedule delete s`)\n",
+    )

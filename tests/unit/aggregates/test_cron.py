@@ -209,6 +209,16 @@ def test_a_bad_expression_or_time_zone_is_refused_in_one_line_naming_it(
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("nickname", "fields"),
+    [("@daily", "0 0 * * *"), ("@hourly", "0 * * * *"), ("@weekly", "0 0 * * 0")],
+)
+def test_a_nickname_fires_as_the_fields_it_stands_for(nickname: str, fields: str) -> None:
+    named, spelled = Cron(nickname, "Europe/Paris"), Cron(fields, "Europe/Paris")
+    assert _take(named.fire_times_after(NOON), 5) == _take(spelled.fire_times_after(NOON), 5)
+    assert named.expression == nickname  # stored as the user wrote it
+
+
 def test_six_fields_read_the_first_as_seconds() -> None:
     every_ten = Cron("*/10 * * * * *", "UTC")
     assert [f.second for f in _take(every_ten.fire_times_after(NOON), 3)] == [10, 20, 30]
