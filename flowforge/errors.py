@@ -115,6 +115,15 @@ class UnknownTaskTypeError(DomainError):
     """No handler is registered for the task type; register one with @task(...)."""
 
 
+class InvalidScheduleError(DomainError):
+    """The cron schedule is invalid (its expression, time zone or catch-up); fix the
+    named part and add it again."""
+
+
+class ScheduleExistsError(DomainError):
+    """A schedule of that name exists: pick another name, or delete it first."""
+
+
 class CorruptEventLogError(DomainError):
     """An event in the log does not follow from the aggregate's state.
 
@@ -137,6 +146,10 @@ class UnknownRunError(NotFoundError):
 
 class UnknownTaskRunError(UnknownRunError):
     """No task run has that id; list a run's tasks with `flowforge status RUN`."""
+
+
+class UnknownScheduleError(NotFoundError):
+    """No schedule has that name; list them with `flowforge schedule list`."""
 
 
 # --- persistence ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The two state machines, as data.
+"""The state machines, as data: a workflow run's, a task run's and a cron schedule's.
 
 A :class:`StateMachine` is a table of :class:`Transition` rows, validated when it is
 built: a bad table raises ``ValueError`` at import (so during test collection), never at
@@ -14,7 +14,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from flowforge import errors
-from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.aggregates.states import ScheduleState, TaskRunState, WorkflowRunState
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,3 +180,19 @@ REAPER_TRANSITION = TASK_RUN_MACHINE.get("reap_lease")
 CARRY_OVER_TRANSITION = TASK_RUN_MACHINE.get("carry_over")
 #: The edges that spend a lease: only ``finish_task_run`` takes them.
 FINISH_TRANSITIONS = frozenset(t.name for t in TASK_RUN_MACHINE if t.requires_lease)
+
+_S = ScheduleState
+#: A cron schedule (``flowforge schedule``; docs/scheduling/cron.md). Its fires are not
+#: edges: a fire leaves it active (``Schedule.Fired``, like a task's heartbeat).
+SCHEDULE_MACHINE = StateMachine(
+    "Schedule",
+    ScheduleState,
+    initial=_S.ACTIVE,
+    terminal=(_S.DELETED,),
+    transitions=(
+        Transition("pause", _S.ACTIVE, _S.PAUSED),
+        Transition("resume", _S.PAUSED, _S.ACTIVE),
+        Transition("delete", _S.ACTIVE, _S.DELETED),
+        Transition("delete_paused", _S.PAUSED, _S.DELETED),
+    ),
+)

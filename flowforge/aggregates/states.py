@@ -21,3 +21,9 @@ class TaskRunState(StrEnum):
     FAILED = "failed"
     RETRYING = "retrying"
     CANCELLED = "cancelled"
+
+
+class ScheduleState(StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    DELETED = "deleted"

@@ -62,6 +62,8 @@ class ScheduleSummary:
     redispatched: int = 0
     #: Delayed runs advanced before their start time (a new one: a new timer).
     waiting_to_start: int = 0
+    #: Runs started by cron schedules (``app/schedules.py``).
+    fired: int = 0
 
     def add(self, result: AdvanceResult) -> None:
         self.runs_advanced += 1
@@ -70,6 +72,15 @@ class ScheduleSummary:
         self.retried += len(result.retried)
         self.cancelled += len(result.cancelled)
         self.runs_finished += result.finished_as is not None
+
+
+@dataclass(frozen=True, slots=True)
+class FiredRun:
+    """One fire of a cron schedule: its nominal fire time and the run it created."""
+
+    schedule: str
+    fire_at: datetime
+    run_id: UUID
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from flowforge.app.core import ServiceCore
 from flowforge.app.outbox import Outbox
 from flowforge.app.queries import REAP_BATCH, Queries
 from flowforge.app.results import ScheduleSummary
+from flowforge.app.schedules import Schedules, fires_schedules
 from flowforge.app.scope import Scope
 
 #: A ready task undispatched for this long gets a new dispatch (see redispatch_stalled).
@@ -39,12 +40,18 @@ class Scheduling:
     """The scheduler's pass, over the service's queries, commands and outbox."""
 
     def __init__(
-        self, core: ServiceCore, queries: Queries, commands: Commands, outbox: Outbox
+        self,
+        core: ServiceCore,
+        queries: Queries,
+        commands: Commands,
+        outbox: Outbox,
+        schedules: Schedules,
     ) -> None:
         self._core = core
         self._queries = queries
         self._commands = commands
         self._outbox = outbox
+        self._schedules = schedules
 
     def schedule_once(
         self,
@@ -57,9 +64,12 @@ class Scheduling:
         delayed run whose start time has come, and redispatch ready tasks whose
         dispatch was lost (see :meth:`redispatch_stalled`). With a ``scope`` (an
         embedded runner: its own run, or the runs it has handlers for), each step acts
-        only on the runs the scope takes in (``app/scope.py``)."""
+        only on the runs the scope takes in (``app/scope.py``). Without a scope it also
+        fires the cron schedules that are due (``app/schedules.py``)."""
         summary = ScheduleSummary(reaped=len(self.reap_expired_leases(scope=scope)))
         summary.timed_out = len(self.time_out_overdue_tasks(scope=scope))
+        if fires_schedules(scope):
+            summary.fired = len(self._schedules.fire_due_schedules())
         self.advance_woken_runs(summary, scope=scope)
         self.advance_runs_with_retries_due(summary, scope=scope)
         self.advance_runs_due_to_start(summary, scope=scope)
@@ -128,12 +138,16 @@ class Scheduling:
             if self._core.covers(scope, run_id):
                 summary.add(self._commands.advance_workflow_run(run_id))
 
-    def seconds_to_next_timer(self) -> float | None:
+    def seconds_to_next_timer(self, *, scope: Scope | None = None) -> float | None:
         """Seconds until the next retry falls due, lease expires, attempt times out or
-        delayed run may start (the database's clock); None when nothing is waiting on
-        a timer."""
+        delayed run may start, or (without a scope) the next cron schedule fires, by
+        the database's clock; None when nothing is waiting on a timer."""
         with self._core.reads() as reads:
-            return reads.seconds_to_next_timer()
+            timers = [reads.seconds_to_next_timer()]
+            if fires_schedules(scope):
+                timers.append(reads.seconds_to_next_fire())
+        known = [timer for timer in timers if timer is not None]
+        return min(known) if known else None
 
     def time_out_overdue_tasks(self, *, scope: Scope | None = None) -> list[UUID]:
         """Fail every attempt running past its execution timeout (only of the runs

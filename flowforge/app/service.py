@@ -2,10 +2,11 @@
 
 One part per concept, composed over one :class:`~flowforge.app.core.ServiceCore` (the
 event store, the store, this process's caches): :class:`Queries` (``app/queries.py``),
-:class:`Commands` (``app/commands.py``), :class:`Outbox` (``app/outbox.py``) and
-:class:`Scheduling` (``app/scheduling.py``). ``FlowForge`` opens persistence
-(``app/event_store.py``), adds the rebuild (``app/rebuild.py``), and names each public
-method once, below, with the part that implements it.
+:class:`Commands` (``app/commands.py``), :class:`Outbox` (``app/outbox.py``),
+:class:`Schedules` (``app/schedules.py``) and :class:`Scheduling`
+(``app/scheduling.py``). ``FlowForge`` opens persistence (``app/event_store.py``), adds
+the rebuild (``app/rebuild.py``), and names each public method once, below, with the
+part that implements it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from flowforge.app.event_store import EventStore, open_persistence
 from flowforge.app.outbox import Outbox
 from flowforge.app.queries import REAP_BATCH, Queries
 from flowforge.app.results import RebuildReport
+from flowforge.app.schedules import Schedules
 from flowforge.app.scheduling import REDISPATCH_AFTER_S, Scheduling
 from flowforge.projections.db.protocols import Database
 from flowforge.projections.store import Store
@@ -86,7 +88,10 @@ class FlowForge:
         self.queries = Queries(self.core)
         self.commands = Commands(self.core)
         self.outbox = Outbox(self.core)
-        self.scheduling = Scheduling(self.core, self.queries, self.commands, self.outbox)
+        self.cron_schedules = Schedules(self.core)
+        self.scheduling = Scheduling(
+            self.core, self.queries, self.commands, self.outbox, self.cron_schedules
+        )
 
     # --- persistence ---------------------------------------------------------------------
 
@@ -197,3 +202,14 @@ class FlowForge:
     seconds_to_next_timer = _on("scheduling", Scheduling.seconds_to_next_timer)
     reap_expired_leases = _on("scheduling", Scheduling.reap_expired_leases)
     time_out_overdue_tasks = _on("scheduling", Scheduling.time_out_overdue_tasks)
+
+    # --- cron schedules (app/schedules.py) ---------------------------------------------------
+
+    add_schedule = _on("cron_schedules", Schedules.add_schedule)
+    get_schedule = _on("cron_schedules", Schedules.get_schedule)
+    list_schedules = _on("cron_schedules", Schedules.list_schedules)
+    schedule_aggregate = _on("cron_schedules", Schedules.schedule_aggregate)
+    pause_schedule = _on("cron_schedules", Schedules.pause_schedule)
+    resume_schedule = _on("cron_schedules", Schedules.resume_schedule)
+    delete_schedule = _on("cron_schedules", Schedules.delete_schedule)
+    fire_due_schedules = _on("cron_schedules", Schedules.fire_due_schedules)

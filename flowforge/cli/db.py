@@ -69,8 +69,8 @@ def rebuild(args: argparse.Namespace) -> int:
 
 
 def verify(app: FlowForge) -> tuple[int, list[str]]:
-    """Compare every row with its aggregate reconstituted from the log: how many rows
-    were checked, and each difference."""
+    """Compare every row with its aggregate reconstituted from the log: how many run
+    and task rows were checked, and each difference (schedules' too)."""
     checked, problems = 0, []
     for run in app.every_run():
         aggregate = logged_row(app.workflow_run_aggregate(run.id))
@@ -82,6 +82,10 @@ def verify(app: FlowForge) -> tuple[int, list[str]]:
                 f"task run {task.id} ({task.task_key})", expected, task.as_dict()
             )
             checked += 1
+    # The cron schedules (not counted: the report counts runs and tasks), the live ones.
+    for schedule in app.list_schedules():
+        expected = logged_row(app.schedule_aggregate(schedule.name))
+        problems += differences(f"schedule {schedule.name}", expected, schedule.as_dict())
     return checked, problems
 
 

@@ -26,6 +26,8 @@ EXIT_CODES: tuple[tuple[type[errors.FlowForgeError], int], ...] = (
     (errors.ConfigurationError, EXIT_BAD_INPUT),
     (errors.IllegalTransitionError, EXIT_BAD_INPUT),
     (errors.UnknownTaskKeyError, EXIT_BAD_INPUT),
+    (errors.InvalidScheduleError, EXIT_BAD_INPUT),
+    (errors.UnknownScheduleError, EXIT_BAD_INPUT),
     (errors.SchemaVersionError, EXIT_REFUSED),
     (errors.QueueTypeMismatchError, EXIT_REFUSED),
     (errors.DomainError, EXIT_REFUSED),

@@ -123,6 +123,16 @@ def _grace_seconds(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 # --- configuration: every command takes these (parser.global_options) ----------------
 
 DATABASE_URL = Flag(
@@ -309,4 +319,35 @@ AT = Flag(
     ("--at",),
     metavar="TIME",
     help="ISO 8601 time (UTC unless it carries an offset), e.g. 2026-01-31T12:03:00Z",
+)
+
+# --- cron schedules (flowforge schedule; docs/scheduling/cron.md) -------------------------
+
+SCHEDULE_NAME = Flag(
+    ("name",),
+    metavar="NAME",
+    help="the schedule's name: letters, digits, _ . - or :",
+)
+CRON = Flag(
+    ("--cron",),
+    required=True,
+    metavar="EXPR",
+    help='a cron expression: "minute hour day-of-month month day-of-week", e.g. '
+    '"30 2 * * *" (every day at 02:30); a sixth, leading field is seconds; or @hourly, '
+    "@daily, @weekly, @monthly, @yearly",
+)
+TIMEZONE = Flag(
+    ("--timezone",),
+    default="UTC",
+    metavar="TZ",
+    help="the IANA time zone the expression is read in, DST included, e.g. Europe/Paris "
+    "(default: UTC)",
+)
+CATCH_UP = Flag(
+    ("--catch-up",),
+    type=_count,
+    default=0,
+    metavar="N",
+    help="after a scheduler downtime, also run up to N missed fire times (the newest N, "
+    "oldest first) besides the latest (default: 0: run once, for the latest)",
 )

@@ -32,11 +32,13 @@ exit codes:
        status: the run failed or was cancelled; db rebuild: rows differ from the log
   2    bad input: invalid workflow (the message names file and field), flag or
        setting; unknown run, task run, task key or task type; worker/publisher
-       without a broker
+       without a broker; a bad cron expression, time zone or schedule name; an
+       unknown schedule
   3    a server is unreachable or failed: the database or the broker (host:port named)
   4    refused by the rules: cancelling a finished run; rerunning an unfinished run,
-       or one whose every task succeeded without --from; a database created by a newer
-       FlowForge schema version; a classic queue where a quorum queue is expected
+       or one whose every task succeeded without --from; a schedule name in use; a
+       database created by a newer FlowForge schema version; a classic queue where a
+       quorum queue is expected
   130  interrupted (Ctrl-C; SIGTERM during run and demo) with the run unfinished
 
 configuration (flags override the environment):
@@ -107,6 +109,15 @@ def build() -> argparse.ArgumentParser:
         "FlowForge before routing to their task types' queues (docs/deployment.md, "
         "'Upgrading to per-type queues').",
         BROKER_ACTIONS,
+    )
+    _group(
+        commands,
+        "schedule",
+        "start a workflow on a cron schedule",
+        "Cron schedules: each fire time of the expression, in its time zone, starts a run "
+        "of the workflow, exactly once, even with several schedulers. A deployment's "
+        "`flowforge scheduler` fires them (docs/scheduling/cron.md).",
+        SCHEDULE_ACTIONS,
     )
     for command in COMMANDS:
         _command(commands, command)
@@ -238,6 +249,60 @@ BROKER_ACTIONS = (
     ),
 )
 
+SCHEDULE_ACTIONS = (
+    Command(
+        "add",
+        "add a schedule: a run of the workflow at each fire time",
+        """\
+        flowforge schedule add nightly --cron "30 2 * * *" --timezone Europe/Paris \\
+            examples/fan_out.toml --input rows=8
+          schedule nightly: fan_out at 30 2 * * * (Europe/Paris), next 2026-01-31 02:30:00 CET
+        """,
+        "flowforge.cli.schedules:add",
+        (
+            flags.SCHEDULE_NAME,
+            flags.CRON,
+            flags.TIMEZONE,
+            flags.CATCH_UP,
+            flags.WORKFLOW,
+            flags.INPUT,
+            flags.JSON,
+        ),
+        description="Add a schedule: at each fire time of --cron in --timezone (DST "
+        "included), the scheduler starts a run of the workflow with the --input values, "
+        "exactly once. After a scheduler downtime it runs the latest missed fire time "
+        "once, and the N newest older ones with --catch-up N.",
+    ),
+    Command(
+        "list",
+        "the schedules: state, cron, next fire, last fire and its run",
+        "flowforge schedule list",
+        "flowforge.cli.schedules:list_schedules",
+        (flags.JSON,),
+    ),
+    Command(
+        "pause",
+        "stop firing a schedule until it is resumed",
+        "flowforge schedule pause nightly",
+        "flowforge.cli.schedules:pause",
+        (flags.SCHEDULE_NAME,),
+    ),
+    Command(
+        "resume",
+        "fire a paused schedule again, from its next fire time after now",
+        "flowforge schedule resume nightly",
+        "flowforge.cli.schedules:resume",
+        (flags.SCHEDULE_NAME,),
+    ),
+    Command(
+        "delete",
+        "delete a schedule for good (its name may be used again)",
+        "flowforge schedule delete nightly",
+        "flowforge.cli.schedules:delete",
+        (flags.SCHEDULE_NAME,),
+    ),
+)
+
 COMMANDS = (
     Command(
         "submit",
@@ -351,7 +416,7 @@ COMMANDS = (
     ),
     Command(
         "scheduler",
-        "advance runs, schedule retries and reap expired leases",
+        "advance runs, schedule retries, reap expired leases and fire cron schedules",
         "flowforge scheduler --interval 0.5",
         "flowforge.cli.processes:scheduler",
         (flags.SCHEDULER_INTERVAL,),
@@ -416,7 +481,7 @@ COMMANDS = (
 #: The commands' positional arguments, named as their metavar's meaning, not as a flag.
 _POSITIONALS = frozenset(
     flag.names[0]
-    for command in COMMANDS
+    for command in (*COMMANDS, *SCHEDULE_ACTIONS)
     for flag in command.flags
     if not flag.names[0].startswith("-")
 )

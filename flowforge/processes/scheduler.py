@@ -65,7 +65,7 @@ class Scheduler:
             if now >= self._next_pass:
                 self._next_pass = now + self.interval
                 self.run_once()
-                timer = self.app.seconds_to_next_timer()
+                timer = self.app.seconds_to_next_timer(scope=self.scope)
             else:
                 summary = self.app.advance_woken_runs(scope=self.scope)
                 _log_changes("woken runs advanced", summary)
@@ -73,7 +73,7 @@ class Scheduler:
                 # creation marks it), may fall due before the next full pass; a new
                 # lease cannot expire before it (leases outlast the interval).
                 if summary.retried or summary.waiting_to_start:
-                    timer = self.app.seconds_to_next_timer()
+                    timer = self.app.seconds_to_next_timer(scope=self.scope)
         except (errors.PersistenceError, errors.NotFoundError) as exc:
             # NotFoundError: a run that vanished mid-pass (its rows being rebuilt) is
             # simply advanced by the next pass, as a database hiccup is.

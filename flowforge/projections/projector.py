@@ -17,8 +17,9 @@ from uuid import UUID
 from eventsourcing.domain import DomainEventProtocol
 
 from flowforge import errors
-from flowforge.aggregates import task_run, workflow_run
-from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.aggregates import schedule, task_run, workflow_run
+from flowforge.aggregates.machines import SCHEDULE_MACHINE, WORKFLOW_RUN_MACHINE
+from flowforge.aggregates.schedule import Schedule
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.projections.db.protocols import Transaction
@@ -37,7 +38,8 @@ def row_time(at: datetime) -> datetime | None:
 
 
 def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
-    """Apply ``event`` to the rows. False only for a run whose idempotency key exists."""
+    """Apply ``event`` to the rows. False only for a run whose idempotency key exists,
+    or a schedule whose name a live schedule has."""
     if isinstance(event, TaskRun.Created):
         params = _created_params(event, task_run.STATIC_FIELDS, event.state)
         tx.defer("insert_task_run", params)
@@ -58,6 +60,22 @@ def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
     if isinstance(event, WorkflowRun.Transitioned):
         workflow_run.check_replayable(event)
         _update(tx, "apply_workflow_run_event", event, workflow_run.DECLARATION.carried(event))
+        return True
+    if isinstance(event, Schedule.Event):
+        return _apply_schedule_event(tx, event)
+    raise errors.CorruptEventLogError(f"no projection for event {type(event).__qualname__}")
+
+
+def _apply_schedule_event(tx: Transaction, event: Schedule.Event) -> bool:
+    """A cron schedule's event (migration 11): False for a creation whose name a live
+    schedule has."""
+    if isinstance(event, Schedule.Created):
+        params = _created_params(event, schedule.STATIC_FIELDS, SCHEDULE_MACHINE.initial.value)
+        params["next_fire_at"] = event.next_fire_at
+        return bool(tx.run("insert_schedule", params))
+    if isinstance(event, Schedule.Transitioned):
+        schedule.check_replayable(event)
+        _update(tx, "apply_schedule_event", event, schedule.DECLARATION.carried(event))
         return True
     raise errors.CorruptEventLogError(f"no projection for event {type(event).__qualname__}")
 

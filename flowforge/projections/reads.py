@@ -14,9 +14,9 @@ from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from flowforge.projections.db.protocols import Row, Transaction
-from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
+from flowforge.projections.tables import OutboxRow, ScheduleRow, TaskRunRow, WorkflowRunRow
 
-_R = TypeVar("_R", TaskRunRow, WorkflowRunRow)
+_R = TypeVar("_R", TaskRunRow, WorkflowRunRow, ScheduleRow)
 RunCompletion = Literal["unfinished", "cancelled", "succeeded"]
 
 
@@ -152,6 +152,31 @@ class Reads:
         if not timers:
             return None
         return float((min(timers) - row["db_now"]).total_seconds())
+
+    # --- cron schedules (migration 11) -------------------------------------------------
+
+    def schedule(self, name: str) -> ScheduleRow | None:
+        """The live (not deleted) schedule of that name."""
+        rows = self._tx.run("select_schedule_by_name", {"name": name})
+        return ScheduleRow.from_mapping(rows[0]) if rows else None
+
+    def every_schedule(self) -> list[ScheduleRow]:
+        """Every live schedule, by name."""
+        return [ScheduleRow.from_mapping(r) for r in self._tx.run("select_schedules")]
+
+    def due_schedules(self, limit: int, as_of: datetime | None = None) -> list[ScheduleRow]:
+        """Active schedules whose next fire time has come by the database's clock (or
+        ``as_of``), the most overdue first."""
+        rows = self._tx.run("select_due_schedules", {"limit": limit, "as_of": as_of})
+        return [ScheduleRow.from_mapping(r) for r in rows]
+
+    def seconds_to_next_fire(self) -> float | None:
+        """Seconds until the next active schedule's fire time (negative: due), by the
+        database's clock; None when no schedule is active."""
+        (row,) = self._tx.run("select_next_fire")
+        if row["next_fire_at"] is None:
+            return None
+        return float((row["next_fire_at"] - row["db_now"]).total_seconds())
 
     def dispatches_of(self, task_run_id: UUID) -> list[OutboxRow]:
         rows = self._tx.run("select_outbox_of_task_run", {"task_run_id": task_run_id})

@@ -18,9 +18,9 @@ from functools import cache
 from importlib import resources
 from types import MappingProxyType
 
-from flowforge.aggregates import task_run, workflow_run
+from flowforge.aggregates import schedule, task_run, workflow_run
 from flowforge.aggregates.base import Declaration
-from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.aggregates.states import ScheduleState, TaskRunState, WorkflowRunState
 from flowforge.projections import event_sql
 
 DIALECTS = ("postgres", "sqlite")
@@ -139,15 +139,18 @@ def code_macros() -> dict[str, str]:
         # The state CHECKs are filled from the enums, so the schema cannot drift from them.
         "task_run_states": _quoted([s.value for s in TaskRunState]),
         "workflow_run_states": _quoted([s.value for s in WorkflowRunState]),
+        "schedule_states": _quoted([s.value for s in ScheduleState]),
         # The states task_runs_unfinished_idx covers (schema.sql), in its order.
         "unfinished_task_states": _quoted([s.value for s in UNFINISHED_TASK_STATES]),
         # The column lists an event fills, from the aggregates' field declarations.
         "task_run_assignments": _assignments(task_run.MUTABLE_FIELDS),
         "workflow_run_assignments": _assignments(workflow_run.MUTABLE_FIELDS),
+        "schedule_assignments": _assignments(schedule.MUTABLE_FIELDS),
     }
     for name, fields in (
         ("task_run", task_run.STATIC_FIELDS),
         ("workflow_run", workflow_run.STATIC_FIELDS),
+        ("schedule", schedule.STATIC_FIELDS),
     ):
         macros[f"{name}_static_columns"] = ", ".join(fields)
         macros[f"{name}_static_values"] = ", ".join(f":{f}" for f in fields)
@@ -202,7 +205,8 @@ def load(dialect: str) -> Mapping[str, str]:
     macros: dict[str, object] = dict(code_macros())
     raw: dict[str, str] = {}
     dialect_blocks = _blocks(_read(f"{dialect}.sql"))
-    for kind, name, body in dialect_blocks + _blocks(_read("common.sql")) + _schema_blocks():
+    shared = _blocks(_read("common.sql")) + _blocks(_read("schedules.sql"))
+    for kind, name, body in dialect_blocks + shared + _schema_blocks():
         if kind == "macro":
             # A macro may use the ones defined before it ({touched_at} is {now} on SQLite).
             text = body.format_map(macros)

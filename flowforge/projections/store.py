@@ -23,7 +23,12 @@ from flowforge.projections.writes import Writes
 
 #: The rebuild's first statements: the tables' exclusive locks, task_runs' with a bound
 #: on the wait (the SQL says why).
-_REBUILD_LOCKS = ("lock_projected_runs", "limit_rebuild_lock_wait", "lock_projected_tasks")
+_REBUILD_LOCKS = (
+    "lock_projected_runs",
+    "limit_rebuild_lock_wait",
+    "lock_projected_tasks",
+    "lock_projected_schedules",
+)
 
 
 class Store:

@@ -15,8 +15,8 @@ from enum import Enum
 from typing import Any, Self
 from uuid import UUID
 
-from flowforge.aggregates import task_run, workflow_run
-from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.aggregates import schedule, task_run, workflow_run
+from flowforge.aggregates.states import ScheduleState, TaskRunState, WorkflowRunState
 
 
 class ColumnCodec(Enum):
@@ -59,6 +59,12 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     "db_now": ColumnCodec.TIMESTAMP,
     "applied_at": ColumnCodec.TIMESTAMP,
     "marked_at": ColumnCodec.TIMESTAMP,
+    # The schedules (migration 11).
+    "last_run_id": ColumnCodec.UUID,
+    "next_fire_at": ColumnCodec.TIMESTAMP,
+    "last_fire_at": ColumnCodec.TIMESTAMP,
+    "due_at": ColumnCodec.TIMESTAMP,
+    "as_of": ColumnCodec.TIMESTAMP,
 }
 
 
@@ -76,6 +82,7 @@ def row_columns(static: tuple[str, ...], mutable: tuple[str, ...]) -> tuple[str,
 #: ``MUTABLE_FIELDS``: the one place a column is declared.
 TASK_RUN_COLUMNS = row_columns(task_run.STATIC_FIELDS, task_run.MUTABLE_FIELDS)
 WORKFLOW_RUN_COLUMNS = row_columns(workflow_run.STATIC_FIELDS, workflow_run.MUTABLE_FIELDS)
+SCHEDULE_COLUMNS = row_columns(schedule.STATIC_FIELDS, schedule.MUTABLE_FIELDS)
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
@@ -172,8 +179,32 @@ class WorkflowRunRow(_Row):
         return WorkflowRunState(self.state)
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleRow(_Row):
+    id: UUID
+    name: str
+    cron: str
+    timezone: str
+    workflow_name: str
+    definition: dict[str, Any]
+    inputs: dict[str, Any]
+    catch_up: int
+    state: str
+    next_fire_at: datetime | None
+    last_fire_at: datetime | None
+    last_run_id: UUID | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def schedule_state(self) -> ScheduleState:
+        return ScheduleState(self.state)
+
+
 check_columns(TaskRunRow, TASK_RUN_COLUMNS)
 check_columns(WorkflowRunRow, WORKFLOW_RUN_COLUMNS)
+check_columns(ScheduleRow, SCHEDULE_COLUMNS)
 
 
 @dataclass(frozen=True, slots=True)

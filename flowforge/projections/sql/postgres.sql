@@ -143,6 +143,10 @@ SELECT set_config('lock_timeout', '100ms', true) AS lock_timeout;
 -- name: lock_projected_tasks
 LOCK TABLE task_runs IN EXCLUSIVE MODE;
 
+-- The schedules too (migration 11): a schedule's pause or resume writes no other table.
+-- name: lock_projected_schedules
+LOCK TABLE schedules IN EXCLUSIVE MODE;
+
 -- Whether the schema was ever created, asked without creating anything (the catalog).
 -- name: schema_table_exists
 SELECT 1 AS present WHERE to_regclass('flowforge_schema') IS NOT NULL;

@@ -100,3 +100,27 @@ CREATE INDEX run_wakeups_workflow_run_idx ON run_wakeups (workflow_run_id);
 CREATE INDEX task_runs_retry_due_idx ON task_runs (retry_due_at) WHERE state = 'retrying';
 CREATE INDEX workflow_runs_start_at_idx ON workflow_runs (start_at) WHERE state = 'pending';
 {create_event_json_function};
+
+-- Cron schedules (migration 11; docs/scheduling/cron.md): a name belongs to at most
+-- one schedule that is not deleted; only an active schedule has a next fire time.
+CREATE TABLE schedules (
+    id {uuid} PRIMARY KEY,
+    name text NOT NULL,
+    cron text NOT NULL,
+    timezone text NOT NULL,
+    workflow_name text NOT NULL,
+    definition {json} NOT NULL,
+    inputs {json} NOT NULL,
+    catch_up integer NOT NULL CONSTRAINT schedules_catch_up_non_negative CHECK (catch_up >= 0),
+    state text NOT NULL CONSTRAINT schedules_state_enum CHECK (state IN ({schedule_states})),
+    next_fire_at {timestamp},
+    last_fire_at {timestamp},
+    last_run_id {uuid},
+    version {bigint} NOT NULL CONSTRAINT schedules_version_positive CHECK (version >= 1),
+    created_at {timestamp} NOT NULL,
+    updated_at {timestamp} NOT NULL,
+    CONSTRAINT schedules_next_fire_iff_active
+        CHECK ((state = 'active') = (next_fire_at IS NOT NULL))
+);
+CREATE UNIQUE INDEX schedules_live_name_unique ON schedules (name) WHERE state <> 'deleted';
+CREATE INDEX schedules_next_fire_at_idx ON schedules (next_fire_at) WHERE state = 'active';

@@ -126,6 +126,10 @@ SELECT 1;
 -- name: lock_projected_tasks
 SELECT 1;
 
+-- The schedules too (migration 11): a schedule's pause or resume writes no other table.
+-- name: lock_projected_schedules
+SELECT 1;
+
 -- Whether the schema was ever created, asked without creating anything (the catalog).
 -- name: schema_table_exists
 SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = 'flowforge_schema';

@@ -5,7 +5,8 @@
 ``tasks`` (a task run's edges, ``tasks.py``), ``runs`` (a run's creation, edges and the
 locks of an advance, ``runs.py``), ``leaves`` (the leaf shortcut, ``leaves.py``),
 ``outbox`` (dispatches, ``outbox.py``), ``marks`` (the scheduler's wake-ups,
-``marks.py``) and ``rebuild`` (``rebuild.py``). Each edge is one conditional write with
+``marks.py``), ``schedules`` (cron schedules, ``schedules.py``) and ``rebuild``
+(``rebuild.py``). Each edge is one conditional write with
 its event (``recording.py``) and what follows it in the same transaction (the run's
 mark, the outbox row of a task that became ready): the transaction commits all of it or
 none of it.
@@ -25,6 +26,7 @@ from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.rebuild import RebuildWrites
 from flowforge.projections.writes.recording import Recording
 from flowforge.projections.writes.runs import RunWrites
+from flowforge.projections.writes.schedules import ScheduleWrites
 from flowforge.projections.writes.tasks import MOVE_EDGES, TASK_EDGE_METHODS, TaskWrites
 
 __all__ = ["MOVE_EDGES", "TASK_EDGE_METHODS", "Leaf", "LeafSuccess", "Writes"]
@@ -49,4 +51,5 @@ class Writes(Reads):
         self.tasks = TaskWrites(self.recording, self.marks, self.outbox)
         self.leaves = LeafWrites(self.recording, self.marks)
         self.runs = RunWrites(self.recording, self.marks, self.tasks, now=self.now)
+        self.schedules = ScheduleWrites(self.recording, self.runs, now=self.now)
         self.rebuild = RebuildWrites(tx)

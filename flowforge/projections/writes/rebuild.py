@@ -32,6 +32,7 @@ class RebuildWrites:
     def delete_projections(self) -> None:
         self._tx.run("delete_task_runs")
         self._tx.run("delete_workflow_runs")
+        self._tx.run("delete_schedules")
 
     def apply(self, event: DomainEventProtocol[UUID]) -> bool:
         """Apply one event of the log to the rows; False only for a run whose idempotency

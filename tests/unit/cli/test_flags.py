@@ -36,4 +36,4 @@ def test_a_flag_bounds_its_number_before_anything_runs() -> None:
 
 
 def test_the_positionals_a_unicode_error_names_are_the_commands_positional_flags() -> None:
-    assert {"workflow", "run", "id", "task"} == parser._POSITIONALS
+    assert {"workflow", "run", "id", "task", "name"} == parser._POSITIONALS
