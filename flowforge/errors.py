@@ -113,6 +113,11 @@ class UnknownTaskTypeError(DomainError):
     """No handler is registered for the task type; register one with @task(...)."""
 
 
+class InvalidLimitError(DomainError):
+    """The concurrency limit is invalid: give a task type (a plain identifier) and a
+    whole number N >= 1."""
+
+
 class CorruptEventLogError(DomainError):
     """An event in the log does not follow from the aggregate's state.
 

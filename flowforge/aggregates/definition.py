@@ -9,6 +9,7 @@ The shape, as TOML (JSON is the same tree)::
     name = "etl"                 # a plain identifier
     description = "nightly load" # optional
     lease_seconds = 30           # optional: a worker's lease on a task, > 0
+    max_running_tasks = 4        # optional: at most 4 tasks of one run run at once
 
     [retry]                      # optional: the policy of every task without its own
     max_attempts = 3             # attempts in all, including the first, >= 1
@@ -26,6 +27,8 @@ The shape, as TOML (JSON is the same tree)::
     type = "load"
     depends_on = ["extract"]     # keys of other tasks of this workflow
     lease_seconds = 120          # optional: overrides the workflow's
+    max_running = 2              # optional: start only while fewer than 2 tasks of
+                                 # this type run (docs/scheduling/limits.md)
     [tasks.retry]                # optional: this task's whole policy (fields not given
     max_attempts = 5             # take RetryPolicy's defaults, not the workflow's)
 
@@ -71,6 +74,8 @@ MAX_SECONDS = 365 * 24 * 3600.0
 MAX_LEASE_SECONDS = 7 * 24 * 3600.0
 #: Attempts are a 32-bit integer column; a policy that needs more is a loop, not a retry.
 MAX_ATTEMPTS = 2**31 - 1
+#: A concurrency limit is a 32-bit integer column.
+MAX_RUNNING = 2**31 - 1
 #: Growth per failure; past this the cap is reached on the second retry anyway.
 MAX_BACKOFF_MULTIPLIER = 1000.0
 
@@ -159,6 +164,9 @@ class TaskDefinition(BaseModel):
     retry: RetryPolicy | None = None
     #: ``None``: the workflow's lease.
     lease_seconds: float | None = Field(default=None, gt=0, le=MAX_LEASE_SECONDS, strict=True)
+    #: ``None``: no limit of its own. Else this task starts only while fewer than this
+    #: many tasks of its type run (docs/scheduling/limits.md).
+    max_running: int | None = Field(default=None, ge=1, le=MAX_RUNNING, strict=True)
 
     @field_validator("depends_on")
     @classmethod
@@ -189,6 +197,8 @@ class WorkflowDefinition(BaseModel):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     lease_seconds: float = Field(default=30.0, gt=0, le=MAX_LEASE_SECONDS, strict=True)
     description: Text = ""
+    #: ``None``: no limit. Else at most this many tasks of one run run at once.
+    max_running_tasks: int | None = Field(default=None, ge=1, le=MAX_RUNNING, strict=True)
 
     @field_validator("tasks")
     @classmethod

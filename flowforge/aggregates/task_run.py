@@ -48,6 +48,10 @@ class TaskRunFixed(Fields):
     #: so a worker claims without reading the definition first. None in events stored
     #: before it was recorded (the rebuild fills it in from the run's definition).
     lease_seconds: Annotated[float | None, Show()]
+    #: The definition's ``max_running`` of this task: it starts only while fewer tasks
+    #: of its type run (docs/scheduling/limits.md). None: no limit of its own (and in
+    #: events stored before limits existed).
+    max_running: Annotated[int | None, Show()]
 
 
 class TaskRunChanges(Fields):
@@ -349,6 +353,7 @@ def new_task_run(
     state: TaskRunState,
     actor: str,
     lease_seconds: float | None = None,
+    max_running: int | None = None,
 ) -> TaskRun:
     """A new task run, its creation event (version 1) not yet collected."""
     return TaskRun._create(
@@ -361,6 +366,7 @@ def new_task_run(
         depends_on=list(depends_on),
         max_attempts=max_attempts,
         lease_seconds=lease_seconds,
+        max_running=max_running,
         state=state.value,
         actor=actor,
     )

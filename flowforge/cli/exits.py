@@ -26,6 +26,7 @@ EXIT_CODES: tuple[tuple[type[errors.FlowForgeError], int], ...] = (
     (errors.ConfigurationError, EXIT_BAD_INPUT),
     (errors.IllegalTransitionError, EXIT_BAD_INPUT),
     (errors.UnknownTaskKeyError, EXIT_BAD_INPUT),
+    (errors.InvalidLimitError, EXIT_BAD_INPUT),
     (errors.SchemaVersionError, EXIT_REFUSED),
     (errors.QueueTypeMismatchError, EXIT_REFUSED),
     (errors.DomainError, EXIT_REFUSED),

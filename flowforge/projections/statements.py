@@ -87,6 +87,7 @@ RECORDED_STATEMENTS: Mapping[str, Declaration] = MappingProxyType(
             (
                 "task_move",
                 "task_claim",
+                "task_claim_limited",
                 "task_finish",
                 "task_renew_lease",
                 "task_reclaim",

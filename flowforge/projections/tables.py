@@ -57,6 +57,8 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     "db_now": ColumnCodec.TIMESTAMP,
     "applied_at": ColumnCodec.TIMESTAMP,
     "marked_at": ColumnCodec.TIMESTAMP,
+    "changed_at": ColumnCodec.TIMESTAMP,
+    "held_at": ColumnCodec.TIMESTAMP,
 }
 
 
@@ -125,6 +127,7 @@ class TaskRunRow(_Row):
     depends_on: list[str]
     max_attempts: int
     lease_seconds: float | None
+    max_running: int | None
     state: str
     fencing_token: int
     attempt: int

@@ -70,6 +70,11 @@ FOR UPDATE SKIP LOCKED
 -- macro: written_by_this_transaction
 xmin::text::bigint = mod(txid_current_if_assigned(), 4294967296)
 
+-- A new outbox row's dispatch id (a released hold's: limits in common.sql): random, as
+-- md5 of random() rather than gen_random_uuid(), which needs PostgreSQL 13.
+-- macro: random_uuid
+CAST(md5(random()::text || clock_timestamp()::text) AS uuid)
+
 -- A new deployment's id (flowforge_deployment): 12 random hex digits. md5 of random()
 -- rather than gen_random_uuid(), which needs PostgreSQL 13.
 -- macro: random_deployment_id
@@ -251,3 +256,19 @@ WHERE {finished_here}
             )
     )
 RETURNING workflow_run_id;
+
+-- A limited claim's first statement: the lock every write of task_runs takes (ROW
+-- EXCLUSIVE), taken before the counter rows' locks, so that an operator's change of a
+-- limit (which takes lock_task_runs_for_limit first, then a counter row) cannot
+-- deadlock with it. An UPDATE of no row rather than LOCK TABLE, which PostgreSQL
+-- refuses in the implicit transaction of a pipeline sent whole (the claim's one round
+-- trip); the table lock is taken all the same.
+-- name: lock_task_runs_for_claim
+UPDATE task_runs SET version = version WHERE false;
+
+-- A new counter row must count every running task of its type: this lock waits for the
+-- writes of task_runs in progress (a claim that did not see a counter row) and keeps
+-- new ones out until the commit, after which every claim sees the row. Taken only by an
+-- operator's change of a limit and by the first submission that limits a type.
+-- name: lock_task_runs_for_limit
+LOCK TABLE task_runs IN SHARE ROW EXCLUSIVE MODE;

@@ -51,6 +51,7 @@ CREATE TABLE task_runs (
     carried_from_task_run_id {uuid},
     carried_from_attempt integer
         CONSTRAINT task_runs_carried_from_attempt_positive CHECK (carried_from_attempt >= 1),
+    max_running integer CONSTRAINT task_runs_max_running_positive CHECK (max_running >= 1),
     CONSTRAINT task_runs_workflow_run_task_key_unique UNIQUE (workflow_run_id, task_key),
     CONSTRAINT taskrun_lease_iff_running
         CHECK ((state = 'running') = (lease_expires_at IS NOT NULL))
@@ -92,3 +93,4 @@ CREATE TABLE run_wakeups (
 CREATE INDEX run_wakeups_workflow_run_idx ON run_wakeups (workflow_run_id);
 CREATE INDEX task_runs_retry_due_idx ON task_runs (retry_due_at) WHERE state = 'retrying';
 {create_event_json_function};
+{create_limit_tables};

@@ -18,7 +18,9 @@ from uuid import UUID
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.states import WorkflowRunState
 from flowforge.projections.tables import TaskRunRow
+from flowforge.projections.writes.limits import free_statements
 from flowforge.projections.writes.marks import RunMarks
+from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
 from flowforge.projections.writes.runs import run_params
 from flowforge.projections.writes.tasks import START_RUN, SUCCEED_TASK, finish_params
@@ -36,6 +38,8 @@ class Leaf:
 
     run_id: UUID
     task_key: str
+    #: Its type, whose slot its success frees (docs/scheduling/limits.md).
+    task_type: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +55,10 @@ class LeafSuccess:
 class LeafWrites:
     """The leaf shortcut in one write transaction: it ends the transaction."""
 
-    def __init__(self, recording: Recording, marks: RunMarks) -> None:
+    def __init__(self, recording: Recording, marks: RunMarks, outbox: OutboxWrites) -> None:
         self._recording = recording
         self._marks = marks
+        self._outbox = outbox
 
     def succeed(self, successes: Sequence[LeafSuccess], *, actor: str) -> list[TaskRunRow | None]:
         """Each success and all that follows it, all in ONE round trip with the COMMIT:
@@ -78,8 +83,13 @@ class LeafWrites:
         # Only the finish's and the mark's rows are read: not the run rows the start and
         # the success return (their definitions are most of the loading).
         unread = [i for i in range(len(statements)) if i % per not in _ROWS_READ]
-        rows = self._recording.tx.run_each(statements, commit=True, unread=unread)
+        frees = _frees(in_lock_order)
+        first_free = len(statements)
+        rows = self._recording.tx.run_each([*statements, *frees], commit=True, unread=unread)
         self._recording.last_statement_sent = True
+        if any(rows[first_free:]):  # a release's rows: a held task dispatched again
+            self._outbox.enqueued = True
+        rows = rows[:first_free]
         groups = [rows[i : i + per] for i in range(0, len(rows), per)]
         if any(group[-1] for group in groups):  # the mark's rows: a scheduler's to do
             self._marks.made = True
@@ -123,3 +133,14 @@ class LeafWrites:
             ),
             ("mark_run_wakeup_after_finish", mark),
         ]
+
+
+def _frees(successes: Sequence[LeafSuccess]) -> list[Statement]:
+    """The slots the successes free (limits.py), after every finish: the runs' counter
+    rows in the order of their ids, then the types' in name order, then the releases,
+    so two batches take the counter rows in one order (no deadlock). Each acts only for
+    a success that won; a task with no limit matches no row."""
+    frees = [free_statements(s.task_run_id, s.leaf.task_type, s.leaf.run_id) for s in successes]
+    by_run = sorted(frees, key=lambda f: str(f[0][1]["workflow_run_id"]))
+    by_type = sorted(frees, key=lambda f: str(f[1][1]["task_type"]))
+    return [f[0] for f in by_run] + [f[1] for f in by_type] + [f[2] for f in frees]
