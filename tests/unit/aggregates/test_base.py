@@ -94,6 +94,7 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "depends_on",
         "max_attempts",
         "lease_seconds",
+        "max_running",
     )
     assert workflow_run.STATIC_FIELDS == (
         "workflow_name",

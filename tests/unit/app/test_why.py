@@ -31,6 +31,7 @@ def view(key: str, state: str, **fields: Any) -> why.TaskView:
         "attempt": 1,
         "max_attempts": 3,
         "lease_seconds": 30.0,
+        "max_running": None,
         "fencing_token": 0,
         "lease_owner": None,
         "lease_expires_at": None,

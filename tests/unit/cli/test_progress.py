@@ -59,6 +59,7 @@ def task(key: str, state: str, **fields: Any) -> TaskRunRow:
         "depends_on": [],
         "max_attempts": 3,
         "lease_seconds": 30.0,
+        "max_running": None,
         "state": state,
         "fencing_token": 1,
         "attempt": 1,

@@ -11,12 +11,13 @@ import pytest
 from flowforge.projections import tables
 
 #: The tables' columns, as the rows carry them (schema.sql declares them, migrations
-#: added lease_seconds, then the rerun columns, last): a field added to or dropped
+#: added lease_seconds, then the rerun columns, then max_running, last; the rows carry
+#: the fixed fields first): a field added to or dropped
 #: from an aggregate's declaration changes a table, which must be a deliberate change
 #: here, in schema.sql and in a migration, not a side effect.
 TASK_RUN_COLUMNS = (
     *("id", "workflow_run_id", "task_key", "task_type", "depends_on", "max_attempts"),
-    *("lease_seconds", "state", "fencing_token", "attempt", "lease_owner"),
+    *("lease_seconds", "max_running", "state", "fencing_token", "attempt", "lease_owner"),
     *("lease_expires_at", "started_at", "finished_at", "retry_due_at", "result", "error"),
     *("carried_from_run_id", "carried_from_task_run_id", "carried_from_attempt"),
     *("version", "created_at", "updated_at"),

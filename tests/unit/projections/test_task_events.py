@@ -40,6 +40,7 @@ def row(state: str, **changes: Any) -> dict[str, Any]:
         "depends_on": [],
         "max_attempts": 3,
         "lease_seconds": 30.0,
+        "max_running": None,
         "state": state,
         "fencing_token": 1,
         "attempt": 1,
