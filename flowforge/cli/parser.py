@@ -108,6 +108,14 @@ def build() -> argparse.ArgumentParser:
         "'Upgrading to per-type queues').",
         BROKER_ACTIONS,
     )
+    _group(
+        commands,
+        "limit",
+        "set, unset or list concurrency limits on task types",
+        "Concurrency limits: at most N tasks of a type run at once, from the next claim "
+        "on (docs/scheduling/limits.md). Each change is recorded in the audit log.",
+        LIMIT_ACTIONS,
+    )
     for command in COMMANDS:
         _command(commands, command)
     return main
@@ -235,6 +243,30 @@ BROKER_ACTIONS = (
           deleted flowforge.3f2a6c1e0b9d.tasks: the migration is complete
         """,
         "flowforge.cli.broker:migrate",
+    ),
+)
+
+LIMIT_ACTIONS = (
+    Command(
+        "set",
+        "at most N tasks of TYPE run at once",
+        "flowforge limit set extract 2\n  at most 2 extract tasks run at once",
+        "flowforge.cli.limits:set_limit",
+        (flags.TASK_TYPE, flags.MAX_RUNNING),
+    ),
+    Command(
+        "unset",
+        "remove the limit on TYPE (tasks' own max_running still apply)",
+        "flowforge limit unset extract",
+        "flowforge.cli.limits:unset_limit",
+        (flags.TASK_TYPE,),
+    ),
+    Command(
+        "list",
+        "every limited task type, its limit and how many of its tasks run",
+        "flowforge limit list\n  TYPE     LIMIT  RUNNING  CHANGED               BY",
+        "flowforge.cli.limits:list_limits",
+        (flags.JSON,),
     ),
 )
 
