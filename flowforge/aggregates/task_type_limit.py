@@ -25,10 +25,12 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid5
 
-from eventsourcing.domain import Aggregate
+from eventsourcing.domain import Aggregate, DomainEventProtocol
 
 from flowforge import errors
 from flowforge.aggregates.definition import MAX_RUNNING
+
+__all__ = ["MAX_RUNNING", "TaskTypeLimit", "change_event", "effective_limit", "limit_id"]
 
 #: A task type's limit aggregate has a stable id derived from the type's name, so a
 #: change needs no lookup table: uuid5(this namespace, task type).
@@ -99,7 +101,7 @@ class TaskTypeLimit(Aggregate):
         max_running: int | None
         actor: str
 
-        def apply(self, aggregate: TaskTypeLimit) -> None:  # type: ignore[override]
+        def apply(self, aggregate: TaskTypeLimit) -> None:
             aggregate.max_running = self.max_running
 
     def __init__(self, task_type: str, max_running: int | None, actor: str) -> None:
@@ -115,14 +117,14 @@ def change_event(
     *,
     at: datetime,
     actor: str,
-) -> Aggregate.Event:
+) -> DomainEventProtocol[UUID]:
     """The event that sets (``max_running``) or removes (``None``) the limit of
     ``task_type``, whose aggregate is at ``version`` (0: none yet)."""
     task_type = checked_task_type(task_type)
     if max_running is not None:
         max_running = checked_max_running(max_running)
     if version == 0:
-        limit = TaskTypeLimit._create(  # noqa: SLF001 - the library's creation API
+        limit = TaskTypeLimit._create(
             TaskTypeLimit.Created,
             id=limit_id(task_type),
             timestamp=at,
@@ -130,9 +132,12 @@ def change_event(
             max_running=max_running,
             actor=actor,
         )
-        (event,) = limit.collect_events()
-        return event
-    return TaskTypeLimit.Changed(
+        (created,) = limit.collect_events()
+        return created
+    # The library makes its events dataclasses at class creation; mypy cannot see
+    # their fields.
+    changed: Any = TaskTypeLimit.Changed
+    event: DomainEventProtocol[UUID] = changed(
         originator_id=limit_id(task_type),
         originator_version=version + 1,
         timestamp=at,
@@ -140,3 +145,4 @@ def change_event(
         max_running=max_running,
         actor=actor,
     )
+    return event

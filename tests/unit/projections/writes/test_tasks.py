@@ -93,7 +93,9 @@ def writes_over(row: TaskRunRow | None) -> tuple[Writes, StandInTransaction]:
 def test_a_lost_write_marks_and_dispatches_nothing_and_returns_none() -> None:
     writes, tx = writes_over(None)
     assert writes.tasks.reclaim(uuid4(), actor="reaper") is None
-    assert tx.named("mark_run_wakeup") == [] and not writes.marks.made and not writes.outbox.enqueued
+    assert (
+        tx.named("mark_run_wakeup") == [] and not writes.marks.made and not writes.outbox.enqueued
+    )
 
 
 def test_a_won_claim_leaves_its_run_alone_and_can_be_the_last_statement() -> None:
