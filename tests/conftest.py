@@ -23,7 +23,10 @@ from flowforge.projections.db import pipeline
 from tests import servers
 from tests.helpers import RoundTrip
 
-TABLES = ("dispatch_outbox", "task_runs", "workflow_runs", "flowforge_events", "run_wakeups")
+TABLES = (
+    *("dispatch_outbox", "task_runs", "workflow_runs", "flowforge_events", "run_wakeups"),
+    *("task_type_limits", "run_limits", "held_dispatches"),
+)
 
 
 def _admin_url(dbname: str) -> str:

@@ -608,6 +608,17 @@ RETURNING held_by;
 -- name: unhold_claimed
 DELETE FROM held_dispatches WHERE task_run_id = :id AND {claimed_here};
 
+-- Last: the claim's marks cleared, so a counter row holds nothing of one claim after
+-- its transaction (and is what a rebuild makes of it).
+-- name: clear_run_claim_mark
+UPDATE run_limits SET last_claim = NULL, last_claim_took = false
+WHERE workflow_run_id = (SELECT workflow_run_id FROM task_runs WHERE id = :id)
+  AND last_claim = :claim;
+
+-- name: clear_type_claim_mark
+UPDATE task_type_limits SET last_claim = NULL, last_claim_took = false
+WHERE task_type = (SELECT task_type FROM task_runs WHERE id = :id) AND last_claim = :claim;
+
 -- A task that left running (finish, cancel, reap) frees its slots: its run's, then its
 -- type's (the claims' order), then dispatches the oldest still-ready task each freed
 -- limit holds, in a statement of its own: its snapshot is taken after the counter rows'

@@ -93,6 +93,8 @@ class LimitWrites:
             ("return_type_slot", own),
             ("hold_dispatch", own),
             ("unhold_claimed", own),
+            ("clear_run_claim_mark", own),
+            ("clear_type_claim_mark", own),
         ]
         unread = [_START] if self._recording.events_in_sql else []
         rows = self._tx.run_each(statements, commit=self._recording.commits(True), unread=unread)
