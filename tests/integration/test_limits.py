@@ -6,6 +6,9 @@ run 3, and an unlimited claim or finish costs no round trip more."""
 
 from __future__ import annotations
 
+import re
+from functools import partial
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -13,6 +16,7 @@ import pytest
 
 from flowforge import errors
 from flowforge.aggregates import task_type_limit
+from flowforge.aggregates.task_type_limit import TaskTypeLimit
 from flowforge.app import why
 from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
@@ -98,7 +102,9 @@ def test_a_finish_frees_its_slot_and_dispatches_the_oldest_held_task_in_its_tran
 
 
 @pytest.mark.parametrize("leaves", ["cancel", "reap"])
-def test_a_cancel_or_a_reap_frees_the_slot_of_the_running_task(app: FlowForge, leaves: str) -> None:
+def test_a_cancel_or_a_reap_frees_the_slot_of_the_running_task(
+    app: FlowForge, leaves: str
+) -> None:
     assert app.set_task_type_limit("slow", 1)
     run_id = app.start_workflow_run(fan(2))
     first, second = ids(app, run_id)
@@ -187,11 +193,11 @@ def test_each_change_of_a_limit_is_an_event_saying_who_and_when(app: FlowForge) 
     assert app.set_task_type_limit("slow", 3, actor="user:ops")
     assert app.unset_task_type_limit("slow", actor="user:lead")
 
-    limit = app.events.repository.get(task_type_limit.limit_id("slow"))
+    limit: TaskTypeLimit = app.events.repository.get(task_type_limit.limit_id("slow"))
     assert (limit.task_type, limit.max_running, limit.version) == ("slow", None, 3)
     stored = app.events.recorder.select_events(task_type_limit.limit_id("slow"))
-    events = [app.events.mapper.to_domain_event(s) for s in stored]
-    assert [(e.max_running, e.actor) for e in events] == [  # type: ignore[attr-defined]
+    events: list[Any] = [app.events.mapper.to_domain_event(s) for s in stored]
+    assert [(e.max_running, e.actor) for e in events] == [
         (2, "user:ops"),
         (3, "user:ops"),
         (None, "user:lead"),
@@ -287,7 +293,7 @@ def test_a_slot_freed_while_a_claim_is_refused_still_dispatches_the_held_task(
         first, second = ids(pg_app, pg_app.start_workflow_run(fan(2)))
         assert pg_app.claim_task_run(first, "w1") is not None
         claim, _ = race(
-            lambda s=second: pg_app.claim_task_run(s, "w2"), lambda f=first: finish(pg_app, f)
+            partial(pg_app.claim_task_run, second, "w2"), partial(finish, pg_app, first)
         )
         if claim is None:
             assert dispatches(pg_app, second) == 2, "held, and its freed slot sent nothing"
@@ -334,3 +340,11 @@ def test_a_limited_claim_costs_one_round_trip_more_and_writes_only_with_its_slot
     before = pg_app.get_task_run(second).version
     assert pg_app.claim_task_run(second, "w") is None
     assert pg_app.get_task_run(second).version == before  # no event, no row change
+
+
+def test_the_python_example_of_the_docs_runs_as_written(app: FlowForge) -> None:
+    doc = Path(__file__).resolve().parents[2] / "docs" / "scheduling" / "limits.md"
+    (block,) = re.findall(r"^```python\n(.*?)^```", doc.read_text(), re.MULTILINE | re.DOTALL)
+    (task,) = ids(app, app.start_workflow_run(fan(1, task_type="call_api")))
+    exec(block, {"app": app, "task_row": app.get_task_run(task)})
+    assert app.task_type_limits()[0].max_running is None  # set, then unset, as shown

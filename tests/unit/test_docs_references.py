@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = sorted([*(ROOT / "docs").glob("*.md"), ROOT / "README.md"])
+PAGES = sorted([*(ROOT / "docs").rglob("*.md"), ROOT / "README.md"])
 REFERENCE = re.compile(r"`(tests/[\w/]+\.py|\.\.\.)((?:::[\w\-]+(?:\[[^\]`]*\])?)*)")
 DEFINED = r"^\s*(?:def|class) {}\b"
 

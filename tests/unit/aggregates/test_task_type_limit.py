@@ -62,11 +62,12 @@ def test_a_limit_change_is_the_aggregates_next_event_and_replays() -> None:
     assert {e.originator_id for e in (created, changed, removed)} == {
         task_type_limit.limit_id("slow")
     }
+    events: list[Any] = [created, changed, removed]
     limit: Any = None
-    for event in (created, changed):
+    for event in events[:2]:
         limit = event.mutate(limit)
     assert isinstance(limit, TaskTypeLimit) and limit.max_running == 5
-    limit = removed.mutate(limit)
+    limit = events[2].mutate(limit)
     assert (limit.task_type, limit.max_running, limit.version) == ("slow", None, 3)
     assert task_type_limit.limit_id("slow") != task_type_limit.limit_id("fast")
 
