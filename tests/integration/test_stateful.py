@@ -157,7 +157,7 @@ class TaskModel:
             if event.state == TaskRunState.READY and event.source != TaskRunState.READY:
                 self.dispatches.append(event.fencing_token)
             self.events.append(event)
-            if event.source == TaskRunState.RUNNING:
+            if event.source == TaskRunState.RUNNING != event.state:  # not a heartbeat
                 self._freed(event.originator_id)
 
 

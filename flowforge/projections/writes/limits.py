@@ -11,6 +11,7 @@ transaction's next statement or its COMMIT: no round trip of its own.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,6 +30,9 @@ from flowforge.projections.writes.recording import EventRecipe, Recording, State
 CLAIM = TASK_RUN_MACHINE.get("claim")
 START_RUN = WORKFLOW_RUN_MACHINE.get("start")
 _RUNNING = TaskRunState.RUNNING.value
+#: Set once this process has met a concurrency limit (a limited claim, or a change of a
+#: limit): from then on its finishes wake the publishers (:meth:`LimitWrites.free`).
+LIMITS_MET = threading.Event()
 #: Where each statement of :meth:`LimitWrites.claim` is (keep in step with its list).
 _RUN_SLOT, _TYPE_SLOT, _CLAIM, _START, _HOLD = 1, 2, 3, 4, 7
 
@@ -67,6 +71,7 @@ class LimitWrites:
         may precede it). The run's slot, then the type's, each taken only if there is
         room; the claim only if every slot it needs was taken; a slot taken for a claim
         that lost is given back; a refused claim holds its dispatch."""
+        LIMITS_MET.set()
         claim = EventRecipe.of_task(CLAIM, worker_id)
         start = EventRecipe.of_run(START_RUN, worker_id)
         own = {"id": task_run_id, "claim": new_id().hex}
@@ -112,15 +117,20 @@ class LimitWrites:
         statement (a task with no limit matches no counter row and no hold)."""
         for name, params in free_statements(row.id, row.task_type, row.workflow_run_id):
             self._tx.defer(name, params)
-        # A release's rows are not read (deferred): wake the publishers whenever a slot
-        # may have been freed; their sweep finds nothing if nothing was released.
-        self._outbox.enqueued = True
+        # A release's rows are not read (deferred): wake the publishers when a slot may
+        # have been freed, i.e. when this process has met a limit. Otherwise (a task with
+        # no limit, the hot path) no wake-up is paid for; a dispatch released by a
+        # process that never met a limit (a scheduler's reap) waits for the publishers'
+        # poll (0.2 s by default).
+        if row.max_running is not None or LIMITS_MET.is_set():
+            self._outbox.enqueued = True
 
     def change(self, task_type: str, max_running: int | None, *, at: datetime, actor: str) -> bool:
         """An operator's limit on ``task_type`` set (``max_running``) or removed
         (``None``), with its event; False if another change won the race, or for a
         removal of a limit that is not set. A raised or removed limit dispatches again
         as many held tasks as it made room for."""
+        LIMITS_MET.set()
         self._tx.run("lock_task_runs_for_limit")
         current = self._tx.run("select_task_type_limit", {"task_type": task_type})
         version = current[0]["version"] if current else 0
