@@ -272,3 +272,21 @@ UPDATE task_runs SET version = version WHERE false;
 -- operator's change of a limit and by the first submission that limits a type.
 -- name: lock_task_runs_for_limit
 LOCK TABLE task_runs IN SHARE ROW EXCLUSIVE MODE;
+
+-- The slots a task frees when it leaves running, in the statement that moves it
+-- (task_finish's and task_reclaim's recorded variants, statements.FREEING_STATEMENTS):
+-- its run's counter row, then its type's (the order every writer takes them in: the
+-- second reads the first, which PostgreSQL therefore runs to completion before it), each
+-- only for a row the UPDATE ``t`` wrote. A task with no limit matches no counter row: no
+-- statement of its own. The held task a freed slot dispatches is found by the next
+-- statement (release_held_dispatches), whose snapshot sees a hold committed while this
+-- one waited for a counter row (docs/scheduling/limits.md).
+-- macro: free_slots_of_row
+run_freed AS (
+    UPDATE run_limits SET running = CASE WHEN running > 0 THEN running - 1 ELSE 0 END
+    WHERE workflow_run_id IN (SELECT workflow_run_id FROM t) RETURNING 1),
+type_freed AS (
+    UPDATE task_type_limits SET running = CASE WHEN running > 0 THEN running - 1 ELSE 0 END
+    WHERE task_type IN (SELECT task_type FROM t)
+      AND (SELECT count(*) FROM run_freed) >= 0
+    RETURNING 1),

@@ -136,11 +136,8 @@ class LeafWrites:
 
 
 def _frees(successes: Sequence[LeafSuccess]) -> list[Statement]:
-    """The slots the successes free (limits.py), after every finish: the runs' counter
-    rows in the order of their ids, then the types' in name order, then the releases,
-    so two batches take the counter rows in one order (no deadlock). Each acts only for
-    a success that won; a task with no limit matches no row."""
-    frees = [free_statements(s.task_run_id, s.leaf.task_type, s.leaf.run_id) for s in successes]
-    by_run = sorted(frees, key=lambda f: str(f[0][1]["workflow_run_id"]))
-    by_type = sorted(frees, key=lambda f: str(f[1][1]["task_type"]))
-    return [f[0] for f in by_run] + [f[1] for f in by_type] + [f[2] for f in frees]
+    """After every finish, the held tasks the successes' freed slots dispatch again
+    (limits.py). Each finish freed its slots in its own statement (task_finish's
+    recorded variant, postgres.sql); each release acts only for a success that won, and
+    finds nothing for a task with no limit."""
+    return [free_statements(s.task_run_id, s.leaf.task_type, s.leaf.run_id)[-1] for s in successes]
