@@ -20,7 +20,17 @@ from flowforge.aggregates.task_type_limit import TaskTypeLimit
 from flowforge.app import why
 from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
-from tests.helpers import LEASE_S, RoundTrip, race, task_id, wait_until_expired
+from flowforge.processes.transport import InMemoryDispatchChannel
+from flowforge.processes.worker import Worker
+from tests.helpers import (
+    LEASE_S,
+    Recorder,
+    RoundTrip,
+    handle_next,
+    race,
+    task_id,
+    wait_until_expired,
+)
 
 TINY = 0.001
 
@@ -348,3 +358,43 @@ def test_the_python_example_of_the_docs_runs_as_written(app: FlowForge) -> None:
     (task,) = ids(app, app.start_workflow_run(fan(1, task_type="call_api")))
     exec(block, {"app": app, "task_row": app.get_task_run(task)})
     assert app.task_type_limits()[0].max_running is None  # set, then unset, as shown
+
+
+def test_a_worker_acks_a_held_dispatch_and_runs_the_task_once_a_freed_slot_sends_it(
+    app: FlowForge, channel: InMemoryDispatchChannel, recorder: Recorder
+) -> None:
+    """The whole loop with a real worker: two dispatches of a type limited to 1; the
+    first claimed, the second refused and acked unrun (no busy loop: nothing is left on
+    the channel); the first's finish sends the second again, which then runs."""
+    assert app.set_task_type_limit("work", 1)
+    first, second = ids(app, app.start_workflow_run(fan(2, task_type="work")))
+    worker = Worker(app, channel.consumer, registry=recorder.registry, worker_id="w-test")
+    assert app.claim_task_run(first, "other-worker") is not None  # the slot is taken
+    assert app.publish_pending_dispatches(channel.publisher()) == 2
+
+    handled = [handle_next(channel, worker), handle_next(channel, worker)]
+
+    assert recorder.calls == {}  # neither ran: one claimed elsewhere, one held
+    assert channel.ready_count == 0 and app.get_task_run(second).state == "ready"
+    finish(app, first)
+    assert app.publish_pending_dispatches(channel.publisher()) == 1
+    handle_next(channel, worker)
+    assert recorder.calls == {"t1": 1} and app.get_task_run(second).state == "succeeded"
+    assert handled == ["skipped", "skipped"]
+
+
+@pg
+def test_the_freed_slots_dispatch_is_written_by_the_finishs_own_committing_round_trip(
+    pg_app: FlowForge, round_trips: list[RoundTrip]
+) -> None:
+    assert pg_app.set_task_type_limit("slow", 1)
+    first, second = ids(pg_app, pg_app.start_workflow_run(fan(2)))
+    claim = pg_app.claim_task_run(first, "w")
+    assert claim is not None and pg_app.claim_task_run(second, "w") is None
+    round_trips.clear()
+    assert pg_app.finish_task_run(first, claim.fencing_token, "succeed")
+    # One transaction: only its last round trip commits, and the release is in it.
+    assert [trip.committed for trip in round_trips][-1]
+    assert not any(trip.committed for trip in round_trips[:-1])
+    assert any(b"INSERT INTO dispatch_outbox" in trip.text for trip in round_trips)
+    assert dispatches(pg_app, second) == 2
