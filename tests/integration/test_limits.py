@@ -398,3 +398,20 @@ def test_the_freed_slots_dispatch_is_written_by_the_finishs_own_committing_round
     assert not any(trip.committed for trip in round_trips[:-1])
     assert any(b"INSERT INTO dispatch_outbox" in trip.text for trip in round_trips)
     assert dispatches(pg_app, second) == 2
+
+
+def test_a_task_whose_run_has_room_but_whose_type_has_none_is_held_by_its_type(
+    app: FlowForge,
+) -> None:
+    """The run's slot, taken first, is given back, and the hold names the type."""
+    assert app.set_task_type_limit("slow", 1)
+    (busy,) = ids(app, app.start_workflow_run(fan(1)))
+    limited = app.start_workflow_run(fan(2, max_running_tasks=2))
+    first, second = ids(app, limited)
+    assert app.claim_task_run(busy, "w") is not None
+    assert app.claim_task_run(first, "w") is None
+    hold = app.hold_of(app.get_task_run(first))
+    assert hold is not None and (hold.held_by, hold.limit, hold.running) == ("type", 1, 1)
+    assert run_counter(app, limited) == 0
+    finish(app, busy)  # the type's slot frees: the type's oldest held task is sent again
+    assert dispatches(app, first) == 2 and dispatches(app, second) == 1

@@ -573,15 +573,16 @@ WHERE id = :id AND state = :source AND coalesce(:lease_seconds, lease_seconds) I
 RETURNING *;
 
 -- A slot taken for a claim that then lost (another worker claimed the task first, or
--- the other limit refused) is given back in the same transaction.
+-- the other limit refused) is given back in the same transaction. Its mark stays as it
+-- was (took), so that hold_dispatch names the limit that refused, not this one.
 -- name: return_run_slot
-UPDATE run_limits SET running = running - 1, last_claim_took = false
+UPDATE run_limits SET running = running - 1
 WHERE workflow_run_id = (SELECT workflow_run_id FROM task_runs WHERE id = :id)
   AND {took_here} AND NOT {claimed_here}
 RETURNING running;
 
 -- name: return_type_slot
-UPDATE task_type_limits SET running = running - 1, last_claim_took = false
+UPDATE task_type_limits SET running = running - 1
 WHERE task_type = (SELECT task_type FROM task_runs WHERE id = :id)
   AND {took_here} AND NOT {claimed_here}
 RETURNING running;
