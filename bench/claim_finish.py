@@ -26,7 +26,8 @@ Measured, for each process count:
   transition would leave the client to do, with no FlowForge code at all.
 * FlowForge's statements, replayed (``bench/replay.py``): the round trips of one real
   cycle recorded as FlowForge sends them (the claim and its run's start; the leaf's
-  success with its run's try, start, success and mark: 7 statements, 2 round trips),
+  success with its run's try, start, success, mark and the release of a task a
+  concurrency limit held: 8 statements, 2 round trips),
   replayed for other task runs by pgbench (C, each round trip one pipeline) and by a
   bare Python client on libpq: what FlowForge's SQL costs with no FlowForge code
   around it, so the gap to "FlowForge as shipped" is FlowForge's Python.

@@ -124,6 +124,11 @@ class ScheduleExistsError(DomainError):
     """A schedule of that name exists: pick another name, or delete it first."""
 
 
+class InvalidLimitError(DomainError):
+    """The concurrency limit is invalid: give a task type (a plain identifier) and a
+    whole number N >= 1."""
+
+
 class CorruptEventLogError(DomainError):
     """An event in the log does not follow from the aggregate's state.
 

@@ -24,12 +24,8 @@ from tests import servers
 from tests.helpers import RoundTrip
 
 TABLES = (
-    "dispatch_outbox",
-    "task_runs",
-    "workflow_runs",
-    "flowforge_events",
-    "run_wakeups",
-    "schedules",
+    *("dispatch_outbox", "task_runs", "workflow_runs", "flowforge_events", "run_wakeups"),
+    *("task_type_limits", "run_limits", "held_dispatches", "schedules"),
 )
 
 

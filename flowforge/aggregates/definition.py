@@ -10,6 +10,7 @@ The shape, as TOML (JSON is the same tree)::
     description = "nightly load" # optional
     lease_seconds = 30           # optional: a worker's lease on a task, > 0
     timeout_seconds = 3600       # optional: an attempt running longer fails (none: no limit)
+    max_running_tasks = 4        # optional: at most 4 tasks of one run run at once
 
     [retry]                      # optional: the policy of every task without its own
     max_attempts = 3             # attempts in all, including the first, >= 1
@@ -28,6 +29,8 @@ The shape, as TOML (JSON is the same tree)::
     depends_on = ["extract"]     # keys of other tasks of this workflow
     lease_seconds = 120          # optional: overrides the workflow's
     timeout_seconds = 600        # optional: overrides the workflow's
+    max_running = 2              # optional: start only while fewer than 2 tasks of
+                                 # this type run (docs/scheduling/limits.md)
     [tasks.retry]                # optional: this task's whole policy (fields not given
     max_attempts = 5             # take RetryPolicy's defaults, not the workflow's)
 
@@ -76,6 +79,8 @@ MAX_LEASE_SECONDS = 7 * 24 * 3600.0
 MAX_TIMEOUT_SECONDS = 7 * 24 * 3600.0
 #: Attempts are a 32-bit integer column; a policy that needs more is a loop, not a retry.
 MAX_ATTEMPTS = 2**31 - 1
+#: A concurrency limit is a 32-bit integer column.
+MAX_RUNNING = 2**31 - 1
 #: Growth per failure; past this the cap is reached on the second retry anyway.
 MAX_BACKOFF_MULTIPLIER = 1000.0
 
@@ -166,6 +171,9 @@ class TaskDefinition(BaseModel):
     lease_seconds: float | None = Field(default=None, gt=0, le=MAX_LEASE_SECONDS, strict=True)
     #: ``None``: the workflow's timeout (if it has one).
     timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SECONDS, strict=True)
+    #: ``None``: no limit of its own. Else this task starts only while fewer than this
+    #: many tasks of its type run (docs/scheduling/limits.md).
+    max_running: int | None = Field(default=None, ge=1, le=MAX_RUNNING, strict=True)
 
     @field_validator("depends_on")
     @classmethod
@@ -200,6 +208,8 @@ class WorkflowDefinition(BaseModel):
     #: extends for as long as the worker is alive.
     timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SECONDS, strict=True)
     description: Text = ""
+    #: ``None``: no limit. Else at most this many tasks of one run run at once.
+    max_running_tasks: int | None = Field(default=None, ge=1, le=MAX_RUNNING, strict=True)
 
     @field_validator("tasks")
     @classmethod

@@ -51,6 +51,10 @@ class TaskRunFixed(Fields):
     #: How long one attempt may run before it is failed (the execution timeout), from
     #: the definition; None: no timeout (and in events stored before timeouts).
     timeout_seconds: Annotated[float | None, Show()]
+    #: The definition's ``max_running`` of this task: it starts only while fewer tasks
+    #: of its type run (docs/scheduling/limits.md). None: no limit of its own (and in
+    #: events stored before limits existed).
+    max_running: Annotated[int | None, Show()]
 
 
 class TaskRunChanges(Fields):
@@ -393,6 +397,7 @@ def new_task_run(
     actor: str,
     lease_seconds: float | None = None,
     timeout_seconds: float | None = None,
+    max_running: int | None = None,
 ) -> TaskRun:
     """A new task run, its creation event (version 1) not yet collected."""
     return TaskRun._create(
@@ -406,6 +411,7 @@ def new_task_run(
         max_attempts=max_attempts,
         lease_seconds=lease_seconds,
         timeout_seconds=timeout_seconds,
+        max_running=max_running,
         state=state.value,
         actor=actor,
     )

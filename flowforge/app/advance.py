@@ -75,7 +75,7 @@ def leaf_of(claimed: TaskRunRow | None, definitions: DefinitionCache) -> Leaf | 
     definition = definitions.cached(claimed.workflow_run_id)
     if definition is None or definition.dependents(claimed.task_key):
         return None
-    return Leaf(claimed.workflow_run_id, claimed.task_key)
+    return Leaf(claimed.workflow_run_id, claimed.task_key, claimed.task_type)
 
 
 def advance(
@@ -359,8 +359,10 @@ def _effective_state(task: TaskRunRow) -> TaskRunState:
 def _cancel_leftovers(writes: Writes, tasks: list[TaskRunRow], result: AdvanceResult) -> None:
     """Cancel what can no longer run, each task in the run's own transaction. A row read
     before another writer moved it makes its conditional write lose; it is read again
-    and cancelled as it now is (the run's row lock keeps other advances out)."""
-    for task in tasks:
+    and cancelled as it now is (the run's row lock keeps other advances out). Running
+    tasks first, by type: their cancels free limits' slots, and every writer takes the
+    counter rows before any ready task's row and in one order (docs/scheduling/limits.md)."""
+    for task in sorted(tasks, key=_cancel_order):
         row: TaskRunRow | None = task
         for _ in range(_LEFTOVER_TRIES):
             edge = None if row is None else _leftover_cancel(row)
@@ -376,6 +378,10 @@ def _cancel_leftovers(writes: Writes, tasks: list[TaskRunRow], result: AdvanceRe
                 result.cancelled.append(task.task_key)
                 break
             row = writes.task_run(task.id)
+
+
+def _cancel_order(task: TaskRunRow) -> tuple[bool, str]:
+    return task.task_state is not _T.RUNNING, task.task_type
 
 
 def _leftover_cancel(task: TaskRunRow) -> Transition | None:

@@ -246,8 +246,11 @@ class Commands:
         seconds = None
         if lease_seconds is not None:
             seconds = positive(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
+        worker_id = text(worker_id, "worker_id")
         with self._core.writes() as writes:
-            row = writes.tasks.claim(task_run_id, text(worker_id, "worker_id"), seconds, last=True)
+            row = writes.tasks.claim(task_run_id, worker_id, seconds, last=True)
+        if row is None:
+            row = self._claim_limited(task_run_id, worker_id, seconds)
         if row is None:
             return None
         self._core.claims.remember(row)
@@ -284,10 +287,37 @@ class Commands:
         worker_id = text(worker_id, "worker_id")
         with self._core.writes() as writes:
             rows, runs = writes.tasks.claims_with_runs(ids, worker_id, unless_known, last=True)
+        rows = [
+            self._claim_limited(task_run_id, worker_id, None) if row is None else row
+            for task_run_id, row in zip(ids, rows, strict=True)
+        ]
         for row in rows:
             if row is not None:
                 self._core.claims.remember(row)
         return rows, runs
+
+    def _claim_limited(
+        self, task_run_id: UUID, worker_id: str, lease_seconds: float | None
+    ) -> TaskRunRow | None:
+        """The claim of a task that ``task_claim`` did not take, as a limited task's
+        (docs/scheduling/limits.md), in a transaction of its own: a task without a limit
+        comes here only when its claim lost, so the hot path never pays for it. A claim
+        a limit refused is ``None`` too: the task stays ready, its dispatch held until
+        a slot frees."""
+        with self._core.writes() as writes:
+            claimed = writes.limits.claim(task_run_id, worker_id, lease_seconds)
+        if claimed.refusal is not None:
+            log.info(
+                "claim refused by a concurrency limit; dispatch held",
+                extra={
+                    "task_run_id": str(task_run_id),
+                    "worker_id": worker_id,
+                    "limit": claimed.refusal.held_by,
+                    "max_running": claimed.refusal.limit,
+                    "running": claimed.refusal.running,
+                },
+            )
+        return claimed.row
 
     def finish_task_run(
         self,

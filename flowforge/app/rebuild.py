@@ -59,6 +59,7 @@ def _rebuild_once(store: Store, events: EventStore) -> RebuildReport:
         for record in stored:
             writes.rebuild.apply(events.mapper.to_domain_event(record))
         writes.rebuild.fill_missing_task_leases()
+        writes.rebuild.recount_limits()
     runs = sum(1 for s in stored if s.topic.endswith("WorkflowRun.Created"))
     tasks = sum(1 for s in stored if s.topic.endswith("TaskRun.Created"))
     return RebuildReport(events=len(stored), workflow_runs=runs, task_runs=tasks)

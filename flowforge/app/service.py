@@ -3,10 +3,10 @@
 One part per concept, composed over one :class:`~flowforge.app.core.ServiceCore` (the
 event store, the store, this process's caches): :class:`Queries` (``app/queries.py``),
 :class:`Commands` (``app/commands.py``), :class:`Outbox` (``app/outbox.py``),
-:class:`Schedules` (``app/schedules.py``) and :class:`Scheduling`
-(``app/scheduling.py``). ``FlowForge`` opens persistence (``app/event_store.py``), adds
-the rebuild (``app/rebuild.py``), and names each public method once, below, with the
-part that implements it.
+:class:`Schedules` (``app/schedules.py``), :class:`Limits` (``app/limits.py``) and
+:class:`Scheduling` (``app/scheduling.py``). ``FlowForge`` opens persistence
+(``app/event_store.py``), adds the rebuild (``app/rebuild.py``), and names each public
+method once, below, with the part that implements it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from flowforge.app.caches import ClaimCache, DefinitionCache
 from flowforge.app.commands import Commands
 from flowforge.app.core import ServiceCore
 from flowforge.app.event_store import EventStore, open_persistence
+from flowforge.app.limits import Limits
 from flowforge.app.outbox import Outbox
 from flowforge.app.queries import REAP_BATCH, Queries
 from flowforge.app.results import RebuildReport
@@ -89,6 +90,7 @@ class FlowForge:
         self.commands = Commands(self.core)
         self.outbox = Outbox(self.core)
         self.cron_schedules = Schedules(self.core)
+        self.limits = Limits(self.core)
         self.scheduling = Scheduling(
             self.core, self.queries, self.commands, self.outbox, self.cron_schedules
         )
@@ -187,6 +189,13 @@ class FlowForge:
     time_out_task_run = _on("commands", Commands.time_out_task_run)
     schedule_retry = _on("commands", Commands.schedule_retry)
     retry_ready = _on("commands", Commands.retry_ready)
+
+    # --- concurrency limits (app/limits.py) -------------------------------------------------
+
+    set_task_type_limit = _on("limits", Limits.set_task_type_limit)
+    unset_task_type_limit = _on("limits", Limits.unset_task_type_limit)
+    task_type_limits = _on("limits", Limits.task_type_limits)
+    hold_of = _on("limits", Limits.hold_of)
 
     # --- the outbox (app/outbox.py) --------------------------------------------------------
 

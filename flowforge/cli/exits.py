@@ -28,6 +28,7 @@ EXIT_CODES: tuple[tuple[type[errors.FlowForgeError], int], ...] = (
     (errors.UnknownTaskKeyError, EXIT_BAD_INPUT),
     (errors.InvalidScheduleError, EXIT_BAD_INPUT),
     (errors.UnknownScheduleError, EXIT_BAD_INPUT),
+    (errors.InvalidLimitError, EXIT_BAD_INPUT),
     (errors.SchemaVersionError, EXIT_REFUSED),
     (errors.QueueTypeMismatchError, EXIT_REFUSED),
     (errors.DomainError, EXIT_REFUSED),

@@ -281,6 +281,9 @@ LIMIT = Flag(
     help="show the N most recent runs (default: 20)",
 )
 RUN = Flag(("run",), metavar="RUN", help="a run id or a unique prefix of one")
+TASK_TYPE = Flag(("task_type",), metavar="TYPE", help="a task type (a plain identifier)")
+# Checked by the command (InvalidLimitError: one line, exit 2), as the Python API checks it.
+MAX_RUNNING = Flag(("max_running",), metavar="N", help="at most N of its tasks run at once")
 FROM_TASKS = Flag(
     ("--from",),
     repeatable=True,

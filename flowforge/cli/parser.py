@@ -119,6 +119,14 @@ def build() -> argparse.ArgumentParser:
         "`flowforge scheduler` fires them (docs/scheduling/cron.md).",
         SCHEDULE_ACTIONS,
     )
+    _group(
+        commands,
+        "limit",
+        "set, unset or list concurrency limits on task types",
+        "Concurrency limits: at most N tasks of a type run at once, from the next claim "
+        "on (docs/scheduling/limits.md). Each change is recorded in the audit log.",
+        LIMIT_ACTIONS,
+    )
     for command in COMMANDS:
         _command(commands, command)
     return main
@@ -300,6 +308,30 @@ SCHEDULE_ACTIONS = (
         "flowforge schedule delete nightly",
         "flowforge.cli.schedules:delete",
         (flags.SCHEDULE_NAME,),
+    ),
+)
+
+LIMIT_ACTIONS = (
+    Command(
+        "set",
+        "at most N tasks of TYPE run at once",
+        "flowforge limit set extract 2\n  at most 2 extract tasks run at once",
+        "flowforge.cli.limits:set_limit",
+        (flags.TASK_TYPE, flags.MAX_RUNNING),
+    ),
+    Command(
+        "unset",
+        "remove the limit on TYPE (tasks' own max_running still apply)",
+        "flowforge limit unset extract",
+        "flowforge.cli.limits:unset_limit",
+        (flags.TASK_TYPE,),
+    ),
+    Command(
+        "list",
+        "every limited task type, its limit and how many of its tasks run",
+        "flowforge limit list\n  TYPE     LIMIT  RUNNING  CHANGED               BY",
+        "flowforge.cli.limits:list_limits",
+        (flags.JSON,),
     ),
 )
 

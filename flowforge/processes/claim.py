@@ -73,6 +73,11 @@ class Claimer:
         task = self._task(task_run_id)
         if task.task_state is not TaskRunState.READY:
             return self.skipped(task, "not ready")
+        if task.lease_seconds is not None:
+            # Ready with a lease of its own, yet not claimed: a concurrency limit
+            # refused it and holds its dispatch (docs/scheduling/limits.md); a freed
+            # slot sends it again. Claiming again here would only be refused again.
+            return self.skipped(task, "held by a concurrency limit")
         lease_seconds = self._runs.facts(task.workflow_run_id).definition.lease_seconds_for(
             task.task_key
         )

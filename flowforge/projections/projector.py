@@ -17,7 +17,7 @@ from uuid import UUID
 from eventsourcing.domain import DomainEventProtocol
 
 from flowforge import errors
-from flowforge.aggregates import schedule, task_run, workflow_run
+from flowforge.aggregates import schedule, task_run, task_type_limit, workflow_run
 from flowforge.aggregates.machines import SCHEDULE_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.schedule import Schedule
 from flowforge.aggregates.task_run import TaskRun
@@ -45,14 +45,7 @@ def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
         tx.defer("insert_task_run", params)
         return True
     if isinstance(event, WorkflowRun.Created):
-        initial = WORKFLOW_RUN_MACHINE.initial.value
-        params = _created_params(event, workflow_run.STATIC_FIELDS, initial)
-        if event.idempotency_key is None:
-            # Nothing to conflict with (a fresh id, no key): no answer to wait for, so
-            # PostgreSQL sends the row with the rest of the run's creation.
-            tx.defer("insert_workflow_run", params)
-            return True
-        return bool(tx.run("insert_workflow_run", params))
+        return _insert_workflow_run(tx, event)
     if isinstance(event, TaskRun.Transitioned):
         task_run.check_replayable(event)
         _update(tx, "apply_task_run_event", event, task_run.DECLARATION.carried(event))
@@ -61,14 +54,32 @@ def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
         workflow_run.check_replayable(event)
         _update(tx, "apply_workflow_run_event", event, workflow_run.DECLARATION.carried(event))
         return True
-    if isinstance(event, Schedule.Event):
-        return _apply_schedule_event(tx, event)
-    raise errors.CorruptEventLogError(f"no projection for event {type(event).__qualname__}")
+    if isinstance(
+        event, task_type_limit.TaskTypeLimit.Created | task_type_limit.TaskTypeLimit.Changed
+    ):
+        _apply_limit(tx, event)
+        return True
+    return _apply_schedule_event(tx, event)
 
 
-def _apply_schedule_event(tx: Transaction, event: Schedule.Event) -> bool:
+def _insert_workflow_run(tx: Transaction, event: WorkflowRun.Created) -> bool:
+    """A run's row (and its limit's counter row): False if its idempotency key exists."""
+    params = _created_params(event, workflow_run.STATIC_FIELDS, WORKFLOW_RUN_MACHINE.initial.value)
+    if event.idempotency_key is None:
+        # Nothing to conflict with (a fresh id, no key): no answer to wait for, so
+        # PostgreSQL sends the row with the rest of the run's creation.
+        tx.defer("insert_workflow_run", params)
+        _insert_run_limit(tx, event)
+        return True
+    inserted = bool(tx.run("insert_workflow_run", params))
+    if inserted:
+        _insert_run_limit(tx, event)
+    return inserted
+
+
+def _apply_schedule_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
     """A cron schedule's event (migration 11): False for a creation whose name a live
-    schedule has."""
+    schedule has. Any other event has no projection: the log is corrupt."""
     if isinstance(event, Schedule.Created):
         params = _created_params(event, schedule.STATIC_FIELDS, SCHEDULE_MACHINE.initial.value)
         params["next_fire_at"] = event.next_fire_at
@@ -78,6 +89,35 @@ def _apply_schedule_event(tx: Transaction, event: Schedule.Event) -> bool:
         _update(tx, "apply_schedule_event", event, schedule.DECLARATION.carried(event))
         return True
     raise errors.CorruptEventLogError(f"no projection for event {type(event).__qualname__}")
+
+
+def _insert_run_limit(tx: Transaction, event: WorkflowRun.Created) -> None:
+    """A run whose definition limits its running tasks gets its counter row."""
+    limit = event.definition.get("max_running_tasks")
+    if limit is not None:
+        tx.defer(
+            "insert_run_limit", {"workflow_run_id": event.originator_id, "max_running": limit}
+        )
+
+
+def _apply_limit(
+    tx: Transaction,
+    event: task_type_limit.TaskTypeLimit.Created | task_type_limit.TaskTypeLimit.Changed,
+) -> None:
+    """An operator's change of a type's limit (the rebuild; the write path runs the same
+    statement itself). The counter is recounted once the log is applied."""
+    params = {
+        "task_type": event.task_type,
+        "max_running": event.max_running,
+        "version": event.originator_version,
+        "changed_at": event.timestamp,
+        "changed_by": event.actor,
+    }
+    if not tx.run("change_task_type_limit", params):
+        raise errors.CorruptEventLogError(
+            f"limit change of task type {event.task_type!r} v{event.originator_version} "
+            f"does not follow the row"
+        )
 
 
 def _created_params(event: Any, fields: tuple[str, ...], state: str) -> dict[str, Any]:

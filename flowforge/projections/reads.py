@@ -186,6 +186,23 @@ class Reads:
         (row,) = self._tx.run("count_pending_outbox")
         return int(row["pending"])
 
+    def task_type_limits(self) -> list[Row]:
+        """Every task type's counter row (limits), by name."""
+        return self._tx.run("select_task_type_limits")
+
+    def task_type_limit(self, task_type: str) -> Row | None:
+        rows = self._tx.run("select_task_type_limit", {"task_type": task_type})
+        return rows[0] if rows else None
+
+    def run_limit(self, run_id: UUID) -> Row | None:
+        rows = self._tx.run("select_run_limit", {"workflow_run_id": run_id})
+        return rows[0] if rows else None
+
+    def held_dispatch(self, task_run_id: UUID) -> Row | None:
+        """The hold a limit's refusal of the task's claim left, if any."""
+        rows = self._tx.run("select_held_dispatch", {"task_run_id": task_run_id})
+        return rows[0] if rows else None
+
     def schema_version(self) -> int:
         (row,) = self._tx.run("select_schema_version")
         return int(row["version"])

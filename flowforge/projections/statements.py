@@ -89,6 +89,7 @@ RECORDED_STATEMENTS: Mapping[str, Declaration] = MappingProxyType(
             (
                 "task_move",
                 "task_claim",
+                "task_claim_limited",
                 "task_finish",
                 "task_time_out",
                 "task_renew_lease",
@@ -122,6 +123,10 @@ POSTGRES_ONLY_STATEMENTS = frozenset(
         "insert_stored_event_at_now",
     }
 )
+#: The recorded statements whose edges leave ``running``: on PostgreSQL they also free
+#: the task's concurrency-limit slots, in the same statement ({free_slots_of_row},
+#: postgres.sql; docs/scheduling/limits.md).
+FREEING_STATEMENTS = frozenset({"task_finish", "task_time_out", "task_reclaim"})
 RECORDED_SUFFIX = "_recorded"
 _RECORDING_DIALECTS = frozenset({"postgres"})
 
@@ -223,7 +228,10 @@ def load(dialect: str) -> Mapping[str, str]:
     if dialect in _RECORDING_DIALECTS:
         for name, declaration in RECORDED_STATEMENTS.items():
             update = raw[name].rstrip().rstrip(";")
-            raw[recorded_name(name)] = event_sql.recorded(update, declaration, "{events_table}")
+            also = "{free_slots_of_row}\n" if name in FREEING_STATEMENTS else ""
+            raw[recorded_name(name)] = event_sql.recorded(
+                update, declaration, "{events_table}", also
+            )
     rendered = {name: _render(body.format_map(macros), dialect) for name, body in raw.items()}
     return MappingProxyType(rendered)
 

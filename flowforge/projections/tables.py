@@ -65,6 +65,8 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     "last_fire_at": ColumnCodec.TIMESTAMP,
     "due_at": ColumnCodec.TIMESTAMP,
     "as_of": ColumnCodec.TIMESTAMP,
+    "changed_at": ColumnCodec.TIMESTAMP,
+    "held_at": ColumnCodec.TIMESTAMP,
 }
 
 
@@ -135,6 +137,7 @@ class TaskRunRow(_Row):
     max_attempts: int
     lease_seconds: float | None
     timeout_seconds: float | None
+    max_running: int | None
     state: str
     fencing_token: int
     attempt: int

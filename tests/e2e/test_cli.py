@@ -62,6 +62,10 @@ COMMANDS = (
     ["history"],
     ["cancel"],
     ["why"],
+    ["limit"],
+    ["limit", "set"],
+    ["limit", "unset"],
+    ["limit", "list"],
 )
 
 FAILING_MODULE = """
@@ -600,7 +604,7 @@ def test_separate_processes_on_postgres_and_rabbitmq_run_the_example(
 def test_the_docs_describe_every_command_and_exit_code() -> None:
     text = DOC.read_text()
     documented = set(re.findall(r"^### flowforge ([a-z]+(?: [a-z]+)?)", text, re.MULTILINE))
-    groups = (["db"], ["broker"], ["schedule"])
+    groups = (["db"], ["broker"], ["schedule"], ["limit"])
     assert documented == {" ".join(command) for command in COMMANDS if command not in groups}
     exit_section = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     codes = {int(code) for code in re.findall(r"^\| (\d+) \|", exit_section, re.MULTILINE)}

@@ -40,16 +40,18 @@ from flowforge.app.service import FlowForge
 from flowforge.cli import db
 from tests.helpers import one_task, succeed_leaving_a_mark, wait_until
 
-TABLES = ("workflow_runs", "task_runs", "dispatch_outbox")
+#: The limits' counter rows too: the rebuild recounts them from the rebuilt task rows.
+TABLES = ("workflow_runs", "task_runs", "dispatch_outbox", "task_type_limits", "run_limits")
 #: A lease that has expired by the next command, and one that never does in a test.
 TINY, LONG = 0.001, 3600.0
 THREADS = 4
 #: A small DAG with a diamond, and retries with no backoff so retried tasks come back.
 DEFINITION: dict[str, Any] = {
     "name": "diamond",
+    "max_running_tasks": 2,  # concurrency limits: a run's, a task's own, a type's
     "tasks": [
         {"key": "a", "type": "extract"},
-        {"key": "b", "type": "transform", "depends_on": ["a"]},
+        {"key": "b", "type": "transform", "depends_on": ["a"], "max_running": 3},
         {"key": "c", "type": "transform", "depends_on": ["a"]},
         {"key": "d", "type": "load", "depends_on": ["b", "c"]},
     ],
@@ -235,6 +237,7 @@ def assert_no_failures(failures: list[BaseException]) -> None:
 
 def prepared_workload(app: FlowForge, seed: int, runs: int = 6) -> Workload:
     workload = Workload(app)
+    assert app.set_task_type_limit("extract", 3)
     rng = random.Random(seed)
     while len(workload.runs) < runs:
         workload.start_run(rng)
@@ -379,6 +382,8 @@ def test_a_corrupted_projection_is_restored_exactly_by_the_rebuild(
             " inputs = '{}', workflow_name = 'forged' WHERE id <> %s",
             (victim_run,),
         )
+        conn.execute("UPDATE task_type_limits SET running = 7, max_running = 1")
+        conn.execute("UPDATE run_limits SET running = 2")
         conn.execute("DELETE FROM task_runs WHERE id = %s", (tasks[-1]["id"],))
         conn.execute("DELETE FROM task_runs WHERE workflow_run_id = %s", (victim_run,))
         conn.execute("DELETE FROM workflow_runs WHERE id = %s", (victim_run,))

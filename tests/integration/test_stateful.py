@@ -10,6 +10,12 @@ fairly. After every step, every row must equal its model's snapshot, the log mus
 exactly the model's events, the aggregate reconstituted from the log must equal the row,
 and the outbox must hold one dispatch per move into ``ready``.
 
+Concurrency limits are in the model too (docs/scheduling/limits.md): runs drawn with a
+``max_running_tasks``, an operator's limit set and unset on a type, a claim past a limit
+lost with its dispatch held, and each task that leaves ``running`` dispatching again the
+oldest held task of its type and of its run; the counter rows must equal the model's
+running tasks.
+
 A success finished by a worker also advances its run in the same transaction when the
 run is running (``advance.advance_after_finish``); the model follows the same rule
 (:meth:`ServiceAgainstAggregates.follow_the_finish_advance`).
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 from uuid import UUID, uuid4
@@ -127,14 +134,21 @@ def normalised_error(error: dict[str, str]) -> dict[str, str]:
 
 
 class TaskModel:
-    """One task run's model aggregate, its expected events and its expected dispatches."""
+    """One task run's model aggregate, its expected events and its expected dispatches.
+    ``freed``: called with the task's id when it leaves running (its limits' slots)."""
 
-    def __init__(self, aggregate: TaskRun, created: DomainEventProtocol[UUID]) -> None:
+    def __init__(
+        self,
+        aggregate: TaskRun,
+        created: DomainEventProtocol[UUID],
+        freed: Callable[[UUID], None],
+    ) -> None:
         self.aggregate = aggregate
         self.events: list[DomainEventProtocol[UUID]] = [created]
         ready = aggregate.state is TaskRunState.READY
         #: The fencing token of each outbox row, in order.
         self.dispatches: list[int] = [0] if ready else []
+        self._freed = freed
 
     def record(self) -> None:
         """Move the aggregate's new events to the expected log, and the expected outbox."""
@@ -143,6 +157,18 @@ class TaskModel:
             if event.state == TaskRunState.READY and event.source != TaskRunState.READY:
                 self.dispatches.append(event.fencing_token)
             self.events.append(event)
+            if event.source == TaskRunState.RUNNING != event.state:  # not a heartbeat
+                self._freed(event.originator_id)
+
+
+@dataclass
+class HoldModel:
+    """A refused claim's held dispatch: which limit, in what order, and whether a freed
+    slot (or a raised limit) has dispatched it again since."""
+
+    held_by: str
+    order: int
+    released: bool = False
 
 
 class ServiceAgainstAggregates(RuleBasedStateMachine):
@@ -158,6 +184,12 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
         empty_postgres(self.url)
         self.task_models: dict[UUID, TaskModel] = {}
         self.run_models: dict[UUID, tuple[WorkflowRun, list[DomainEventProtocol[UUID]]]] = {}
+        #: Concurrency limits: the operator's per type with a counter (None: unset),
+        #: each run's max_running_tasks, and the held dispatches.
+        self.type_limits: dict[str, int | None] = {}
+        self.run_limits: dict[UUID, int | None] = {}
+        self.holds: dict[UUID, HoldModel] = {}
+        self.holds_made = 0
 
     # --- helpers ----------------------------------------------------------------------
 
@@ -221,7 +253,11 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
         }
         max_attempts = data.draw(st.sampled_from([1, 2, 3]), label="max_attempts")
         spec = definition(keys, deps, max_attempts)
+        run_limit = data.draw(st.sampled_from([None, None, 1, 2]), label="max_running_tasks")
+        if run_limit is not None:
+            spec["max_running_tasks"] = run_limit
         run_id = self.app.start_workflow_run(spec, {"n": 1}, actor="user")
+        self.run_limits[run_id] = run_limit
 
         run_row = self.app.get_workflow_run(run_id)
         run_created = workflow_run.created_event(
@@ -255,11 +291,80 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             )
             aggregate = created.mutate(None)
             assert isinstance(aggregate, TaskRun)
-            self.task_models[row.id] = TaskModel(aggregate, created)
+            self.task_models[row.id] = TaskModel(aggregate, created, self.freed)
 
     # One method per command, shared by its own rule and by ``step_forward``.
 
+    # --- concurrency limits -------------------------------------------------------
+
+    def running_of(self, *, task_type: str | None = None, run: UUID | None = None) -> int:
+        return sum(
+            m.aggregate.state is TaskRunState.RUNNING
+            and (task_type is None or m.aggregate.task_type == task_type)
+            and (run is None or m.aggregate.workflow_run_id == run)
+            for m in self.task_models.values()
+        )
+
+    def refusal(self, task: UUID) -> str | None:
+        """Which limit refuses a claim of the ready ``task`` now (the run's first)."""
+        model = self.model(task)
+        run_limit = self.run_limits[model.workflow_run_id]
+        if run_limit is not None and self.running_of(run=model.workflow_run_id) >= run_limit:
+            return "run"
+        type_limit = self.type_limits.get(model.task_type)
+        if type_limit is not None and self.running_of(task_type=model.task_type) >= type_limit:
+            return "type"
+        return None
+
+    def release(self, held_by: str, matches: Callable[[TaskRun], bool], limit: int) -> None:
+        """Dispatch again the oldest ``limit`` held tasks still ready that ``matches``."""
+        waiting = sorted(
+            (hold.order, task)
+            for task, hold in self.holds.items()
+            if hold.held_by == held_by
+            and not hold.released
+            and self.model(task).state is TaskRunState.READY
+            and matches(self.model(task))
+        )
+        for _, task in waiting[:limit]:
+            self.holds[task].released = True
+            self.task_models[task].dispatches.append(self.model(task).fencing_token)
+
+    def freed(self, task: UUID) -> None:
+        """A task left running: the oldest held task of its type and of its run."""
+        model = self.model(task)
+        if model.task_type in self.type_limits:
+            self.release("type", lambda t: t.task_type == model.task_type, 1)
+        if self.run_limits[model.workflow_run_id] is not None:
+            self.release("run", lambda t: t.workflow_run_id == model.workflow_run_id, 1)
+
+    @rule(
+        task_type=st.sampled_from(["t_a", "t_b"]),
+        limit=st.sampled_from([None, 1, 1, 2]),
+    )
+    def operator_limit(self, task_type: str, limit: int | None) -> None:
+        """An operator sets (or removes) a type's limit; the room it makes dispatches
+        held tasks again."""
+        if limit is None:
+            changed = self.app.unset_task_type_limit(task_type)
+            assert changed == (self.type_limits.get(task_type) is not None)
+            if changed:
+                self.type_limits[task_type] = None
+                self.release("type", lambda t: t.task_type == task_type, 2**31)
+            return
+        assert self.app.set_task_type_limit(task_type, limit)
+        self.type_limits[task_type] = limit
+        room = limit - self.running_of(task_type=task_type)
+        self.release("type", lambda t: t.task_type == task_type, max(room, 0))
+
     def do_claim(self, task: UUID, worker: str, lease: float, by_name: bool) -> None:
+        refused = self.refusal(task) if self.model(task).state is TaskRunState.READY else None
+        if refused is not None:
+            # A claim past a limit loses: nothing changes but its dispatch is held.
+            assert self.app.claim_task_run(task, worker, lease) is None
+            self.holds[task] = HoldModel(refused, self.holds_made)
+            self.holds_made += 1
+            return
         before = self.db_now()
         claim = None
         if by_name:
@@ -276,6 +381,7 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             lambda at: self.model(task).claim(worker, timedelta(seconds=lease), at=at),
         )
         if won:
+            self.holds.pop(task, None)
             self.follow_the_claim(task, worker)
         if claim is not None:
             model = self.model(task)
@@ -595,7 +701,16 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             assert list(self.log_of(task)) == expected.events
             outbox = [d.fencing_token for d in self.app.dispatches_of(task)]
             assert outbox == expected.dispatches
+        counted = {view.task_type: view.running for view in self.app.task_type_limits()}
+        assert counted == {t: self.running_of(task_type=t) for t in self.type_limits}
         for run, (model, events) in self.run_models.items():
+            with self.app.store.read() as reads:
+                counter = reads.run_limit(run)
+            if self.run_limits[run] is None:
+                assert counter is None
+            else:
+                assert counter is not None
+                assert counter["running"] == self.running_of(run=run)
             row = self.app.get_workflow_run(run).as_dict()
             snapshot = model.snapshot()
             assert {k: row[k] for k in snapshot} == snapshot

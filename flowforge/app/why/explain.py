@@ -15,6 +15,7 @@ from uuid import UUID
 
 from flowforge import timefmt
 from flowforge.aggregates import failures, task_run
+from flowforge.app.limits import Hold
 from flowforge.app.ports import QueueProbe
 from flowforge.app.results import AuditEntry
 from flowforge.app.service import FlowForge
@@ -176,6 +177,8 @@ def _ready(s: Situation) -> _Answer:
             ],
         )
     latest = s.dispatches[-1]
+    if s.hold is not None and latest.created_at < s.hold.held_at:
+        return _held(s, s.hold)
     again = f" (dispatch {len(s.dispatches)} of this task)" if len(s.dispatches) > 1 else ""
     if latest.published_at is None:
         return (
@@ -216,6 +219,32 @@ def _ready(s: Situation) -> _Answer:
                 f"free: are workers running with it (`flowforge worker --tasks MODULE`), "
                 f"and all busy?",
             ),
+        ],
+    )
+
+
+def _held(s: Situation, hold: Hold) -> _Answer:
+    """A ready task whose last claim a concurrency limit refused: its dispatch is held
+    until a task under that limit stops running (docs/scheduling/limits.md)."""
+    key, task_type = s.task.task_key, s.task.task_type
+    if hold.held_by == "run":
+        limit = "its run's limit (max_running_tasks)"
+        frees = "a task of this run"
+        see = f"`flowforge status {s.run.id}` shows which run"
+    else:
+        limit = f"the limit on task type {task_type!r}"
+        frees = f"a {task_type} task"
+        see = "`flowforge limit list` shows the type's limit (a task's own max_running "
+        see += "may lower it)"
+    return (
+        "limit_reached",
+        f"{key} is ready but held by {limit}: {hold.running} running, at most "
+        f"{hold.limit} (held since {_clock(hold.held_at)}, {_ago(hold.held_at, s.at)})",
+        [
+            f"a claim past a concurrency limit leaves the task ready and holds its "
+            f"dispatch; when {frees} stops running, its slot dispatches the oldest held "
+            f"task again",
+            see,
         ],
     )
 

@@ -20,6 +20,7 @@ from flowforge.aggregates.base import view
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.task_run import TaskRun, TaskRunChanges, TaskRunFixed
 from flowforge.aggregates.workflow_run import WorkflowRun, WorkflowRunChanges, WorkflowRunFixed
+from flowforge.app.limits import Hold
 from flowforge.app.ports import QueueState
 from flowforge.app.results import AuditEntry
 from flowforge.app.service import FlowForge
@@ -89,6 +90,9 @@ class Situation:
     embedded: bool = False
     #: The task type's queue on the broker now (live, with a broker that answered).
     queue: QueueState | None = None
+    #: The concurrency limit that refused the task's last claim, if it is still held
+    #: (live only: holds are delivery state, not in the log).
+    hold: Hold | None = None
 
 
 @dataclass(slots=True)
@@ -125,6 +129,7 @@ def situation_now(app: FlowForge, task_run_id: UUID) -> Situation:
         task_log=[e for e in entries if e.aggregate_id == row.id],
         run_log=[e for e in entries if e.aggregate == "WorkflowRun"],
         dispatches=[_dispatch(d) for d in app.dispatches_of(row.id)],
+        hold=app.hold_of(row),
     )
 
 

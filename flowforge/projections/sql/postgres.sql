@@ -70,6 +70,11 @@ FOR UPDATE SKIP LOCKED
 -- macro: written_by_this_transaction
 xmin::text::bigint = mod(txid_current_if_assigned(), 4294967296)
 
+-- A new outbox row's dispatch id (a released hold's: limits in common.sql): random, as
+-- md5 of random() rather than gen_random_uuid(), which needs PostgreSQL 13.
+-- macro: random_uuid
+CAST(md5(random()::text || clock_timestamp()::text) AS uuid)
+
 -- A new deployment's id (flowforge_deployment): 12 random hex digits. md5 of random()
 -- rather than gen_random_uuid(), which needs PostgreSQL 13.
 -- macro: random_deployment_id
@@ -255,3 +260,37 @@ WHERE {finished_here}
             )
     )
 RETURNING workflow_run_id;
+
+-- A limited claim's first statement: the lock every write of task_runs takes (ROW
+-- EXCLUSIVE), taken before the counter rows' locks, so that an operator's change of a
+-- limit (which takes lock_task_runs_for_limit first, then a counter row) cannot
+-- deadlock with it. An UPDATE of no row rather than LOCK TABLE, which PostgreSQL
+-- refuses in the implicit transaction of a pipeline sent whole (the claim's one round
+-- trip); the table lock is taken all the same.
+-- name: lock_task_runs_for_claim
+UPDATE task_runs SET version = version WHERE false;
+
+-- A new counter row must count every running task of its type: this lock waits for the
+-- writes of task_runs in progress (a claim that did not see a counter row) and keeps
+-- new ones out until the commit, after which every claim sees the row. Taken only by an
+-- operator's change of a limit and by the first submission that limits a type.
+-- name: lock_task_runs_for_limit
+LOCK TABLE task_runs IN SHARE ROW EXCLUSIVE MODE;
+
+-- The slots a task frees when it leaves running, in the statement that moves it
+-- (task_finish's and task_reclaim's recorded variants, statements.FREEING_STATEMENTS):
+-- its run's counter row, then its type's (the order every writer takes them in: the
+-- second reads the first, which PostgreSQL therefore runs to completion before it), each
+-- only for a row the UPDATE ``t`` wrote. A task with no limit matches no counter row: no
+-- statement of its own. The held task a freed slot dispatches is found by the next
+-- statement (release_held_dispatches), whose snapshot sees a hold committed while this
+-- one waited for a counter row (docs/scheduling/limits.md).
+-- macro: free_slots_of_row
+run_freed AS (
+    UPDATE run_limits SET running = CASE WHEN running > 0 THEN running - 1 ELSE 0 END
+    WHERE workflow_run_id IN (SELECT workflow_run_id FROM t) RETURNING 1),
+type_freed AS (
+    UPDATE task_type_limits SET running = CASE WHEN running > 0 THEN running - 1 ELSE 0 END
+    WHERE task_type IN (SELECT task_type FROM t)
+      AND (SELECT count(*) FROM run_freed) >= 0
+    RETURNING 1),

@@ -56,6 +56,7 @@ CREATE TABLE task_runs (
         CONSTRAINT task_runs_timeout_seconds_positive CHECK (timeout_seconds > 0),
     deadline_at {timestamp}
         CONSTRAINT task_runs_deadline_only_running CHECK (deadline_at IS NULL OR state = 'running'),
+    max_running integer CONSTRAINT task_runs_max_running_positive CHECK (max_running >= 1),
     CONSTRAINT task_runs_workflow_run_task_key_unique UNIQUE (workflow_run_id, task_key),
     CONSTRAINT taskrun_lease_iff_running
         CHECK ((state = 'running') = (lease_expires_at IS NOT NULL))
@@ -124,3 +125,5 @@ CREATE TABLE schedules (
 );
 CREATE UNIQUE INDEX schedules_live_name_unique ON schedules (name) WHERE state <> 'deleted';
 CREATE INDEX schedules_next_fire_at_idx ON schedules (next_fire_at) WHERE state = 'active';
+
+{create_limit_tables};

@@ -76,6 +76,14 @@ INDEXED BY task_runs_retry_due_idx
 -- macro: note_run_held
 
 
+-- A new outbox row's dispatch id: 32 random hex digits (uuids are stored as hex here).
+-- macro: random_uuid
+lower(hex(randomblob(16)))
+
+-- A single writer: a row this transaction's statements just matched was written here.
+-- macro: written_by_this_transaction
+1 = 1
+
 -- A new deployment's id (flowforge_deployment): 12 random hex digits.
 -- macro: random_deployment_id
 lower(hex(randomblob(6)))
@@ -128,6 +136,13 @@ SELECT 1;
 
 -- The schedules too (migration 11): a schedule's pause or resume writes no other table.
 -- name: lock_projected_schedules
+SELECT 1;
+
+-- The write lock already serialises a claim and a change of a limit.
+-- name: lock_task_runs_for_claim
+SELECT 1;
+
+-- name: lock_task_runs_for_limit
 SELECT 1;
 
 -- Whether the schema was ever created, asked without creating anything (the catalog).

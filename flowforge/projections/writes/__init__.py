@@ -4,9 +4,9 @@
 (:class:`~flowforge.projections.reads.Reads`) and its writes, one part per concept:
 ``tasks`` (a task run's edges, ``tasks.py``), ``runs`` (a run's creation, edges and the
 locks of an advance, ``runs.py``), ``leaves`` (the leaf shortcut, ``leaves.py``),
-``outbox`` (dispatches, ``outbox.py``), ``marks`` (the scheduler's wake-ups,
-``marks.py``), ``schedules`` (cron schedules, ``schedules.py``) and ``rebuild``
-(``rebuild.py``). Each edge is one conditional write with
+``outbox`` (dispatches, ``outbox.py``), ``limits`` (concurrency limits, ``limits.py``),
+``marks`` (the scheduler's wake-ups, ``marks.py``), ``schedules`` (cron schedules,
+``schedules.py``) and ``rebuild`` (``rebuild.py``). Each edge is one conditional write with
 its event (``recording.py``) and what follows it in the same transaction (the run's
 mark, the outbox row of a task that became ready): the transaction commits all of it or
 none of it.
@@ -21,6 +21,7 @@ from eventsourcing.persistence import Mapper
 from flowforge.projections.db.protocols import Transaction
 from flowforge.projections.reads import Reads
 from flowforge.projections.writes.leaves import Leaf, LeafSuccess, LeafWrites
+from flowforge.projections.writes.limits import LimitWrites
 from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.rebuild import RebuildWrites
@@ -48,8 +49,9 @@ class Writes(Reads):
         self.recording = Recording(tx, mapper, events_in_sql=events_in_sql)
         self.marks = RunMarks(tx, after_edges=marks_runs)
         self.outbox = OutboxWrites(tx)
-        self.tasks = TaskWrites(self.recording, self.marks, self.outbox)
-        self.leaves = LeafWrites(self.recording, self.marks)
-        self.runs = RunWrites(self.recording, self.marks, self.tasks, now=self.now)
+        self.limits = LimitWrites(self.recording, self.outbox)
+        self.tasks = TaskWrites(self.recording, self.marks, self.outbox, self.limits)
+        self.leaves = LeafWrites(self.recording, self.marks, self.outbox)
+        self.runs = RunWrites(self.recording, self.marks, self.tasks, self.limits, now=self.now)
         self.schedules = ScheduleWrites(self.recording, self.runs, now=self.now)
         self.rebuild = RebuildWrites(tx)

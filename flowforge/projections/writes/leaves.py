@@ -18,7 +18,9 @@ from uuid import UUID
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.states import WorkflowRunState
 from flowforge.projections.tables import TaskRunRow
+from flowforge.projections.writes.limits import free_statements
 from flowforge.projections.writes.marks import RunMarks
+from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
 from flowforge.projections.writes.runs import run_params
 from flowforge.projections.writes.tasks import START_RUN, SUCCEED_TASK, finish_params
@@ -36,6 +38,8 @@ class Leaf:
 
     run_id: UUID
     task_key: str
+    #: Its type, whose slot its success frees (docs/scheduling/limits.md).
+    task_type: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +55,10 @@ class LeafSuccess:
 class LeafWrites:
     """The leaf shortcut in one write transaction: it ends the transaction."""
 
-    def __init__(self, recording: Recording, marks: RunMarks) -> None:
+    def __init__(self, recording: Recording, marks: RunMarks, outbox: OutboxWrites) -> None:
         self._recording = recording
         self._marks = marks
+        self._outbox = outbox
 
     def succeed(self, successes: Sequence[LeafSuccess], *, actor: str) -> list[TaskRunRow | None]:
         """Each success and all that follows it, all in ONE round trip with the COMMIT:
@@ -78,8 +83,13 @@ class LeafWrites:
         # Only the finish's and the mark's rows are read: not the run rows the start and
         # the success return (their definitions are most of the loading).
         unread = [i for i in range(len(statements)) if i % per not in _ROWS_READ]
-        rows = self._recording.tx.run_each(statements, commit=True, unread=unread)
+        frees = _frees(in_lock_order)
+        first_free = len(statements)
+        rows = self._recording.tx.run_each([*statements, *frees], commit=True, unread=unread)
         self._recording.last_statement_sent = True
+        if any(rows[first_free:]):  # a release's rows: a held task dispatched again
+            self._outbox.enqueued = True
+        rows = rows[:first_free]
         groups = [rows[i : i + per] for i in range(0, len(rows), per)]
         if any(group[-1] for group in groups):  # the mark's rows: a scheduler's to do
             self._marks.made = True
@@ -123,3 +133,11 @@ class LeafWrites:
             ),
             ("mark_run_wakeup_after_finish", mark),
         ]
+
+
+def _frees(successes: Sequence[LeafSuccess]) -> list[Statement]:
+    """After every finish, the held tasks the successes' freed slots dispatch again
+    (limits.py). Each finish freed its slots in its own statement (task_finish's
+    recorded variant, postgres.sql); each release acts only for a success that won, and
+    finds nothing for a task with no limit."""
+    return [free_statements(s.task_run_id, s.leaf.task_type, s.leaf.run_id)[-1] for s in successes]

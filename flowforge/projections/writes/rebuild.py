@@ -30,9 +30,18 @@ class RebuildWrites:
         ]
 
     def delete_projections(self) -> None:
+        self._tx.run("delete_limits")
+        self._tx.run("delete_run_limits")
         self._tx.run("delete_task_runs")
         self._tx.run("delete_workflow_runs")
         self._tx.run("delete_schedules")
+
+    def recount_limits(self) -> None:
+        """The limits' counter rows after the log is applied: one for every type a
+        task's own limit names, and every counter recounted from the rebuilt rows."""
+        self._tx.run("insert_task_type_limit_counters")
+        self._tx.run("recount_task_type_limits")
+        self._tx.run("recount_run_limits")
 
     def apply(self, event: DomainEventProtocol[UUID]) -> bool:
         """Apply one event of the log to the rows; False only for a run whose idempotency

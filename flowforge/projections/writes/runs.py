@@ -20,6 +20,7 @@ from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.projections import projector
 from flowforge.projections.reads import RunCompletion, first_row
 from flowforge.projections.tables import WorkflowRunRow
+from flowforge.projections.writes.limits import LimitWrites
 from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
 from flowforge.projections.writes.tasks import START_RUN, TaskWrites, run_state_of
@@ -42,10 +43,12 @@ class RunWrites:
         recording: Recording,
         marks: RunMarks,
         tasks: TaskWrites,
+        limits: LimitWrites,
         *,
         now: Callable[[], datetime],
     ) -> None:
         self._recording = recording
+        self._limits = limits
         #: The database's clock (``Reads.now``), asked only where SQL does not build events.
         self._now = now
         self._tx = recording.tx
@@ -96,6 +99,8 @@ class RunWrites:
             assert idempotency_key is not None  # only a key can conflict
             return self.id_by_idempotency_key(idempotency_key), False
         self._recording.append([created])
+        # Before any task row is written: it may take task_runs' lock (limits.py).
+        self._limits.ensure_counters([t.type for t in definition.tasks if t.max_running])
         for task in definition.tasks:
             carried = None if rerun is None else rerun.carried.get(task.key)
             if carried is not None:
@@ -114,6 +119,7 @@ class RunWrites:
                 max_attempts=definition.retry_policy_for(task.key).max_attempts,
                 lease_seconds=definition.lease_seconds_for(task.key),
                 timeout_seconds=definition.timeout_seconds_for(task.key),
+                max_running=task.max_running,
                 state=state,
                 actor=actor,
             )

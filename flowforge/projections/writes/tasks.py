@@ -30,6 +30,7 @@ from flowforge.projections import projector
 from flowforge.projections.db.protocols import Row
 from flowforge.projections.reads import runs_of_tasks_unless_known
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from flowforge.projections.writes.limits import LimitWrites
 from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
@@ -74,11 +75,14 @@ if set(TASK_EDGE_METHODS) != {t.name for t in TASK_RUN_MACHINE}:
 class TaskWrites:
     """The task-run edges of one write transaction."""
 
-    def __init__(self, recording: Recording, marks: RunMarks, outbox: OutboxWrites) -> None:
+    def __init__(
+        self, recording: Recording, marks: RunMarks, outbox: OutboxWrites, limits: LimitWrites
+    ) -> None:
         self._recording = recording
         self._tx = recording.tx
         self._marks = marks
         self._outbox = outbox
+        self._limits = limits
 
     def create(self, event: TaskRun.Created) -> None:
         """A new task run's row and event, and its dispatch if it starts ready."""
@@ -310,10 +314,12 @@ class TaskWrites:
         return self._recording.recorded(TaskRunRow, rows, event)
 
     def _followed(self, row: TaskRunRow | None, edge: Transition) -> TaskRunRow | None:
-        """What follows a won edge besides its event: the run's mark, and the outbox row
-        of a task that became ready."""
+        """What follows a won edge besides its event: the run's mark, the slots of a task
+        that left running, and the outbox row of a task that became ready."""
         if row is None:
             return None
+        if edge.source.value == _RUNNING:
+            self._limits.free(row)
         if edge.name not in _LEAVE_RUN_ALONE:
             self._marks.after_edge(row.workflow_run_id, row.task_key)
         if row.state == _READY and edge.source != _READY:

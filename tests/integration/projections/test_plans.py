@@ -45,6 +45,8 @@ WHOLE_TABLE = {
     "delete_workflow_runs": "the rebuild empties the table",
     "fill_missing_task_leases": "a migration and a rebuild fill every older row",
     "select_every_run": "the rebuild's verification reads every run",
+    "insert_task_type_limit_counters": "the rebuild makes a counter for every type a "
+    "task's own max_running limits",
 }
 _SEQ_SCAN = re.compile(r"Seq Scan on (\w+)")
 
@@ -167,6 +169,13 @@ SQLITE_WHOLE_TABLE = {
     "fill_missing_task_leases": WHOLE_TABLE["fill_missing_task_leases"],
     "select_every_run": WHOLE_TABLE["select_every_run"],
     "select_stored_events": "the rebuild replays every event",
+    "insert_task_type_limit_counters": WHOLE_TABLE["insert_task_type_limit_counters"],
+    "recount_task_type_limits": "the rebuild recounts every type's running tasks",
+    "change_task_type_limit": "an operator's change of a limit counts its type's running "
+    "tasks (rare, on no loop; SQLite cannot see that state = 'running' implies the "
+    "leases' index's predicate)",
+    "ensure_task_type_counter": "the first run that limits a type counts its running "
+    "tasks, once per type",
     "select_ready_task_runs": "a listing a user asks for, on no loop (SQLite cannot see "
     "that state = 'ready' implies the unfinished-tasks index's predicate)",
 }

@@ -486,7 +486,7 @@ class StoreContract:
         self, store: Store, run_and_task: tuple[UUID, UUID]
     ) -> None:
         run_id, task_id = run_and_task
-        leaf = Leaf(run_id, "a")
+        leaf = Leaf(run_id, "a", "a")
         if not store.events_in_sql:  # SQLite: no row locks or transaction ids
             with store.write() as writes:
                 claimed = writes.tasks.claim(task_id, "w1", LEASE_S)

@@ -96,6 +96,7 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "max_attempts",
         "lease_seconds",
         "timeout_seconds",
+        "max_running",
     )
     assert workflow_run.STATIC_FIELDS == (
         "workflow_name",

@@ -67,7 +67,9 @@ def test_claims_are_bounded_oldest_first() -> None:
 def test_only_a_task_nothing_depends_on_in_a_parsed_definition_is_a_leaf() -> None:
     run_id = uuid4()
     definitions = parsed(run_id)
-    assert leaf_of(claimed(run_id, "b"), definitions) == Leaf(run_id, "b")
+    assert leaf_of(claimed(run_id, "b"), definitions) == Leaf(
+        run_id, "b", claimed(run_id, "b").task_type
+    )
     assert leaf_of(claimed(run_id, "a"), definitions) is None  # b depends on a
     assert leaf_of(claimed(uuid4(), "b"), definitions) is None  # definition not parsed
     assert leaf_of(None, definitions) is None

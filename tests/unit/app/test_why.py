@@ -32,6 +32,7 @@ def view(key: str, state: str, **fields: Any) -> why.TaskView:
         "max_attempts": 3,
         "lease_seconds": 30.0,
         "timeout_seconds": None,
+        "max_running": None,
         "fencing_token": 0,
         "lease_owner": None,
         "lease_expires_at": None,

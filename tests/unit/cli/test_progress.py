@@ -61,6 +61,7 @@ def task(key: str, state: str, **fields: Any) -> TaskRunRow:
         "max_attempts": 3,
         "lease_seconds": 30.0,
         "timeout_seconds": None,
+        "max_running": None,
         "state": state,
         "fencing_token": 1,
         "attempt": 1,

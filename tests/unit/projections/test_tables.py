@@ -11,21 +11,15 @@ import pytest
 from flowforge.projections import tables
 
 #: The tables' columns, as the rows carry them (schema.sql declares them, migrations
-#: added lease_seconds, the rerun columns, then the timeout columns): a field added to or dropped
+#: added lease_seconds, the rerun columns, the timeout columns, then max_running; the
+#: rows carry the fixed fields first): a field added to or dropped
 #: from an aggregate's declaration changes a table, which must be a deliberate change
 #: here, in schema.sql and in a migration, not a side effect.
 TASK_RUN_COLUMNS = (
     *("id", "workflow_run_id", "task_key", "task_type", "depends_on", "max_attempts"),
-    *("lease_seconds", "timeout_seconds", "state", "fencing_token", "attempt", "lease_owner"),
-    *(
-        "lease_expires_at",
-        "deadline_at",
-        "started_at",
-        "finished_at",
-        "retry_due_at",
-        "result",
-        "error",
-    ),
+    *("lease_seconds", "timeout_seconds", "max_running", "state", "fencing_token"),
+    *("attempt", "lease_owner", "lease_expires_at", "deadline_at", "started_at"),
+    *("finished_at", "retry_due_at", "result", "error"),
     *("carried_from_run_id", "carried_from_task_run_id", "carried_from_attempt"),
     *("version", "created_at", "updated_at"),
 )

@@ -41,6 +41,7 @@ def row(state: str, **changes: Any) -> dict[str, Any]:
         "max_attempts": 3,
         "lease_seconds": 30.0,
         "timeout_seconds": None,
+        "max_running": None,
         "state": state,
         "fencing_token": 1,
         "attempt": 1,

@@ -32,6 +32,7 @@ def task_row(state: str, *, version: int = 2, token: int = 1) -> TaskRunRow:
         max_attempts=3,
         lease_seconds=30.0,
         timeout_seconds=None,
+        max_running=None,
         state=state,
         fencing_token=token,
         attempt=1,
@@ -94,7 +95,9 @@ def writes_over(row: TaskRunRow | None) -> tuple[Writes, StandInTransaction]:
 def test_a_lost_write_marks_and_dispatches_nothing_and_returns_none() -> None:
     writes, tx = writes_over(None)
     assert writes.tasks.reclaim(uuid4(), actor="reaper") is None
-    assert tx.deferred == [] and not writes.marks.made and not writes.outbox.enqueued
+    assert (
+        tx.named("mark_run_wakeup") == [] and not writes.marks.made and not writes.outbox.enqueued
+    )
 
 
 def test_a_won_claim_leaves_its_run_alone_and_can_be_the_last_statement() -> None:
@@ -120,7 +123,7 @@ def test_an_edge_leaves_the_mark_to_its_caller_when_marks_are_off() -> None:
     writes, tx = writes_over(row)
     writes.marks.after_edges = False
     writes.tasks.finish(row.id, TASK_RUN_MACHINE.get("fail"), 1, actor="w1")
-    assert tx.deferred == [] and not writes.marks.made
+    assert tx.named("mark_run_wakeup") == [] and not writes.marks.made
 
 
 @pytest.mark.parametrize("edge", ["reap_lease", "retry_ready", "dependencies_satisfied"])
