@@ -38,6 +38,19 @@ def uuid7(unix_ms: int, random_bytes: bytes) -> UUID:
     return UUID(int=(unix_ms << 80) | _VERSION_7 | (rand_a << 64) | _VARIANT_RFC | rand_b)
 
 
+#: Hex digits of an id's short form: its last ones, which are random. Its first ones are
+#: its creation time, shared by every id made within the same few minutes, so a prefix
+#: tells recent runs apart only when it is long. 32 random bits: two of a thousand recent
+#: runs share a short id about once in eight thousand such thousands.
+SHORT_ID_DIGITS = 8
+
+
+def short_id(full: UUID) -> str:
+    """The short form of an id that FlowForge prints: its last :data:`SHORT_ID_DIGITS`
+    hex digits (random), which the CLI takes back wherever it takes an id."""
+    return full.hex[-SHORT_ID_DIGITS:]
+
+
 def new_id() -> UUID:
     """A new id: a UUIDv7 of now, with the operating system's randomness."""
     return uuid7(time.time_ns() // 1_000_000, os.urandom(RANDOM_BYTES))

@@ -1,8 +1,12 @@
-"""Finding a run or a task run from what a user types: a full id, a unique prefix of
-one (``3f2a``), or ``RUN/TASK_KEY`` for a task of a run (``3f2a/enrich``).
+"""Finding a run or a task run from what a user types: a full id, its short form (the
+last 8 hex digits, which FlowForge prints: ``b7e5d3f0``), any unique start or end of one
+of at least 4 hex digits, or ``RUN/TASK_KEY`` for a task of a run (``b7e5d3f0/enrich``).
 
-Prefixes are matched against the most recent :data:`PREFIX_SCAN_RUNS` runs and their
-tasks (the tables have no prefix index); a full id always works.
+Ids are time-ordered (``aggregates/ids.py``): their first digits are their creation
+time, shared by the ids made within the same few minutes, so the short form is their
+random end, as unique in practice as git's short hashes. Partial ids are matched against
+the most recent :data:`PREFIX_SCAN_RUNS` runs and their tasks (the tables have no index
+for them); a full id always works.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import TypeVar
 from uuid import UUID
 
 from flowforge import errors
+from flowforge.aggregates.ids import SHORT_ID_DIGITS
 from flowforge.app.service import FlowForge
 from flowforge.cli.parser import UsageError
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
@@ -81,15 +86,18 @@ def _recent_runs(app: FlowForge, text: str) -> list[WorkflowRunRow]:
     prefix = text.lower()
     if len(prefix.replace("-", "")) < MIN_PREFIX or not _PREFIX.match(prefix):
         raise UsageError(
-            f"{text!r} is not an id: give a full id or at least {MIN_PREFIX} of its first "
-            f"hex digits (e.g. 3f2a)"
+            f"{text!r} is not an id: give a full id, its short form (the 8 hex digits "
+            f"FlowForge prints, e.g. b7e5d3f0), or at least {MIN_PREFIX} of its first or "
+            f"last hex digits"
         )
     return app.recent_runs(PREFIX_SCAN_RUNS)
 
 
 def _matches(candidate: UUID, text: str) -> bool:
-    prefix = text.lower()
-    return str(candidate).startswith(prefix) or candidate.hex.startswith(prefix)
+    """``text`` is the start or the end of the id (with or without its hyphens)."""
+    part = text.lower()
+    full, digits = str(candidate), candidate.hex
+    return any(s.startswith(part) or s.endswith(part) for s in (full, digits))
 
 
 def _one(matches: list[_Row], text: str, what: str, hint: str) -> _Row:
@@ -97,6 +105,9 @@ def _one(matches: list[_Row], text: str, what: str, hint: str) -> _Row:
         return matches[0]
     if not matches:
         kind = errors.UnknownTaskRunError if what == "task run" else errors.UnknownRunError
-        raise kind(f"no {what} has an id starting with {text!r}; {hint}")
+        raise kind(f"no {what} has an id starting or ending with {text!r}; {hint}")
     shown = ", ".join(str(m.id) for m in matches[:5])
-    raise UsageError(f"{text!r} matches {len(matches)} {what}s ({shown}); give more of the id")
+    raise UsageError(
+        f"{text!r} matches {len(matches)} {what}s ({shown}); give more of the id, or its "
+        f"short form (its last {SHORT_ID_DIGITS} hex digits)"
+    )

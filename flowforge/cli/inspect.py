@@ -15,6 +15,7 @@ from typing import Any
 
 from flowforge import errors, timefmt
 from flowforge.aggregates import task_run, workflow_run
+from flowforge.aggregates.ids import short_id
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app import why as explain_task
 from flowforge.app.ports import QueueProbe, QueueState
@@ -46,7 +47,7 @@ def runs(args: argparse.Namespace) -> int:
         return 0
     rows = [
         [
-            str(run.id),
+            short_id(run.id),
             run.workflow_name,
             run.state,
             timefmt.iso(run.created_at),
@@ -96,11 +97,8 @@ def _watch(app: FlowForge, run_id: Any, *, quiet: bool) -> WorkflowRunRow:
 
 def _print_status(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> None:
     print(f"run {run.id}  {run.workflow_name}  {run.state}")
-    print(
-        f"  created {timefmt.iso(run.created_at)}  started {timefmt.iso(run.started_at)}  "
-        f"finished {timefmt.iso(run.finished_at)}  "
-        f"took {timefmt.span(run.started_at, run.finished_at, now)}"
-    )
+    print(f"  submitted {timefmt.iso(run.created_at)}  started {timefmt.iso(run.started_at)}")
+    print(f"  finished  {timefmt.iso(run.finished_at)}  took {render.took(run, now)}")
     if run.inputs:
         print(f"  inputs {render.compact_json(run.inputs)}")
     if run.idempotency_key:
@@ -110,7 +108,7 @@ def _print_status(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetim
     if note := render.start_note(run, now):
         print(f"  {note}")
     print(f"  tasks: {render.counts(tasks)}\n")
-    for line in render.table(render.TASK_HEADERS, render.task_rows(tasks, now)):
+    for line in render.table(render.TASK_HEADERS, render.task_rows(tasks, now), fit=render.WIDTH):
         print(line)
     if carried := render.carried_over_lines(tasks):
         print("\ncarried over from an earlier run (not run again):")
@@ -127,15 +125,15 @@ def history(args: argparse.Namespace) -> int:
         target = ids.resolve_any(app, args.id)
         if isinstance(target, WorkflowRunRow):
             entries = app.run_history(target.id)
-            title = f"run {target.id} ({target.workflow_name}, {target.state})"
+            title = f"run {short_id(target.id)} ({target.workflow_name}, {target.state})"
         else:
             entries = app.history(target.id)
-            title = f"task run {target.id} ({target.task_key}, {target.state})"
+            title = f"task run {short_id(target.id)} ({target.task_key}, {target.state})"
     if args.json:
         print(render.to_json(entries))
         return 0
     print(f"history of {title}: {len(entries)} transitions")
-    for line in render.table(render.HISTORY_HEADERS, render.history_rows(entries)):
+    for line in render.history_lines(entries):
         print(line)
     return 0
 

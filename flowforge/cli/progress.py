@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.text import Text
 
 from flowforge import timefmt
+from flowforge.aggregates.ids import short_id
 from flowforge.cli import render
 from flowforge.cli.waiting import Wait
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
@@ -149,9 +150,9 @@ class Progress:
 
 def block(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> list[Text]:
     """The live block: the run's summary line, then the task table, states coloured."""
-    # The id's first block: enough to tell runs apart here (the full id was printed
-    # when the run was submitted), and it leaves the line room for the counts.
-    summary = Text(f"run {str(run.id)[:8]} {run.workflow_name}: ")
+    # The short id (its random end, aggregates/ids.py): it tells runs apart and pastes
+    # back into every command, and leaves the line room for the counts.
+    summary = Text(f"run {short_id(run.id)} {run.workflow_name}: ")
     summary.append(run.state, STATE_STYLES.get(run.state, ""))
     summary.append(
         f"  {timefmt.span(run.created_at, run.finished_at, now)}  ({render.counts(tasks)})"

@@ -19,14 +19,39 @@ from flowforge.app.results import AuditEntry
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    """Left-aligned columns, two spaces apart; the last column is not padded."""
+#: The width a table's lines keep to (a terminal's default).
+WIDTH = 80
+#: A last column is never cut narrower than this to keep a table in ``WIDTH``.
+MIN_LAST_COLUMN = 16
+
+
+def table(
+    headers: Sequence[str], rows: Iterable[Sequence[str]], *, fit: int | None = None
+) -> list[str]:
+    """Left-aligned columns, two spaces apart; the last column is not padded. With
+    ``fit``, the last column's values are shortened so that each line keeps to ``fit``
+    characters (to no less than ``MIN_LAST_COLUMN``); the whole values are in --json."""
     cells = [list(headers), *(list(row) for row in rows)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers) - 1)]
+    if fit is not None:
+        room = max(fit - sum(widths) - 2 * len(widths), MIN_LAST_COLUMN)
+        for row in cells[1:]:
+            row[-1] = failures.shorten(row[-1], room)
     return [
         "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
         for row in cells
     ]
+
+
+def took(run: WorkflowRunRow, now: datetime) -> str:
+    """How long a run took, the same wherever it is shown (``run``'s last line,
+    ``status``): from its submission to its end (or now), then how long it ran (from its
+    first claim): ``12.2s (0.21s running)``. A run that waited for a worker took long
+    and ran briefly; the two figures say which."""
+    total = timefmt.span(run.created_at, run.finished_at, now)
+    if run.started_at is None:
+        return f"{total} (never started)"
+    return f"{total} ({timefmt.span(run.started_at, run.finished_at, now)} running)"
 
 
 def task_order(run: WorkflowRunRow, tasks: Sequence[TaskRunRow]) -> list[TaskRunRow]:
@@ -114,23 +139,34 @@ def counts(tasks: Sequence[TaskRunRow]) -> str:
     return ", ".join(f"{n} {state}" for state, n in by_state.items() if n)
 
 
-def history_rows(entries: Sequence[AuditEntry]) -> list[list[str]]:
-    return [
+def history_lines(entries: Sequence[AuditEntry]) -> list[str]:
+    """The audit log as a table that fits 80 columns: one row per transition (its time
+    in full, to paste into ``why --at``; attempt/token; the edge, whose name says the
+    state it leads to), and under it, indented, what it recorded (a lease, a result, an
+    error), when it recorded anything."""
+    rows = [
         [
             timefmt.iso(e.at),
             e.task_key or "(run)",
-            "" if e.attempt is None else str(e.attempt),
-            "" if e.fencing_token is None else str(e.fencing_token),
+            "" if e.attempt is None else f"{e.attempt}/{e.fencing_token}",
             e.actor,
-            e.transition,
-            f"{e.source or '-'} -> {e.target}",
-            _history_note(e),
+            f"create ({e.target})" if e.source is None else e.transition,
         ]
         for e in entries
     ]
+    header, *lines = table(HISTORY_HEADERS, rows)
+    out = [header]
+    for line, entry in zip(lines, entries, strict=True):
+        out.append(line)
+        if note := _history_note(entry):
+            room = WIDTH - len(HISTORY_NOTE_INDENT)
+            out.append(f"{HISTORY_NOTE_INDENT}{failures.shorten(note, room)}")
+    return out
 
 
-HISTORY_HEADERS = ("TIME", "TASK", "ATTEMPT", "TOKEN", "ACTOR", "TRANSITION", "STATE", "NOTE")
+HISTORY_HEADERS = ("TIME", "TASK", "ATT/TOK", "ACTOR", "TRANSITION")
+#: A transition's note goes under its row, past the time column.
+HISTORY_NOTE_INDENT = " " * 29
 
 
 def _history_note(entry: AuditEntry) -> str:

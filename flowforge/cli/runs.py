@@ -13,6 +13,7 @@ from uuid import UUID
 from flowforge import bootstrap, timefmt
 from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
+from flowforge.aggregates.ids import short_id
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import StartedRun
 from flowforge.app.service import FlowForge
@@ -248,14 +249,15 @@ def report_outcome(
     app: FlowForge, run: WorkflowRunRow, stopped_by: str, timeout: float | None, rerun: str
 ) -> int:
     """Say how the run stands in the database, and exit accordingly."""
-    elapsed = timefmt.span(run.created_at, run.finished_at, datetime.now(UTC))
+    took = render.took(run, datetime.now(UTC))
     tasks = render.task_order(run, app.task_runs(run.id))
+    short = short_id(run.id)
     if run.state == "succeeded":
         attempts = sum(t.attempt for t in tasks)
-        print(f"run {run.id} succeeded in {elapsed} ({len(tasks)} tasks, {attempts} attempts)")
+        print(f"run {short} succeeded in {took}: {len(tasks)} tasks, {attempts} attempts")
         return 0
     if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
-        print(f"run {run.id} {run.state} after {elapsed}", file=sys.stderr)
+        print(f"run {short} {run.state} after {took}", file=sys.stderr)
         for task in tasks:
             if task.state == "failed":
                 print(
@@ -309,8 +311,8 @@ def demo(args: argparse.Namespace) -> int:
         code = report_outcome(app, final, stopped_by, None, again)
         print("\nhistory (the audit log):")
         entries = app.run_history(started.run_id)
-        for line in render.table(render.HISTORY_HEADERS, render.history_rows(entries)):
-            print(f"  {line}")
+        for line in render.history_lines(entries):
+            print(line)
         print(f"\ninspect it (the run stays in {app.database.location}):")
     for line in render.inspect_commands(started.run_id, common.program(args), "enrich"):
         print(f"  {line}")

@@ -276,12 +276,61 @@ def test_status_runs_and_history_show_the_finished_run(finished: tuple[Cli, str]
     assert text.returncode == 0
     assert "enrich" in text.stdout and "2/3" in text.stdout
     listed = cli("runs")
-    assert run_id in listed.stdout and "5 succeeded" in listed.stdout
+    assert run_id[-8:] in listed.stdout and "5 succeeded" in listed.stdout
     task_history = cli("history", f"{run_id[:8]}/enrich")
     assert task_history.returncode == 0
     assert "schedule_retry" in task_history.stdout and "ConnectionError" in task_history.stdout
     watched = cli("status", run_id, "--watch")
     assert watched.returncode == 0 and "succeeded" in watched.stdout
+
+
+def test_every_line_of_run_runs_status_and_history_fits_80_columns(
+    finished: tuple[Cli, str],
+) -> None:
+    cli, run_id = finished
+    for command in (
+        ["runs"],
+        ["status", run_id],
+        ["history", run_id],
+        ["history", f"{run_id}/enrich"],
+    ):
+        done = cli(*command)
+        assert done.returncode == 0, done.stderr
+        wide = [line for line in done.stdout.splitlines() if len(line) > 80]
+        assert not wide, (command, wide)
+
+
+def test_the_run_line_and_status_say_the_same_times(finished: tuple[Cli, str]) -> None:
+    """Both show the time from submission and the time running (issue #34 item 6)."""
+    cli, run_id = finished
+    run = cli.json("status", run_id)
+    status = cli("status", run_id).stdout
+    (took,) = re.findall(r"took (\S+ \(\S+ running\))", status)
+    assert took.startswith(timefmt.duration(_seconds(run["created_at"], run["finished_at"])))
+
+
+def _seconds(start: str, end: str) -> float:
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def test_short_ids_printed_paste_back_even_for_ids_made_in_the_same_minute(cli: Cli) -> None:
+    """Ids are time-ordered: ids made within a minute share their first 8+ digits, so
+    the short form FlowForge prints is an id's random end (its last 8 hex digits)."""
+    submitted = [cli("submit", EXAMPLE, "--input", f"rows={n}") for n in (1, 2)]
+    assert all(done.returncode == 0 for done in submitted), submitted
+    listed = cli("runs").stdout.splitlines()[1:]
+    shorts = [line.split()[0] for line in listed]
+    assert len(shorts) == 2 and all(len(short) == 8 for short in shorts)
+    for short, done in zip(shorts, reversed(submitted), strict=True):
+        status = cli.json("status", short)
+        assert status["run_id"] == done.stdout.strip()
+        assert str(status["run_id"]).endswith(short)
+        for task in status["tasks"]:
+            why = cli.json("why", str(task["task_run_id"])[-8:])
+            assert why["task_key"] == task["task_key"]
+    ambiguous = cli("why", str(status["tasks"][0]["task_run_id"])[:8])
+    assert ambiguous.returncode == 2
+    assert "short form" in one_line_error(ambiguous)
 
 
 def test_why_explains_a_finished_task_and_the_past_from_the_log(
