@@ -18,7 +18,6 @@ from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.app.results import AuditEntry
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
-
 #: The width a table's lines keep to (a terminal's default).
 WIDTH = 80
 #: A last column is never cut narrower than this to keep a table in ``WIDTH``.
