@@ -10,12 +10,70 @@ of the exception it caught.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
+
+#: The deepest nesting of lists and objects a stored value (a definition, inputs, a
+#: result) may have. Far more than any real document; it keeps every reader of it (this
+#: process's JSON and TOML parsers, the databases' JSON functions) away from its own
+#: recursion limit, which would fail with a RecursionError instead of a clear message.
+MAX_NESTING = 100
+
+
+def nesting_problem(value: Any, limit: int = MAX_NESTING) -> str | None:
+    """Why ``value`` is nested too deeply to store, or None (iterative: any depth)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, Mapping) else item
+        if not isinstance(item, Mapping | list | tuple):
+            continue
+        if depth > limit:
+            return f"nested more than {limit} levels deep (lists and objects within each other)"
+        stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def first_unstorable(value: Any) -> tuple[str, str] | None:
+    """Where in ``value`` the first part that cannot be stored is, and why: a path
+    such as ``["rows"][2]`` (``""`` for the value itself) and the problem, e.g.
+    ``a set, not JSON``; None if every part can be stored."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        problem = _own_problem(item)
+        if problem is not None:
+            return path, problem
+        if isinstance(item, Mapping):
+            for key in reversed(list(item)):
+                stack.append((item[key], f"{path}[{key!r}]"))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{path}[{i}]") for i, child in reversed(list(enumerate(item))))
+    return None
+
+
+def _own_problem(item: Any) -> str | None:
+    """Why this one value (not its children) cannot be stored, or None."""
+    if isinstance(item, float) and not math.isfinite(item):
+        return f"{item!r} is not a finite number"
+    if isinstance(item, str):
+        return unicode_problem(item)
+    if isinstance(item, Mapping):
+        keys = [k for k in item if not isinstance(k, str)]
+        return f"a key that is not a string ({keys[0]!r})" if keys else None
+    if isinstance(item, (list, tuple, *_SCALARS)):
+        return None
+    return f"{type(item).__name__!r} is not JSON"
 
 
 def checked_json(value: Any, what: str) -> Any:
     """``value`` as stored and read back (tuples become lists), or a clear ValueError."""
+    if problem := nesting_problem(value):
+        raise ValueError(f"{what} is {problem}; FlowForge stores at most {MAX_NESTING}")
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
         text.encode("utf-8")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flowforge.aggregates.definition import WorkflowDefinition, parse_definition
+from flowforge.aggregates.json_values import MAX_NESTING, nesting_problem
 from flowforge.errors import InvalidWorkflowDefinitionError
 
 Source = WorkflowDefinition | Mapping[str, Any] | str | os.PathLike[str]
@@ -56,7 +57,8 @@ def _file_format(path: str) -> tuple[str, Callable[[str], Any]]:
 def _read_file(path: str) -> str:
     """The file's text, or an error naming the file and what is wrong with it."""
     try:
-        with open(path, encoding="utf-8") as file:
+        # utf-8-sig: a byte-order mark some editors write is read past, not an error.
+        with open(path, encoding="utf-8-sig") as file:
             return file.read()
     except FileNotFoundError as exc:
         raise InvalidWorkflowDefinitionError(f"{path}: no such file") from exc
@@ -75,6 +77,13 @@ def _parse(path: str, language: str, parse: Callable[[str], Any], text: str) -> 
         data = parse(text)
     except ValueError as exc:  # TOMLDecodeError and JSONDecodeError; both name the line
         raise InvalidWorkflowDefinitionError(f"{path}: invalid {language}: {exc}") from exc
+    except RecursionError as exc:  # the parsers recurse once per level of nesting
+        raise InvalidWorkflowDefinitionError(
+            f"{path}: nested too deeply to read (lists and tables within each other, "
+            f"at most {MAX_NESTING} levels)"
+        ) from exc
+    if problem := nesting_problem(data):
+        raise InvalidWorkflowDefinitionError(f"{path}: {problem}; at most {MAX_NESTING}")
     if not isinstance(data, dict):
         raise InvalidWorkflowDefinitionError(
             f"{path}: the top level must be a {language} object, got {type(data).__name__}"

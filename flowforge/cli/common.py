@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from flowforge import config, errors
+from flowforge.aggregates import json_values
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.app.definition_files import load_definition
 from flowforge.app.service import FlowForge
@@ -143,6 +144,10 @@ def _input_value(key: str, raw: str) -> Any:
             f"({_first_line(exc)}); fix it, or quote it to pass the text: "
             f"{key}='\"...\"'"
         ) from exc
+    if problem := json_values.nesting_problem(value):
+        raise UsageError(
+            f"--input {key}: {problem}; a run stores at most {json_values.MAX_NESTING}"
+        )
     return value
 
 

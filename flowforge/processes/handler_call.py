@@ -62,9 +62,15 @@ class HandlerCall:
         try:
             return json_values.checked_json(self._result, "a handler's result"), None
         except ValueError as exc:
-            problem = TypeError(
-                f"the handler of task {self._context.task_key!r} returned a "
-                f"{type(self._result).__name__} that cannot be stored, so it is not "
-                f"JSON-serialisable as a result: {exc}"
-            )
-            return None, error_details(problem)
+            return None, error_details(self._unstorable(exc))
+
+    def _unstorable(self, exc: ValueError) -> TypeError:
+        """Why the result cannot be stored, the cause and where it is first: the line
+        ``status`` and ``why`` show is cut at 120 characters."""
+        found = json_values.first_unstorable(self._result)
+        where, cause = found if found is not None else ("", str(exc.__cause__ or exc))
+        at = f" at result{where}" if where else ""
+        return TypeError(
+            f"result cannot be stored{at}: {cause} (task {self._context.task_key!r} "
+            f"returned a {type(self._result).__name__}; a result must be JSON: {exc})"
+        )

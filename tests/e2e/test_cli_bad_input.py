@@ -148,6 +148,64 @@ def test_argument_bytes_that_are_not_utf8_are_refused_by_the_real_command(
         assert f"error: {option}: not valid UTF-8 text" in stderr
 
 
+# --- workflow files: nesting and encodings ------------------------------------------------
+
+_TASKS = '"tasks": [{"key": "a", "type": "a"}]'
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "problem"),
+    [
+        ("deep.json", "[" * 100_000 + "]" * 100_000, "nested too deeply to read"),
+        ("deep.toml", 'name = "w"\nv = ' + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+        (
+            "deep2.json",
+            '{"name": "w", ' + _TASKS + ', "description": ' + "[" * 150 + "]" * 150 + "}",
+            "nested more than 100 levels deep",
+        ),
+    ],
+)
+def test_a_deeply_nested_workflow_file_is_bad_input_from_the_real_command(
+    tmp_path: Path, name: str, text: str, problem: str
+) -> None:
+    """The real process: a RecursionError must not escape as a traceback (exit 1)."""
+    (tmp_path / name).write_text(text)
+    env = {**clean_environment(), "FLOWFORGE_DATABASE_URL": f"sqlite:///{tmp_path / 'ff.db'}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "flowforge", "submit", name],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == BAD_INPUT, done.stderr
+    assert f"{name}: {problem}" in one_line_error(done)
+
+
+def test_a_deeply_nested_input_is_bad_input(cli: InProcess) -> None:
+    done = cli("submit", EXAMPLE, "--input", "x=" + "[" * 500 + "]" * 500)
+    assert done.returncode == BAD_INPUT, done.stderr
+    assert "--input x: nested more than 100 levels deep" in one_line_error(done)
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_a_workflow_file_with_a_utf8_byte_order_mark_is_read(
+    any_cli: InProcess, suffix: str
+) -> None:
+    """Some editors (Notepad) write a BOM: it is read past, as Python's utf-8-sig does."""
+    text = (
+        'name = "bom"\n[[tasks]]\nkey = "a"\ntype = "a"\n'
+        if suffix == ".toml"
+        else '{"name": "bom", ' + _TASKS + "}"
+    )
+    path = any_cli.cwd / f"bom{suffix}"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    done = any_cli("submit", str(path))
+    assert done.returncode == 0, done.stderr
+    assert any_cli.json("runs")[0]["workflow"] == "bom"
+
+
 # --- numbers are bounded before any I/O ---------------------------------------------------
 
 

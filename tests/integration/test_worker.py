@@ -18,6 +18,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
+from flowforge.aggregates import failures
 from flowforge.app.dispatch import message_for
 from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext
@@ -213,7 +214,10 @@ def test_a_result_that_is_not_json_fails_the_task_with_a_clear_error(
     assert deliver_one(app, channel, worker) == "fail"
     error = only_task(app, run_id).error
     assert error["type"] == "TypeError"
-    assert "not JSON-serialisable" in error["message"]
+    # The cause and where it is come first: the line status and why show is cut at 120.
+    summary = failures.summary(error)
+    assert summary.startswith("TypeError: result cannot be stored at result['when']: 'lock'")
+    assert "is not JSON" in summary
 
 
 def test_an_unknown_task_type_fails_the_task_without_loading_anything(
