@@ -103,6 +103,11 @@ class NothingToRerunError(DomainError):
     """Every task of the run succeeded: name the tasks to run again with --from."""
 
 
+class IdempotencyKeyConflictError(DomainError):
+    """The idempotency key names a run submitted with another workflow or other inputs:
+    use a new key for a new submission, or submit exactly what the key's run had."""
+
+
 class UnknownTaskKeyError(DomainError):
     """The run's workflow has no task with that key; use one of its task keys."""
 

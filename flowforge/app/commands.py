@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from flowforge import errors
-from flowforge.aggregates import json_values, rerun, start_time
+from flowforge.aggregates import idempotency, json_values, rerun, start_time
 from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS, WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE, Transition
 from flowforge.aggregates.states import TaskRunState
@@ -81,7 +81,10 @@ class Commands:
         actor: str = ACTOR_USER,
         start_at: start_time.StartAt = None,
     ) -> StartedRun:
-        """Like :meth:`start_workflow_run`, also saying whether the run is new."""
+        """Like :meth:`start_workflow_run`, also saying whether the run is new.
+
+        ``IdempotencyKeyConflictError`` if the key's run was submitted with another
+        workflow or other inputs, naming what differs."""
         checked = load_definition(definition)
         run_inputs = json_values.checked_json(dict(inputs or {}), "inputs")
         start = start_time.checked(start_at)
@@ -93,11 +96,33 @@ class Commands:
                 actor=text(actor, "actor"),
                 start_at=start,
             )
+        if not created:
+            self._check_same_submission(run_id, checked, run_inputs, idempotency_key)
         log.info(
             "workflow run submitted",
             extra={"workflow_run_id": str(run_id), "run_created": created},
         )
         return StartedRun(run_id, created)
+
+    def _check_same_submission(
+        self,
+        run_id: UUID,
+        definition: WorkflowDefinition,
+        inputs: dict[str, Any],
+        idempotency_key: str | None,
+    ) -> None:
+        with self._core.reads() as reads:
+            stored = reads.workflow_run(run_id)
+        assert stored is not None  # a run is never deleted
+        differs = idempotency.conflict(
+            stored.definition, stored.inputs, definition.to_dict(), inputs
+        )
+        if differs is not None:
+            raise errors.IdempotencyKeyConflictError(
+                f"idempotency key {idempotency_key!r} belongs to run {run_id}, submitted "
+                f"with something else: {differs}. Use a new key for a new submission "
+                f"(nothing was created)"
+            )
 
     def rerun_workflow_run(
         self,

@@ -475,6 +475,17 @@ def test_the_same_idempotency_key_returns_the_existing_run(cli: Cli) -> None:
     assert len(cli.json("runs")) == 1
 
 
+def test_an_idempotency_key_reused_with_other_inputs_is_refused_naming_them(cli: Cli) -> None:
+    first = cli("submit", EXAMPLE, "--idempotency-key", "k", "--input", "rows=3")
+    assert first.returncode == 0, first.stderr
+    other = cli("submit", EXAMPLE, "--idempotency-key", "k", "--input", "rows=4", "--input", "x=1")
+    assert other.returncode == exits.EXIT_REFUSED
+    line = one_line_error(other)
+    assert "idempotency key 'k' belongs to run" in line
+    assert "the inputs differ (changed rows; added x)" in line
+    assert len(cli.json("runs")) == 1
+
+
 def test_cancel_a_pending_run_then_refuse_to_cancel_it_again(cli: Cli) -> None:
     run_id = cli("submit", EXAMPLE).stdout.strip()
     done = cli("cancel", run_id)

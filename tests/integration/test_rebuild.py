@@ -88,12 +88,18 @@ class Workload:
 
     def start_run(self, rng: random.Random) -> bool:
         definition = rng.choice([DEFINITION, DEFINITION, SINGLE])
+        inputs: dict[str, object] = {"seed": rng.random()}
         # A few shared keys: threads race to create the same run, and one run results.
-        key = rng.choice([None, None, None, f"key-{rng.randrange(4)}"])
         # Some runs are delayed: some start during the workload, some never do.
         start_at = rng.choice([None, None, None, timedelta(seconds=TINY), timedelta(hours=1)])
+        # A key names one submission: the same workflow and inputs each time (its
+        # start time is not compared: the first one stands).
+        shared = rng.choice([None, None, None, rng.randrange(4)])
+        key = None if shared is None else f"key-{shared}"
+        if shared is not None:
+            definition, inputs = (DEFINITION if shared % 2 else SINGLE), {"seed": shared}
         started = self.app.submit_workflow_run(
-            definition, {"seed": rng.random()}, idempotency_key=key, start_at=start_at
+            definition, inputs, idempotency_key=key, start_at=start_at
         )
         tasks = self.app.task_runs(started.run_id)
         with self.lock:
