@@ -31,7 +31,7 @@ import psycopg
 from flowforge import config
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.service import FlowForge
-from flowforge.cli import render
+from flowforge.cli import common, render
 from flowforge.projections.tables import WorkflowRunRow
 
 DATABASE_URL = os.environ.get(
@@ -127,13 +127,15 @@ def embedded_demo() -> int:
         f"in-process dispatch (`flowforge demo`)"
     )
     env = {k: v for k, v in os.environ.items() if k not in EMBEDDED_UNSET}
-    return subprocess.call([sys.executable, "-m", "flowforge", "demo"], env=env)
+    # The URL given as a flag: the commands the demo prints then carry it, so they find
+    # the demo's database from this shell, where the unreachable variable is still set.
+    demo = ["demo", "--database-url", config.DEFAULT_DATABASE_URL]
+    return subprocess.call([sys.executable, "-m", "flowforge", *demo], env=env)
 
 
 def flowforge_command() -> str:
     """How to run `flowforge` against the demo's database from this shell."""
-    script = Path(sys.executable).with_name("flowforge")
-    program = os.path.relpath(script) if script.exists() else "flowforge"
+    program = common.program_name()
     if config.DATABASE_URL_VARIABLE in os.environ:
         return program  # the user's shell has it set already
     return f"{program} --database-url {shlex.quote(DATABASE_URL)}"

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -72,9 +73,21 @@ def default_database_missing(settings: config.Settings) -> bool:
     return settings.database_url == config.DEFAULT_DATABASE_URL and not _DEFAULT_FILE.exists()
 
 
+def program_name() -> str:
+    """How to call this ``flowforge`` from the user's shell: ``flowforge`` when that is
+    what the shell finds, else the path of this installation's script (a virtualenv's
+    ``.venv/bin/flowforge``, not on the PATH until it is activated)."""
+    script = Path(sys.executable).with_name("flowforge")
+    if not script.exists() or shutil.which("flowforge") == str(script):
+        return "flowforge"
+    relative = os.path.relpath(script)
+    return relative if len(relative) < len(str(script)) else str(script)
+
+
 def program(args: argparse.Namespace) -> str:
-    """``flowforge`` with the flags that find this database and broker again, for the
-    commands printed to paste (an environment variable or the default needs none)."""
+    """``flowforge`` (:func:`program_name`) with the flags that find this database and
+    broker again, for the commands printed to paste (an environment variable or the
+    default needs none)."""
     flags = [
         f" {flag} {shlex.quote(value)}"
         for flag, value in (
@@ -83,7 +96,7 @@ def program(args: argparse.Namespace) -> str:
         )
         if value
     ]
-    return "flowforge" + "".join(flags)
+    return program_name() + "".join(flags)
 
 
 def handler_modules(args: argparse.Namespace) -> list[str]:

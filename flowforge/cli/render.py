@@ -14,6 +14,7 @@ from uuid import UUID
 
 from flowforge import timefmt
 from flowforge.aggregates import failures
+from flowforge.aggregates.ids import short_id
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.app.results import AuditEntry
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
@@ -221,7 +222,7 @@ def inspect_commands(run_id: UUID, program: str, task_key: str) -> list[str]:
     """The commands that inspect a run afterwards, ready to paste (``program`` is the
     ``flowforge`` command with whatever options find the same database)."""
     return [
-        f"{program} status {run_id}",
-        f"{program} history {run_id}",
-        f"{program} why {run_id}/{task_key}",
+        f"{program} status {short_id(run_id)}",
+        f"{program} history {short_id(run_id)}",
+        f"{program} why {short_id(run_id)}/{task_key}",
     ]

@@ -112,10 +112,27 @@ def test_the_main_job_falls_back_to_the_embedded_default_and_runs_on_it(
     assert "127.0.0.1:1 is not reachable" in done.stdout
     assert "falling back to the embedded default" in done.stdout
     assert "succeeded in" in done.stdout
-    # It ran where it said, and the commands it printed find the run there.
+    # It ran where it said, and the commands it printed find the run there, pasted
+    # as printed into the same shell (the unreachable setting still set there).
     (run,) = Cli(tmp_path, clean_environment()).json("runs")
     assert run["state"] == "succeeded"
     assert (tmp_path / ".flowforge" / "flowforge.db").is_file()
+    printed = done.stdout.split("inspect it", 1)[1].splitlines()[1:]
+    commands = [line.strip() for line in printed if line.startswith("  ")]
+    assert len(commands) == 3, done.stdout
+    for command in commands:
+        pasted = subprocess.run(
+            command,
+            shell=True,
+            cwd=tmp_path,
+            env=clean_environment(**unreachable),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert pasted.returncode == 0, (command, pasted.stderr)
+        assert run["run_id"][-8:] in pasted.stdout or run["run_id"] in pasted.stdout
 
 
 def test_the_main_job_says_which_database_and_broker_it_uses(tmp_path: Path) -> None:
