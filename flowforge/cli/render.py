@@ -14,8 +14,8 @@ from uuid import UUID
 
 from flowforge import timefmt
 from flowforge.aggregates import failures
-from flowforge.aggregates.ids import short_id
 from flowforge.aggregates.definition import WorkflowDefinition
+from flowforge.aggregates.ids import short_id
 from flowforge.app.results import AuditEntry
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
