@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -279,8 +280,12 @@ class ProcessGroup:
         publisher = processes.publisher(interval=self.publisher_interval, scope=scope)
         supervisor.spawn("scheduler", scheduler.run)
         supervisor.spawn("publisher", publisher.run)
+        # worker-1, worker-2 ... of this invocation: the audit log tells one `flowforge
+        # run` from another by the suffix (the actor of every claim and finish).
+        invocation = uuid.uuid4().hex[:4]
         for number in range(1, self.workers + 1):
-            supervisor.spawn(f"worker-{number}", processes.worker(f"worker-{number}").run)
+            worker_id = f"worker-{number}-{invocation}"
+            supervisor.spawn(f"worker-{number}", processes.worker(worker_id).run)
 
     def wait_for(
         self,

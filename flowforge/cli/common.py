@@ -40,7 +40,16 @@ _DEFAULT_FILE = Path(unquote(urlsplit(config.DEFAULT_DATABASE_URL).path[1:]))
 def settings_from(
     args: argparse.Namespace, environ: Mapping[str, str] = os.environ
 ) -> config.Settings:
-    """The environment's settings, with ``--database-url`` / ``--broker-url`` overriding."""
+    """The environment's settings, with ``--database-url`` / ``--broker-url`` overriding.
+    A flag given empty is an error, not the default: ``--database-url "$URL"`` with the
+    variable unset would otherwise run against another database without a word."""
+    for name in ("database_url", "broker_url"):
+        value = getattr(args, name, None)
+        if value is not None and not value.strip():
+            option = "--" + name.replace("_", "-")
+            raise UsageError(
+                f"{option} is empty: give a URL, or leave {option} out for the default"
+            )
     merged = dict(environ)
     if getattr(args, "database_url", None):
         merged[config.DATABASE_URL_VARIABLE] = args.database_url
@@ -204,6 +213,12 @@ def import_user_module(name: str, purpose: str) -> ModuleType:
     # directory (as ``python -m`` does): add it, so `--tasks examples.tasks` works there.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    if name.endswith(".py") or os.sep in name:
+        module = name.removesuffix(".py").replace(os.sep, ".").strip(".")
+        raise UsageError(
+            f"cannot import {purpose} {name!r}: give a module name, not a file: "
+            f"{module!r} (run from the directory that holds it)"
+        )
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:

@@ -48,14 +48,33 @@ def resolve_task(app: FlowForge, text: str) -> TaskRunRow:
         )
     full = _full_id(text)
     if full is not None:
-        return app.get_task_run(full)
+        try:
+            return app.get_task_run(full)
+        except errors.UnknownRunError:
+            _refuse_a_run(app, text)
+            raise
     matches = [
         task
         for run in _recent_runs(app, text)
         for task in app.task_runs(run.id)
         if _matches(task.id, text)
     ]
+    if not matches:
+        _refuse_a_run(app, text)
     return _one(matches, text, "task run", "list a run's tasks with `flowforge status RUN`")
+
+
+def _refuse_a_run(app: FlowForge, text: str) -> None:
+    """A run's id where a task run's is wanted: name the run's tasks to ask about."""
+    try:
+        run = resolve_run(app, text)
+    except (errors.UnknownRunError, UsageError):
+        return
+    keys = [t.task_key for t in app.task_runs(run.id)]
+    raise UsageError(
+        f"{text!r} is a run ({run.workflow_name}), not a task run: name one of its tasks, "
+        f"as {text}/{keys[0] if keys else 'TASK'} (tasks: {', '.join(keys)})"
+    )
 
 
 def resolve_any(app: FlowForge, text: str) -> WorkflowRunRow | TaskRunRow:

@@ -206,6 +206,38 @@ def test_a_workflow_file_with_a_utf8_byte_order_mark_is_read(
     assert any_cli.json("runs")[0]["workflow"] == "bom"
 
 
+# --- small things a newcomer trips on -------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--database-url", "--broker-url"])
+def test_an_empty_url_flag_is_an_error_not_the_default(cli: InProcess, flag: str) -> None:
+    done = cli(flag, "", "runs")
+    assert done.returncode == BAD_INPUT
+    assert f"{flag} is empty" in one_line_error(done)
+
+
+@pytest.mark.parametrize(
+    ("given", "module"), [("slow_tasks.py", "slow_tasks"), ("pkg/t.py", "pkg.t")]
+)
+def test_a_task_module_given_as_a_file_suggests_its_module_name(
+    cli: InProcess, given: str, module: str
+) -> None:
+    done = cli("run", EXAMPLE, "--tasks", given)
+    assert done.returncode == BAD_INPUT
+    assert f"give a module name, not a file: {module!r}" in one_line_error(done)
+
+
+def test_why_of_a_run_id_names_the_runs_tasks_to_ask_about(cli: InProcess) -> None:
+    assert cli("submit", EXAMPLE).returncode == 0
+    (run,) = cli.json("runs")
+    for text in (run["run_id"], run["run_id"][-8:]):
+        done = cli("why", text)
+        assert done.returncode == BAD_INPUT
+        line = one_line_error(done)
+        assert f"{text!r} is a run (fan_out), not a task run" in line
+        assert f"as {text}/clean (tasks: clean, enrich, extract, load, score)" in line
+
+
 # --- numbers are bounded before any I/O ---------------------------------------------------
 
 
