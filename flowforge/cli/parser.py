@@ -19,6 +19,10 @@ from flowforge import errors
 from flowforge.aggregates import json_values  # pure and light: --help stays fast
 from flowforge.cli import flags
 from flowforge.cli.flags import Flag
+from flowforge.projections.migration_files import migration_files
+
+#: The schema version a database gets from this FlowForge, for the help's examples.
+SCHEMA_VERSION = len(migration_files())
 
 
 class UsageError(errors.FlowForgeError):
@@ -221,14 +225,15 @@ DB_ACTIONS = (
     Command(
         "init",
         "create the tables or apply missing migrations (idempotent)",
-        "flowforge db init\n  database sqlite .flowforge/flowforge.db: schema version 3, "
-        "deployment 3f2a6c1e0b9d",
+        "flowforge db init\n  database sqlite .flowforge/flowforge.db: schema version "
+        f"{SCHEMA_VERSION}, deployment 3f2a6c1e0b9d",
         "flowforge.cli.db:init",
     ),
     Command(
         "migrate",
         "apply the migrations the database lacks (the same as init; idempotent)",
-        "flowforge db migrate\n  database postgres 127.0.0.1:5432/flowforge: schema version 1",
+        "flowforge db migrate\n  database postgres 127.0.0.1:5432/flowforge: schema version "
+        f"{SCHEMA_VERSION}",
         "flowforge.cli.db:migrate",
     ),
     Command(

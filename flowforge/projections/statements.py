@@ -22,6 +22,7 @@ from flowforge.aggregates import schedule, task_run, workflow_run
 from flowforge.aggregates.base import Declaration
 from flowforge.aggregates.states import ScheduleState, TaskRunState, WorkflowRunState
 from flowforge.projections import event_sql
+from flowforge.projections.migration_files import migration_files
 
 DIALECTS = ("postgres", "sqlite")
 
@@ -175,16 +176,11 @@ def _read(file: str) -> str:
     return resources.files("flowforge.projections").joinpath(f"sql/{file}").read_text()
 
 
-def _migration_files() -> list[str]:
-    folder = resources.files("flowforge.projections").joinpath("sql/migrations")
-    return sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".sql"))
-
-
 @cache
 def migration_names() -> tuple[str, ...]:
     """``migration_001``, ``migration_002``, ... in order; numbered 1 to N without gaps."""
     names = []
-    for number, file in enumerate(_migration_files(), start=1):
+    for number, file in enumerate(migration_files(), start=1):
         match = _MIGRATION_FILE.match(file)
         if match is None or int(match.group(1)) != number:
             raise ValueError(
@@ -197,7 +193,7 @@ def migration_names() -> tuple[str, ...]:
 
 def _schema_blocks() -> list[tuple[str, str, str]]:
     blocks = [("name", "schema", _strip_comments(_read("schema.sql")))]
-    for name, file in zip(migration_names(), _migration_files(), strict=True):
+    for name, file in zip(migration_names(), migration_files(), strict=True):
         blocks.append(("name", name, _strip_comments(_read(f"migrations/{file}"))))
     return blocks
 
