@@ -221,7 +221,7 @@ WORKER_GRACE = replace(
 RESUME = Flag(
     ("--resume",),
     metavar="RUN",
-    help="run an existing run (id or prefix) to the end instead of submitting one",
+    help="run an existing run (id or short id) to the end instead of submitting one",
 )
 TIMEOUT = Flag(
     ("--timeout",),
@@ -280,7 +280,7 @@ LIMIT = Flag(
     metavar="N",
     help="show the N most recent runs (default: 20)",
 )
-RUN = Flag(("run",), metavar="RUN", help="a run id or a unique prefix of one")
+RUN = Flag(("run",), metavar="RUN", help="a run's id or short id (its last 8 hex digits)")
 TASK_TYPE = Flag(("task_type",), metavar="TYPE", help="a task type (a plain identifier)")
 # Checked by the command (InvalidLimitError: one line, exit 2), as the Python API checks it.
 MAX_RUNNING = Flag(("max_running",), metavar="N", help="at most N of its tasks run at once")
@@ -299,8 +299,8 @@ DETACH = Flag(
     "publisher and workers run it (default: run it here to the end, as run --resume)",
 )
 WATCH = Flag(("--watch",), action="store_true", help="follow until the run finishes")
-RUN_OR_TASK_RUN = Flag(("id",), metavar="RUN|TASK_RUN", help="an id, id prefix or RUN/TASK_KEY")
-TASK_RUN = Flag(("task",), metavar="TASK_RUN", help="a task run id, id prefix or RUN/TASK_KEY")
+RUN_OR_TASK_RUN = Flag(("id",), metavar="RUN|TASK_RUN", help="an id, short id or RUN/TASK_KEY")
+TASK_RUN = Flag(("task",), metavar="TASK_RUN", help="a task run's id, short id or RUN/TASK_KEY")
 START_AT = Flag(
     ("--at",),
     type=start_times.start_time,

@@ -63,7 +63,7 @@ _MAIN_EXAMPLES = """\
 examples:
   flowforge demo                                  # the example DAG, nothing to set up
   flowforge run examples/fan_out.toml --tasks examples.tasks --input rows=8
-  flowforge status 3f2a                           # a run, by id or id prefix
+  flowforge status 5d668e5a                       # a run, by id or short id
   flowforge why 3f2a/enrich                       # why a task is (not) running
 
 """
