@@ -33,9 +33,10 @@ lint: $(STAMP)
 	$(BIN)/mypy --strict flowforge tests bench tools
 	$(BIN)/lint-imports
 
-## docs/machines.md from flowforge/aggregates/machines.py (a test fails when it is stale).
+## docs/machines.md and docs/workflow-file.md from the code (a test fails when either is stale).
 docs: $(STAMP)
 	$(BIN)/python -m tools.machine_tables
+	$(BIN)/python -m tools.definition_reference
 
 bench: bytecode
 	$(BIN)/python -m bench.claim_finish

@@ -125,11 +125,41 @@ class RetryPolicy(BaseModel):
     # each class because the pydantic mypy plugin reads only a literal ConfigDict.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    max_attempts: int = Field(default=3, ge=1, le=MAX_ATTEMPTS, strict=True)
-    backoff_seconds: float = Field(default=1.0, ge=0, le=MAX_SECONDS, strict=True)
-    backoff_multiplier: float = Field(default=2.0, ge=1, le=MAX_BACKOFF_MULTIPLIER, strict=True)
-    backoff_cap_seconds: float = Field(default=60.0, ge=0, le=MAX_SECONDS, strict=True)
-    jitter: float = Field(default=0.1, ge=0, le=1, strict=True)
+    max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=MAX_ATTEMPTS,
+        strict=True,
+        description="attempts in all, the first included; 1: never retried",
+    )
+    backoff_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        le=MAX_SECONDS,
+        strict=True,
+        description="the delay before the first retry",
+    )
+    backoff_multiplier: float = Field(
+        default=2.0,
+        ge=1,
+        le=MAX_BACKOFF_MULTIPLIER,
+        strict=True,
+        description="each further retry waits this many times longer",
+    )
+    backoff_cap_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        le=MAX_SECONDS,
+        strict=True,
+        description="no delay is longer",
+    )
+    jitter: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        strict=True,
+        description="each delay is moved by up to this fraction of it, either way, at random",
+    )
 
     def delay_for(self, failed_attempt: int, rand: float) -> timedelta:
         """The wait before retrying after attempt ``failed_attempt`` (1-based) failed.
@@ -162,18 +192,36 @@ class TaskDefinition(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    key: Identifier
-    type: Identifier
-    depends_on: tuple[Text, ...] = ()
-    #: ``None``: the workflow's policy.
-    retry: RetryPolicy | None = None
-    #: ``None``: the workflow's lease.
-    lease_seconds: float | None = Field(default=None, gt=0, le=MAX_LEASE_SECONDS, strict=True)
-    #: ``None``: the workflow's timeout (if it has one).
-    timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SECONDS, strict=True)
-    #: ``None``: no limit of its own. Else this task starts only while fewer than this
-    #: many tasks of its type run (docs/scheduling/limits.md).
-    max_running: int | None = Field(default=None, ge=1, le=MAX_RUNNING, strict=True)
+    key: Identifier = Field(description="the task's name, unique in the workflow")
+    type: Identifier = Field(description="the task type: which registered handler runs it")
+    depends_on: tuple[Text, ...] = Field(
+        default=(), description="keys of the tasks that must succeed before it starts"
+    )
+    retry: RetryPolicy | None = Field(
+        default=None, description="its own retry policy, whole (none: the workflow's)"
+    )
+    lease_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_LEASE_SECONDS,
+        strict=True,
+        description="its own lease (none: the workflow's)",
+    )
+    timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TIMEOUT_SECONDS,
+        strict=True,
+        description="its own execution timeout (none: the workflow's, if any)",
+    )
+    max_running: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RUNNING,
+        strict=True,
+        description="start only while fewer tasks of its type run, in every run "
+        "(docs/scheduling/limits.md); none: no limit of its own",
+    )
 
     @field_validator("depends_on")
     @classmethod
@@ -199,17 +247,36 @@ class WorkflowDefinition(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: Identifier
-    tasks: tuple[TaskDefinition, ...]
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    lease_seconds: float = Field(default=30.0, gt=0, le=MAX_LEASE_SECONDS, strict=True)
-    #: An attempt running longer than this is failed (``None``: no timeout); a task's
-    #: own ``timeout_seconds`` overrides it. Distinct from the lease, which a heartbeat
-    #: extends for as long as the worker is alive.
-    timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SECONDS, strict=True)
-    description: Text = ""
-    #: ``None``: no limit. Else at most this many tasks of one run run at once.
-    max_running_tasks: int | None = Field(default=None, ge=1, le=MAX_RUNNING, strict=True)
+    name: Identifier = Field(description="the workflow's name")
+    tasks: tuple[TaskDefinition, ...] = Field(description="its tasks, at least one")
+    retry: RetryPolicy = Field(
+        default_factory=RetryPolicy,
+        description="the retry policy of every task without its own",
+    )
+    lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=MAX_LEASE_SECONDS,
+        strict=True,
+        description="a worker's lease on a task; its heartbeat renews it every third",
+    )
+    #: Distinct from the lease, which a heartbeat extends for as long as the worker is
+    #: alive (docs/scheduling/timeouts.md).
+    timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TIMEOUT_SECONDS,
+        strict=True,
+        description="an attempt running longer fails (TimedOut); none: no timeout",
+    )
+    description: Text = Field(default="", description="free text, for people")
+    max_running_tasks: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RUNNING,
+        strict=True,
+        description="at most this many tasks of one run run at once; none: no limit",
+    )
 
     @field_validator("tasks")
     @classmethod
