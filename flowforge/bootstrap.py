@@ -284,7 +284,7 @@ class ProcessGroup:
         # run` from another by the suffix (the actor of every claim and finish).
         invocation = uuid.uuid4().hex[:4]
         for number in range(1, self.workers + 1):
-            worker_id = f"worker-{number}-{invocation}"
+            worker_id = f"w{number}-{invocation}"
             supervisor.spawn(f"worker-{number}", processes.worker(worker_id).run)
 
     def wait_for(

@@ -158,9 +158,8 @@ def history_lines(entries: Sequence[AuditEntry]) -> list[str]:
     out = [header]
     for line, entry in zip(lines, entries, strict=True):
         out.append(line)
-        if note := _history_note(entry):
-            room = WIDTH - len(HISTORY_NOTE_INDENT)
-            out.append(f"{HISTORY_NOTE_INDENT}{failures.shorten(note, room)}")
+        room = WIDTH - len(HISTORY_NOTE_INDENT)
+        out += [f"{HISTORY_NOTE_INDENT}{failures.shorten(n, room)}" for n in _history_notes(entry)]
     return out
 
 
@@ -169,10 +168,17 @@ HISTORY_HEADERS = ("TIME", "TASK", "ATT/TOK", "ACTOR", "TRANSITION")
 HISTORY_NOTE_INDENT = " " * 29
 
 
-def _history_note(entry: AuditEntry) -> str:
+def _history_notes(entry: AuditEntry) -> list[str]:
+    """What a transition recorded, a line each: a failure's error, then the frame that
+    raised it (each line is cut to fit; ``--json`` has the whole of both)."""
     if entry.error and entry.transition == "fail":
         frames = failures.last_frames(entry.error, 1, source=False)
-        return error_line(entry.error) + (f" (at {frames[0]})" if frames else "")
+        return [error_line(entry.error), *(f"at {frame}" for frame in frames)]
+    note = _history_note(entry)
+    return [note] if note else []
+
+
+def _history_note(entry: AuditEntry) -> str:
     if entry.transition == "succeed" and entry.result is not None:
         return f"result {failures.short_value(entry.result, RESULT_CELL)}"
     if entry.lease_expires_at is not None and entry.transition in ("claim", "renew_lease"):
@@ -189,12 +195,16 @@ def _rerun_history_note(entry: AuditEntry) -> str:
     produced."""
     if entry.carried_from_run_id is not None and entry.transition == "carry_over":
         return (
-            f"from run {entry.carried_from_run_id} task run {entry.carried_from_task_run_id} "
-            f"attempt {entry.carried_from_attempt}"
+            f"from run {short_id(entry.carried_from_run_id)} task run "
+            f"{_short(entry.carried_from_task_run_id)} attempt {entry.carried_from_attempt}"
         )
     if entry.rerun_of is not None:
-        return f"rerun of {entry.rerun_of}"
+        return f"rerun of {short_id(entry.rerun_of)}"
     return ""
+
+
+def _short(full: UUID | None) -> str:
+    return "?" if full is None else short_id(full)
 
 
 def compact_json(value: Any) -> str:

@@ -266,7 +266,7 @@ def test_run_succeeds_and_the_history_shows_the_retry(finished: tuple[Cli, str])
     assert all(e["actor"] and e["at"] for e in entries)
     # The embedded workers are named per invocation: the log tells `run`s apart.
     claimers = {e["actor"] for e in entries if e["transition"] == "claim"}
-    assert claimers and all(re.fullmatch(r"worker-\d+-[0-9a-f]{4}", a) for a in claimers)
+    assert claimers and all(re.fullmatch(r"w\d+-[0-9a-f]{4}", a) for a in claimers)
     assert [e["target"] for e in entries if e["aggregate"] == "WorkflowRun"][-1] == "succeeded"
 
 

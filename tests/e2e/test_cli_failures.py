@@ -90,12 +90,16 @@ def test_history_shows_where_it_failed_and_what_succeeded_returned(
     failed_run: tuple[InProcess, UUID, list[logging.LogRecord]],
 ) -> None:
     cli, run_id, _ = failed_run
-    out = cli("history", str(run_id)).stdout
-    (fail,) = [line for line in out.splitlines() if " fail " in line and "report" in line]
-    assert "KeyError: 'clean' (at test_cli_failures.py:" in fail
-    assert "in pick_column" in fail
-    (succeed,) = [line for line in out.splitlines() if " succeed " in line and "count" in line]
-    assert 'result {"rows": 8' in succeed
+    lines = cli("history", str(run_id)).stdout.splitlines()
+    # Each transition's row, then what it recorded on lines of its own under it.
+    (fail,) = [i for i, line in enumerate(lines) if line.endswith(" fail") and "report" in line]
+    assert lines[fail + 1].strip() == "KeyError: 'clean'"
+    assert lines[fail + 2].strip().startswith("at test_cli_failures.py:")
+    assert "in pick_column" in lines[fail + 2]
+    (succeed,) = [
+        i for i, line in enumerate(lines) if line.endswith(" succeed") and "count" in line
+    ]
+    assert lines[succeed + 1].strip().startswith('result {"rows": 8')
 
 
 def test_why_shows_the_frames_of_each_failed_attempt(

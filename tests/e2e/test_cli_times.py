@@ -54,7 +54,7 @@ def test_a_time_pasted_from_history_answers_as_of_that_transition(
     assert app.finish_task_run(tasks["first"], claim.fencing_token, "fail", error=failed)
     done = cli("history", f"{run_id}/first")
     assert done.returncode == 0, done.stderr
-    (fail_line,) = [line for line in done.stdout.splitlines() if " fail " in line]
+    (fail_line,) = [line for line in done.stdout.splitlines() if line.endswith(" fail")]
     pasted = FULL_TIME.search(fail_line)
     assert pasted is not None, fail_line
     answer = cli.json("why", f"{run_id}/first", "--at", pasted.group())

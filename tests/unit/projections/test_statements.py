@@ -103,7 +103,7 @@ def test_migration_files_are_numbered_from_one_without_gaps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert statements.migration_names()[0] == "migration_001"
-    monkeypatch.setattr(statements, "_migration_files", lambda: ["001_initial.sql", "003_x.sql"])
+    monkeypatch.setattr(statements, "migration_files", lambda: ["001_initial.sql", "003_x.sql"])
     statements.migration_names.cache_clear()
     try:
         with pytest.raises(ValueError, match=r"003_x.sql: expected 002_<what>.sql"):
