@@ -2,12 +2,13 @@
 its command, its flags and their values parse with the real parser. A renamed command,
 a dropped flag or a value a flag no longer accepts fails here, not in a reader's shell.
 
-This parses; it does not run. The commands run as written are those of the README's
-"Your own workflow" (tests/e2e/test_readme.py), its Python example
-(tests/e2e/test_examples.py), the demo's printed commands (tests/e2e/test_cli_demo.py)
-and each scheduling page's (tests/e2e/test_cli_delayed_start.py,
-tests/e2e/test_cli_schedule.py, tests/e2e/test_cli_limits.py). docs/deployment.md's
-production and cluster commands need servers of their own and are only parsed.
+This parses, every command of every page, fast. Run as written are docs/cli.md's
+transcripts (tests/e2e/test_docs_transcripts.py; those that need servers are marked and
+say what runs them), the README's "Your own workflow" (tests/e2e/test_readme.py) and its
+Python example (tests/e2e/test_examples.py), the demo's printed commands
+(tests/e2e/test_cli_demo.py), each scheduling page's (tests/e2e/test_cli_delayed_start.py,
+tests/e2e/test_cli_schedule.py, tests/e2e/test_cli_limits.py) and docs/deployment.md's
+checks (tests/integration/test_deployment_docs.py).
 """
 
 from __future__ import annotations
