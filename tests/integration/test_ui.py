@@ -5,6 +5,7 @@ escaping, and a large run's grouped page (docs/ui.md, "How it is tested")."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -118,7 +119,14 @@ def test_a_runs_page_shows_header_dag_colours_and_timeline(
 
 
 def test_the_slider_shows_a_task_as_it_was(app: FlowForge, client: TestClient) -> None:
-    run_id = finished_chain(app)
+    run_id = app.start_workflow_run(CHAIN)
+    work(app, run_id, "extract")
+    load = app.claim_task_run(task_id(app, run_id, "load"), "test-worker", LEASE_S)
+    assert load is not None
+    # The claim and the finish at distinct moments of the database's clock (SQLite's
+    # has millisecond steps): the slider stops at each transition's time.
+    time.sleep(0.01)
+    assert app.finish_task_run(load.task_run_id, load.fencing_token, "succeed")
     history = app.run_history(run_id)
     claimed = next(e.at for e in history if e.task_key == "load" and e.target == "running")
     then = client.get(f"/runs/{run_id}", params={"at": claimed.isoformat()}).text
