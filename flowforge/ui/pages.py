@@ -43,7 +43,8 @@ class RunsQuery:
 
 def runs_page(app: FlowForge, query: RunsQuery) -> dict[str, Any]:
     """The recent runs, newest first: counts per state, filtered, one page of them."""
-    recent = [r for r in app.recent_runs(RUNS_WINDOW) if query.workflow in ("", r.workflow_name)]
+    window = app.recent_runs(RUNS_WINDOW)
+    recent = [r for r in window if query.workflow in ("", r.workflow_name)]
     counts = Counter(r.state for r in recent)
     shown = [r for r in recent if query.state in ("", r.state)]
     pages = max(1, -(-len(shown) // PAGE_SIZE))
@@ -56,7 +57,7 @@ def runs_page(app: FlowForge, query: RunsQuery) -> dict[str, Any]:
         "query": query,
         "page": page,
         "pages": pages,
-        "workflows": sorted({r.workflow_name for r in app.recent_runs(RUNS_WINDOW)}),
+        "workflows": sorted({r.workflow_name for r in window}),
         "window": RUNS_WINDOW,
     }
 
@@ -97,7 +98,7 @@ def run_page(app: FlowForge, run: WorkflowRunRow, at: datetime | None) -> dict[s
         "states": states,
         "counts": dict(sorted(Counter(s.state for s in states.values()).items())),
         "task_count": len(rows),
-        "timeline": _timeline(history, at, run),
+        "timeline": _timeline(history, at or app.database_now(), run),
     }
     if len(tasks) > layout.GROUP_ABOVE:
         by_key = {k: s.state for k, s in states.items()}
@@ -119,16 +120,13 @@ def _moment_index(moments: list[datetime], at: datetime | None) -> int:
     return max(0, sum(m <= at for m in moments) - 1)
 
 
-def _timeline(
-    history: list[AuditEntry], at: datetime | None, run: WorkflowRunRow
-) -> dict[str, Any]:
-    """Every attempt as a bar on one time axis: the run's creation to ``at`` (or the
-    log's last transition, or now for a running attempt)."""
+def _timeline(history: list[AuditEntry], at: datetime, run: WorkflowRunRow) -> dict[str, Any]:
+    """Every attempt as a bar on one time axis, from the run's creation to ``at`` (the
+    moment shown, or the database's now), or to its last transition if it ended before."""
     every = replay.attempts(history, at)
     start = history[0].at if history else run.created_at
-    end = at or max([history[-1].at if history else start, *(a.end or start for a in every)])
-    if any(a.end is None for a in every) and at is None:
-        end = max(end, datetime.now(UTC))
+    last = max((e.at for e in history if e.at <= at), default=start)
+    end = at if any(a.end is None for a in every) else last
     span = max((end - start).total_seconds(), 1e-3)
 
     def x(t: datetime) -> float:
