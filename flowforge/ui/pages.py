@@ -27,6 +27,8 @@ PAGE_SIZE = 50
 TIMELINE_ROWS = 200
 TIMELINE_WIDTH = 900
 TIMELINE_ROW = 18
+#: A result on a run's page is cut to this many characters (its task's page shows it all).
+SHORT_TEXT = 200
 
 
 def to_json(value: Any) -> str:
@@ -104,9 +106,21 @@ def run_page(app: FlowForge, run: WorkflowRunRow, at: datetime | None) -> dict[s
         by_key = {k: s.state for k, s in states.items()}
         context["levels"] = layout.grouped(tasks, by_key)
     else:
+        context["rows"] = [_task_line(t) for t in _definition_order(run, rows)]
         context["picture"] = layout.picture(tasks)
         context["box"] = {"w": layout.BOX_WIDTH, "h": layout.BOX_HEIGHT}
     return context
+
+
+def _task_line(task: TaskRunRow) -> dict[str, Any]:
+    """A task as the run's table shows it now: its result or its error, shortened."""
+    result = to_json(task.result) if task.result is not None else ""
+    error = task.error or {}
+    return {
+        "task": task,
+        "result": result if len(result) <= SHORT_TEXT else result[:SHORT_TEXT] + "…",
+        "error": f"{error.get('type', '')}: {error.get('message', '')}" if error else "",
+    }
 
 
 def _definition_order(run: WorkflowRunRow, rows: list[TaskRunRow]) -> list[TaskRunRow]:

@@ -116,6 +116,9 @@ def test_a_runs_page_shows_header_dag_colours_and_timeline(
     timeline = _svg(page.text, "timeline")
     assert timeline.count('class="bar state-succeeded"') == 1
     assert 'type="range"' in page.text
+    tasks = re.search(r'id="tasks">(.*?)</table>', page.text, re.S)
+    assert tasks
+    assert tasks.group(1).count("<tr>") == 3  # the header, extract and load
 
 
 def test_the_slider_shows_a_task_as_it_was(app: FlowForge, client: TestClient) -> None:
@@ -225,7 +228,7 @@ def test_what_users_and_handlers_wrote_is_escaped(app: FlowForge, client: TestCl
     extract = task_id(app, run_id, "extract")
     claim = app.claim_task_run(extract, XSS, LEASE_S)
     assert claim is not None
-    error = {"type": "Boom", "message": XSS, "traceback": XSS}
+    error = {"type": "Boom", "message": XSS, "traceback": XSS}  # on both pages
     assert app.finish_task_run(extract, claim.fencing_token, "fail", error=error)
     for path in (f"/runs/{run_id}", f"/tasks/{extract}"):
         page = client.get(path)
