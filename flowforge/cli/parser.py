@@ -57,6 +57,8 @@ configuration (flags override the environment):
                            dispatch in-process (flowforge run / demo only)
   FLOWFORGE_DISPATCH_EXCHANGE, FLOWFORGE_DISPATCH_QUEUE, FLOWFORGE_DISPATCH_ROUTING_KEY,
   FLOWFORGE_DEAD_LETTER_EXCHANGE, FLOWFORGE_DEAD_LETTER_QUEUE: the broker's topology
+  FLOWFORGE_UI_TOKEN       flowforge ui: the token every request must carry (needed
+                           to serve beyond loopback)
 """
 
 _MAIN_EXAMPLES = """\
