@@ -133,14 +133,15 @@ class _Pages:
     def __init__(self, app: FlowForge, templates: Jinja2Templates, csrf: str) -> None:
         self.app, self.templates, self.csrf = app, templates, csrf
 
-    def _render(self, request: Request, name: str, context: dict[str, object]) -> Response:
+    def _render(
+        self, request: Request, name: str, context: dict[str, object], status: int = 200
+    ) -> Response:
         context = {**context, "csrf": self.csrf, "csrf_field": CSRF_FIELD}
-        return self.templates.TemplateResponse(
-            request, name, context, status_code=int(str(context.get("status", 200)))
-        )
+        return self.templates.TemplateResponse(request, name, context, status_code=status)
 
     def _problem(self, request: Request, message: str, status: int) -> Response:
-        return self._render(request, "problem.html", {"message": message, "status": status})
+        context = {"message": message, "status": status}
+        return self._render(request, "problem.html", context, status)
 
     async def runs(self, request: Request) -> Response:
         params = request.query_params
@@ -169,7 +170,7 @@ class _Pages:
         except (errors.UnknownRunError, errors.InvalidIdError) as exc:
             return self._problem(request, str(exc), 404)
         context = await run_in_threadpool(pages.run_page, self.app, run, at)
-        context["notice"] = request.query_params.get("notice", "")
+        context["cancelled"] = request.query_params.get("cancelled") == "1"
         return self._render(request, "run.html", context)
 
     async def task(self, request: Request) -> Response:
@@ -204,5 +205,4 @@ class _Pages:
                 f"there is nothing to cancel",
                 409,
             )
-        notice = urlencode({"notice": "cancelled"})
-        return RedirectResponse(f"/runs/{run.id}?{notice}", status_code=303)
+        return RedirectResponse(f"/runs/{run.id}?cancelled=1", status_code=303)

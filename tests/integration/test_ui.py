@@ -187,6 +187,7 @@ def test_cancel_needs_the_csrf_token(app: FlowForge, client: TestClient) -> None
     assert done.status_code == 200
     assert app.get_workflow_run(run_id).state == "cancelled"
     assert 'id="run-state">cancelled' in done.text
+    assert 'id="notice">cancelled this run' in done.text
 
 
 def test_cancelling_a_finished_run_is_refused_with_the_reason(
