@@ -99,6 +99,7 @@ def test_a_short_id_search_opens_the_run(app: FlowForge, client: TestClient) -> 
     assert missing.status_code == 404
     assert "no workflow run has an id" in missing.text
     assert client.get("/", params={"q": "zz"}).status_code == 404
+    assert client.get("/runs/ffffeeee").status_code == 404
 
 
 def test_a_runs_page_shows_header_dag_colours_and_timeline(
@@ -199,6 +200,14 @@ def test_cancelling_a_finished_run_is_refused_with_the_reason(
     assert refused.status_code == 409
     assert "already succeeded; a finished run never changes" in refused.text
     assert app.get_workflow_run(run_id).state == "succeeded"
+    assert "/cancel" not in client.get(f"/runs/{run_id}").text  # no button to press
+
+
+def test_the_slider_script_is_served_from_the_package(client: TestClient) -> None:
+    script = client.get("/static/ui.js")
+    assert script.status_code == 200
+    assert "?at=" in script.text
+    assert client.get("/static/ui.css").status_code == 200
 
 
 def test_reading_pages_writes_nothing(app: FlowForge, client: TestClient) -> None:
