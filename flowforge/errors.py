@@ -150,6 +150,10 @@ class NotFoundError(FlowForgeError):
     """Nothing has that id; check the id, or list what exists with `flowforge runs`."""
 
 
+class InvalidIdError(NotFoundError):
+    """That text is not an id, or names several runs; give a full id or its short form."""
+
+
 class UnknownRunError(NotFoundError):
     """No workflow run or task run has that id; list runs with `flowforge runs`."""
 

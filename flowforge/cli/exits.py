@@ -20,6 +20,7 @@ EXIT_INTERRUPTED = 130
 #: The first matching class decides, so subclasses come before their bases.
 EXIT_CODES: tuple[tuple[type[errors.FlowForgeError], int], ...] = (
     (UsageError, EXIT_BAD_INPUT),
+    (errors.InvalidIdError, EXIT_BAD_INPUT),
     (errors.InvalidWorkflowDefinitionError, EXIT_BAD_INPUT),
     (errors.UnknownRunError, EXIT_BAD_INPUT),
     (errors.UnknownTaskTypeError, EXIT_BAD_INPUT),

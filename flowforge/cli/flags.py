@@ -324,6 +324,23 @@ AT = Flag(
     help="ISO 8601 time (UTC unless it carries an offset), e.g. 2026-01-31T12:03:00Z",
 )
 
+# --- the web UI (flowforge ui; docs/ui.md) -----------------------------------------------
+
+HOST = Flag(
+    ("--host",),
+    default="127.0.0.1",
+    metavar="HOST",
+    help="the address to serve on (default: 127.0.0.1); any other than loopback needs "
+    "FLOWFORGE_UI_TOKEN",
+)
+PORT = Flag(
+    ("--port",),
+    type=_whole_number(65535),
+    default=8765,
+    metavar="PORT",
+    help="the port to serve on (default: 8765)",
+)
+
 # --- cron schedules (flowforge schedule; docs/scheduling/cron.md) -------------------------
 
 SCHEDULE_NAME = Flag(

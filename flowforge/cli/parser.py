@@ -57,6 +57,8 @@ configuration (flags override the environment):
                            dispatch in-process (flowforge run / demo only)
   FLOWFORGE_DISPATCH_EXCHANGE, FLOWFORGE_DISPATCH_QUEUE, FLOWFORGE_DISPATCH_ROUTING_KEY,
   FLOWFORGE_DEAD_LETTER_EXCHANGE, FLOWFORGE_DEAD_LETTER_QUEUE: the broker's topology
+  FLOWFORGE_UI_TOKEN       flowforge ui: the token every request must carry (needed
+                           to serve beyond loopback)
 """
 
 _MAIN_EXAMPLES = """\
@@ -512,6 +514,22 @@ COMMANDS = (
         "backoff, a dispatch not yet published or claimed, the worker holding its lease, "
         "the run's end that cancelled it. --at answers from the event log as of a past "
         "moment.",
+    ),
+    Command(
+        "ui",
+        "serve the web UI: runs, a run's DAG and timeline at any moment, its tasks",
+        """\
+        flowforge ui --port 8765
+          serving FlowForge's UI on http://127.0.0.1:8765/ (Ctrl-C stops)
+        """,
+        "flowforge.cli.ui:serve",
+        (flags.HOST, flags.PORT),
+        description="Serve server-rendered pages (docs/ui.md): the runs, a run's DAG and "
+        "timeline now or as of any past moment (replayed from the audit log), a task's "
+        "attempts and why; cancel a run. Loopback only unless FLOWFORGE_UI_TOKEN is set: "
+        "then any --host may be given and every request must carry the token.",
+        log_level="INFO",
+        uses_broker=False,
     ),
 )
 

@@ -62,6 +62,7 @@ COMMANDS = (
     ["history"],
     ["cancel"],
     ["why"],
+    ["ui"],
     ["limit"],
     ["limit", "set"],
     ["limit", "unset"],

@@ -1,0 +1,81 @@
+"""A run as it was at a past moment, replayed from its audit log (pure).
+
+The same entries ``flowforge why --at`` reads (``FlowForge.run_history``): each task's
+state and attempt as of a time is the target of its last transition at or before it;
+a task with none did not exist yet. Attempts are the spans from a claim (a transition
+into ``running``) to the transition out of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from flowforge.app.results import AuditEntry
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAsOf:
+    state: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt of one task: claimed at ``start``; ``end`` and ``outcome`` are
+    ``None`` while it runs (as of the moment shown)."""
+
+    task_key: str
+    attempt: int
+    start: datetime
+    end: datetime | None
+    outcome: str | None
+    worker: str | None
+
+
+def _until(history: Sequence[AuditEntry], at: datetime | None) -> list[AuditEntry]:
+    return [e for e in history if at is None or e.at <= at]
+
+
+def task_states(history: Sequence[AuditEntry], at: datetime | None = None) -> dict[str, TaskAsOf]:
+    """Each task's state and attempt as of ``at`` (``None``: the log's end), by key."""
+    found: dict[str, TaskAsOf] = {}
+    for entry in _until(history, at):
+        if entry.aggregate == "TaskRun" and entry.task_key is not None:
+            found[entry.task_key] = TaskAsOf(entry.target, entry.attempt or 1)
+    return found
+
+
+def run_state(history: Sequence[AuditEntry], at: datetime | None = None) -> str | None:
+    """The run's own state as of ``at``; ``None`` before it was created."""
+    state = None
+    for entry in _until(history, at):
+        if entry.aggregate == "WorkflowRun":
+            state = entry.target
+    return state
+
+
+def attempts(history: Sequence[AuditEntry], at: datetime | None = None) -> list[Attempt]:
+    """Every attempt of every task as of ``at``, in the order they were claimed."""
+    found: list[Attempt] = []
+    open_: dict[str, int] = {}  # task key -> index in found of its running attempt
+    for entry in _until(history, at):
+        key = entry.task_key
+        if entry.aggregate != "TaskRun" or key is None:
+            continue
+        if key in open_ and entry.source == "running":
+            i = open_.pop(key)
+            running = found[i]
+            found[i] = Attempt(
+                key, running.attempt, running.start, entry.at, entry.target, running.worker
+            )
+        if entry.target == "running":
+            open_[key] = len(found)
+            found.append(Attempt(key, entry.attempt or 1, entry.at, None, None, entry.lease_owner))
+    return found
+
+
+def moments(history: Sequence[AuditEntry]) -> list[datetime]:
+    """The distinct times of the log's transitions, in order: the slider's stops."""
+    return sorted({e.at for e in history})

@@ -1,0 +1,208 @@
+"""The web UI's application: its routes, the token and CSRF checks, the templates.
+
+``create_app(app, token=...)``: a Starlette application over a ``FlowForge``. With a
+token every request must carry it (``?token=`` once, which sets a cookie, or an
+``Authorization: Bearer`` header). Every POST must carry this process's CSRF token in
+its form. Templates autoescape everything (``docs/ui.md``, "Safety").
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode
+from uuid import UUID
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from flowforge import errors
+from flowforge.app import ids
+from flowforge.app.service import FlowForge
+from flowforge.ui import pages
+
+HERE = Path(__file__).parent
+TOKEN_COOKIE = "flowforge_ui_token"  # noqa: S105  (the cookie's name)
+CSRF_FIELD = "csrf_token"
+#: Pages load only this package's own script and styles; no page may be framed.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class BadQueryError(ValueError):
+    """A page's query parameter is invalid; the message says which and why (a 400)."""
+
+
+def create_app(app: FlowForge, *, token: str | None) -> Starlette:
+    """The UI over ``app``; ``token``: required on every request if given."""
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,  # everything a user or a handler wrote is shown as text
+        undefined=jinja2.StrictUndefined,
+    )
+    templates = Jinja2Templates(env=environment)
+    csrf = secrets.token_urlsafe(32)  # per process: a POST from another site lacks it
+    ui = _Pages(app, templates, csrf)
+    return Starlette(
+        routes=[
+            Route("/", ui.runs),
+            Route("/runs/{run}", ui.run),
+            Route("/runs/{run}/cancel", ui.cancel, methods=["POST"]),
+            Route("/tasks/{task}", ui.task),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ],
+        middleware=[Middleware(BaseHTTPMiddleware, dispatch=_guard(token))],
+    )
+
+
+_Next = Callable[[Request], Awaitable[Response]]
+
+
+def _guard(token: str | None) -> Callable[[Request, _Next], Awaitable[Response]]:
+    """The token check (if any) before every request, the security headers after."""
+
+    async def dispatch(request: Request, call_next: _Next) -> Response:
+        if token is not None:
+            given = request.query_params.get("token")
+            if given is not None and _same(given, token):
+                rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+                url = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+                response: Response = RedirectResponse(url, status_code=303)
+                response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
+                return _secured(response)
+            if not _carries(request, token):
+                return _secured(
+                    PlainTextResponse(
+                        "a token is required: open this page with ?token=FLOWFORGE_UI_TOKEN "
+                        "or send Authorization: Bearer FLOWFORGE_UI_TOKEN",
+                        status_code=401,
+                    )
+                )
+        return _secured(await call_next(request))
+
+    return dispatch
+
+
+def _carries(request: Request, token: str) -> bool:
+    bearer = request.headers.get("authorization", "")
+    if bearer.lower().startswith("bearer ") and _same(bearer[7:].strip(), token):
+        return True
+    return _same(request.cookies.get(TOKEN_COOKIE, ""), token)
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def _secured(response: Response) -> Response:
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def parse_at(text: str | None) -> datetime | None:
+    """``?at=``: ISO 8601; a time without an offset is UTC, as ``flowforge why --at``."""
+    if not text:
+        return None
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadQueryError(
+            f"at={text!r} is not an ISO 8601 time; write e.g. 2026-01-31T12:03:04Z"
+        ) from None
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+
+
+class _Pages:
+    """The routes' handlers. Reads run in a thread (``FlowForge`` is synchronous)."""
+
+    def __init__(self, app: FlowForge, templates: Jinja2Templates, csrf: str) -> None:
+        self.app, self.templates, self.csrf = app, templates, csrf
+
+    def _render(
+        self, request: Request, name: str, context: dict[str, object], status: int = 200
+    ) -> Response:
+        context = {**context, "csrf": self.csrf, "csrf_field": CSRF_FIELD}
+        return self.templates.TemplateResponse(request, name, context, status_code=status)
+
+    def _problem(self, request: Request, message: str, status: int) -> Response:
+        context = {"message": message, "status": status}
+        return self._render(request, "problem.html", context, status)
+
+    async def runs(self, request: Request) -> Response:
+        params = request.query_params
+        search = params.get("q", "").strip()
+        if search:
+            try:
+                found = await run_in_threadpool(ids.resolve_run, self.app, search)
+            except (errors.UnknownRunError, errors.InvalidIdError) as exc:
+                return self._problem(request, str(exc), 404)
+            return RedirectResponse(f"/runs/{found.id}", status_code=303)
+        page = params.get("page", "1")
+        query = pages.RunsQuery(
+            state=params.get("state", ""),
+            workflow=params.get("workflow", ""),
+            page=int(page) if page.isdigit() else 1,
+        )
+        context = await run_in_threadpool(pages.runs_page, self.app, query)
+        return self._render(request, "runs.html", context)
+
+    async def run(self, request: Request) -> Response:
+        try:
+            at = parse_at(request.query_params.get("at"))
+            run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
+        except BadQueryError as exc:
+            return self._problem(request, str(exc), 400)
+        except (errors.UnknownRunError, errors.InvalidIdError) as exc:
+            return self._problem(request, str(exc), 404)
+        context = await run_in_threadpool(pages.run_page, self.app, run, at)
+        context["cancelled"] = request.query_params.get("cancelled") == "1"
+        return self._render(request, "run.html", context)
+
+    async def task(self, request: Request) -> Response:
+        try:
+            at = parse_at(request.query_params.get("at"))
+            task_run_id = UUID(request.path_params["task"])
+        except BadQueryError as exc:
+            return self._problem(request, str(exc), 400)
+        except ValueError:
+            return self._problem(request, "not a task run's id; open a task from its run", 404)
+        try:
+            context = await run_in_threadpool(pages.task_page, self.app, task_run_id, at)
+        except errors.UnknownRunError as exc:
+            return self._problem(request, str(exc), 404)
+        return self._render(request, "task.html", context)
+
+    async def cancel(self, request: Request) -> Response:
+        """Cancel a run, as ``flowforge cancel`` does: a finished run is refused."""
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        if not _same(form.get(CSRF_FIELD, [""])[0], self.csrf):
+            return PlainTextResponse("missing or wrong CSRF token: reload the page", 403)
+        try:
+            run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
+        except (errors.UnknownRunError, errors.InvalidIdError) as exc:
+            return self._problem(request, str(exc), 404)
+        cancelled = await run_in_threadpool(self.app.cancel_workflow_run, run.id)
+        if not cancelled:
+            after = await run_in_threadpool(self.app.get_workflow_run, run.id)
+            return self._problem(
+                request,
+                f"run {run.id} already {after.state}; a finished run never changes, so "
+                f"there is nothing to cancel",
+                409,
+            )
+        return RedirectResponse(f"/runs/{run.id}?cancelled=1", status_code=303)

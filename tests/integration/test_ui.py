@@ -1,0 +1,271 @@
+"""The web UI over HTTP (Starlette's TestClient) on both backends: every page, the
+filters, the time slider's replay, the cancel action and its CSRF check, the token rules,
+escaping, and a large run's grouped page (docs/ui.md, "How it is tested")."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+from starlette.testclient import TestClient
+
+from flowforge.aggregates.ids import short_id
+from flowforge.app.service import FlowForge
+from flowforge.ui import create_app
+from tests.helpers import LEASE_S, task_id, work
+
+CHAIN = {
+    "name": "chain",
+    "tasks": [
+        {"key": "extract", "type": "work"},
+        {"key": "load", "type": "work", "depends_on": ["extract"]},
+    ],
+}
+XSS = "<script>alert(1)</script>"
+
+
+@pytest.fixture
+def client(app: FlowForge) -> Iterator[TestClient]:
+    with TestClient(create_app(app, token=None)) as client:
+        yield client
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert found, "the page has no CSRF field"
+    return found.group(1)
+
+
+def finished_chain(app: FlowForge) -> UUID:
+    run_id = app.start_workflow_run(CHAIN, {"rows": 3})
+    work(app, run_id, "extract")
+    work(app, run_id, "load")
+    assert app.get_workflow_run(run_id).state == "succeeded"
+    return run_id
+
+
+def test_the_runs_page_lists_runs_newest_first_with_counts(
+    app: FlowForge, client: TestClient
+) -> None:
+    done = finished_chain(app)
+    running = app.start_workflow_run(CHAIN)
+    page = client.get("/")
+    assert page.status_code == 200
+    assert page.text.index(short_id(running)) < page.text.index(short_id(done))
+    counts = re.search(r'id="counts">(.*?)</p>', page.text, re.S)
+    assert counts
+    assert "pending 1" in counts.group(1)
+    assert "succeeded 1" in counts.group(1)
+
+
+def test_the_runs_page_filters_by_state_and_workflow(app: FlowForge, client: TestClient) -> None:
+    done = finished_chain(app)
+    running = app.start_workflow_run(CHAIN)
+    other = app.start_workflow_run({**CHAIN, "name": "other"})
+    by_state = client.get("/", params={"state": "succeeded"}).text
+    assert short_id(done) in by_state
+    assert short_id(running) not in by_state
+    by_name = client.get("/", params={"workflow": "other"}).text
+    assert short_id(other) in by_name
+    assert short_id(done) not in by_name
+    assert "no runs match" in client.get("/", params={"state": "cancelled"}).text
+
+
+def test_the_runs_page_is_paginated(app: FlowForge, client: TestClient) -> None:
+    run_ids = app.start_workflow_runs(CHAIN, [None] * 51)
+    first, second = client.get("/").text, client.get("/", params={"page": 2}).text
+    assert "page 1 of 2" in first
+    assert 'rel="next"' in first
+    assert first.count('class="run-row"') == 50
+    assert second.count('class="run-row"') == 1
+    shown = [re.findall(r'<a href="/runs/([0-9a-f-]+)"', page) for page in (first, second)]
+    assert sorted(UUID(i) for i in shown[0] + shown[1]) == sorted(run_ids)  # each once
+
+
+def test_a_short_id_search_opens_the_run(app: FlowForge, client: TestClient) -> None:
+    run_id = finished_chain(app)
+    page = client.get("/", params={"q": short_id(run_id)})
+    assert page.status_code == 200
+    assert str(page.url).endswith(f"/runs/{run_id}")
+    assert str(run_id) in page.text
+    full = client.get("/", params={"q": str(run_id)}, follow_redirects=False)
+    assert full.status_code == 303
+    missing = client.get("/", params={"q": "ffffeeee"})
+    assert missing.status_code == 404
+    assert "no workflow run has an id" in missing.text
+    assert client.get("/", params={"q": "zz"}).status_code == 404
+    assert client.get("/runs/ffffeeee").status_code == 404
+
+
+def test_a_runs_page_shows_header_dag_colours_and_timeline(
+    app: FlowForge, client: TestClient
+) -> None:
+    run_id = app.start_workflow_run(CHAIN, {"rows": 3})
+    work(app, run_id, "extract")
+    page = client.get(f"/runs/{short_id(run_id)}")
+    assert page.status_code == 200
+    assert "&#34;rows&#34;: 3" in page.text  # the inputs' JSON, escaped
+    dag = _svg(page.text, "dag")
+    assert re.search(r'class="task state-succeeded" data-key="extract"', dag)
+    assert re.search(r'class="task state-ready" data-key="load"', dag)
+    assert "<line" in dag  # the edge extract -> load
+    timeline = _svg(page.text, "timeline")
+    assert timeline.count('class="bar state-succeeded"') == 1
+    assert 'type="range"' in page.text
+    tasks = re.search(r'id="tasks">(.*?)</table>', page.text, re.S)
+    assert tasks
+    assert tasks.group(1).count("<tr>") == 3  # the header, extract and load
+
+
+def test_the_slider_shows_a_task_as_it_was(app: FlowForge, client: TestClient) -> None:
+    run_id = app.start_workflow_run(CHAIN)
+    work(app, run_id, "extract")
+    load = app.claim_task_run(task_id(app, run_id, "load"), "test-worker", LEASE_S)
+    assert load is not None
+    # The claim and the finish at distinct moments of the database's clock (SQLite's
+    # has millisecond steps): the slider stops at each transition's time.
+    time.sleep(0.01)
+    assert app.finish_task_run(load.task_run_id, load.fencing_token, "succeed")
+    history = app.run_history(run_id)
+    claimed = next(e.at for e in history if e.task_key == "load" and e.target == "running")
+    then = client.get(f"/runs/{run_id}", params={"at": claimed.isoformat()}).text
+    assert re.search(r'class="task state-running" data-key="load"', _svg(then, "dag"))
+    assert "replayed from the audit log" in then
+    now = client.get(f"/runs/{run_id}").text
+    assert re.search(r'class="task state-succeeded" data-key="load"', _svg(now, "dag"))
+    before = client.get(
+        f"/runs/{run_id}", params={"at": (history[0].at - timedelta(1)).isoformat()}
+    )
+    assert 'class="task state-none"' in before.text
+    assert client.get(f"/runs/{run_id}", params={"at": "yesterday"}).status_code == 400
+
+
+def test_the_task_page_shows_every_attempt_and_why(app: FlowForge, client: TestClient) -> None:
+    run_id = app.start_workflow_run(CHAIN)
+    extract = task_id(app, run_id, "extract")
+    first = app.claim_task_run(extract, "worker-a", LEASE_S)
+    assert first is not None
+    failed = {"type": "Boom", "message": "first try", "traceback": "Traceback: line 1"}
+    assert app.finish_task_run(extract, first.fencing_token, "fail", error=failed)
+    assert app.schedule_retry(extract)
+    assert app.retry_ready(extract)
+    second = app.claim_task_run(extract, "worker-b", LEASE_S)
+    assert second is not None
+    assert app.finish_task_run(extract, second.fencing_token, "succeed", result={"n": 41})
+    page = client.get(f"/tasks/{extract}")
+    assert page.status_code == 200
+    assert 'id="attempt-2"' in page.text
+    assert "worker-a" in page.text
+    assert "worker-b" in page.text
+    assert "Boom: first try" in page.text
+    assert "Traceback: line 1" in page.text
+    assert "&#34;n&#34;: 41" in page.text  # the result's JSON, escaped
+    assert 'id="why-now"' in page.text
+    assert "succeeded" in page.text
+    claimed_at = app.history(extract)[1].at
+    then = client.get(f"/tasks/{extract}", params={"at": claimed_at.isoformat()})
+    why_then = re.search(r'id="why-then">(.*?)</div>', then.text, re.S)
+    assert why_then
+    assert "worker-a" in why_then.group(1)
+    assert client.get(f"/tasks/{UUID(int=1)}").status_code == 404
+    assert client.get("/tasks/nope").status_code == 404
+
+
+def test_cancel_needs_the_csrf_token(app: FlowForge, client: TestClient) -> None:
+    run_id = app.start_workflow_run(CHAIN)
+    page = client.get(f"/runs/{run_id}").text
+    refused = client.post(f"/runs/{run_id}/cancel", data={})
+    assert refused.status_code == 403
+    wrong = client.post(f"/runs/{run_id}/cancel", data={"csrf_token": "guess"})
+    assert wrong.status_code == 403
+    assert app.get_workflow_run(run_id).state == "pending"
+    done = client.post(f"/runs/{run_id}/cancel", data={"csrf_token": csrf_of(page)})
+    assert done.status_code == 200
+    assert app.get_workflow_run(run_id).state == "cancelled"
+    assert 'id="run-state">cancelled' in done.text
+    assert 'id="notice">cancelled this run' in done.text
+
+
+def test_cancelling_a_finished_run_is_refused_with_the_reason(
+    app: FlowForge, client: TestClient
+) -> None:
+    run_id = finished_chain(app)
+    token = csrf_of(client.get("/runs/" + str(app.start_workflow_run(CHAIN))).text)
+    refused = client.post(f"/runs/{run_id}/cancel", data={"csrf_token": token})
+    assert refused.status_code == 409
+    assert "already succeeded; a finished run never changes" in refused.text
+    assert app.get_workflow_run(run_id).state == "succeeded"
+    assert "/cancel" not in client.get(f"/runs/{run_id}").text  # no button to press
+
+
+def test_the_slider_script_is_served_from_the_package(client: TestClient) -> None:
+    script = client.get("/static/ui.js")
+    assert script.status_code == 200
+    assert "?at=" in script.text
+    assert client.get("/static/ui.css").status_code == 200
+
+
+def test_reading_pages_writes_nothing(app: FlowForge, client: TestClient) -> None:
+    run_id = finished_chain(app)
+    before = len(app.run_history(run_id)), app.get_workflow_run(run_id).version
+    extract = task_id(app, run_id, "extract")
+    for path in ("/", f"/runs/{run_id}", f"/tasks/{extract}"):
+        assert client.get(path).status_code == 200
+    assert (len(app.run_history(run_id)), app.get_workflow_run(run_id).version) == before
+
+
+def test_with_a_token_every_request_needs_it(app: FlowForge) -> None:
+    run_id = finished_chain(app)
+    with TestClient(create_app(app, token="s3cret")) as client:
+        assert client.get("/").status_code == 401
+        assert client.get(f"/runs/{run_id}").status_code == 401
+        assert client.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert client.get("/", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert client.get("/", params={"token": "wrong"}).status_code == 401
+        opened = client.get(f"/runs/{run_id}", params={"token": "s3cret"})
+        assert opened.status_code == 200  # redirected without it, the cookie set
+        assert "token" not in str(opened.url)
+        assert client.get("/").status_code == 200
+
+
+def test_what_users_and_handlers_wrote_is_escaped(app: FlowForge, client: TestClient) -> None:
+    run_id = app.start_workflow_run(CHAIN, {"note": XSS})
+    extract = task_id(app, run_id, "extract")
+    claim = app.claim_task_run(extract, XSS, LEASE_S)
+    assert claim is not None
+    error = {"type": "Boom", "message": XSS, "traceback": XSS}  # on both pages
+    assert app.finish_task_run(extract, claim.fencing_token, "fail", error=error)
+    for path in (f"/runs/{run_id}", f"/tasks/{extract}"):
+        page = client.get(path)
+        assert page.status_code == 200
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+        assert "<script>alert" not in page.text
+        assert page.headers["content-security-policy"].startswith("default-src 'self'")
+
+
+def test_a_run_of_1000_tasks_is_grouped_by_level(app: FlowForge, client: TestClient) -> None:
+    tasks: list[dict[str, Any]] = [{"key": "root", "type": "work"}]
+    tasks += [{"key": f"t{i}", "type": "work", "depends_on": ["root"]} for i in range(998)]
+    tasks.append({"key": "end", "type": "work", "depends_on": [f"t{i}" for i in range(998)]})
+    run_id = app.start_workflow_run({"name": "wide", "tasks": tasks})
+    work(app, run_id, "root")
+    page = client.get(f"/runs/{run_id}")
+    assert page.status_code == 200
+    assert 'id="dag"' not in page.text
+    levels = re.search(r'id="levels">(.*?)</table>', page.text, re.S)
+    assert levels
+    rows = re.findall(r"<tr><td>(\d+)</td><td>(\d+)</td>", levels.group(1))
+    assert rows == [("0", "1"), ("1", "998"), ("2", "1")]
+    assert "ready 998" in levels.group(1)
+    assert "succeeded 1" in levels.group(1)
+
+
+def _svg(page: str, svg_id: str) -> str:
+    found = re.search(rf'<svg class="\w+" id="{svg_id}".*?</svg>', page, re.S)
+    assert found, f"no svg #{svg_id} on the page"
+    return found.group(0)
