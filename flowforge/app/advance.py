@@ -59,11 +59,6 @@ _CANCEL_LEFTOVER = {
     _T.FAILED: TASK_RUN_MACHINE.get("cancel_failed"),
     _T.RETRYING: TASK_RUN_MACHINE.get("cancel_retrying"),
 }
-#: A leftover's cancel that lost to another writer (a worker's finish, the reaper) is
-#: tried again on the row as that writer left it, in the same transaction; each loss
-#: means the row moved on, so a few tries end it. Past them the row is left to the next
-#: advance, which that writer's own mark of the run asks for.
-_LEFTOVER_TRIES = 4
 
 
 def leaf_of(claimed: TaskRunRow | None, definitions: DefinitionCache) -> Leaf | None:
@@ -265,7 +260,7 @@ def _advance_locked(
             result.waiting_to_start = True
             return result
     if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
-        _cancel_leftovers(writes, _tasks(writes, run.id), result)
+        _cancel_leftovers(writes, run.id, result)
         return result
     definition = definitions.of(run)
     now = writes.now()
@@ -346,7 +341,7 @@ def _finish_if_derived(
     if writes.runs.move(run.id, edge, actor=ACTOR_SCHEDULER):
         result.finished_as = derived.value
         # The run's terminal state is fixed first; cancelling what is left cannot change it.
-        _cancel_leftovers(writes, tasks, result)
+        _cancel_leftovers(writes, run.id, result)
 
 
 def _effective_state(task: TaskRunRow) -> TaskRunState:
@@ -356,28 +351,22 @@ def _effective_state(task: TaskRunRow) -> TaskRunState:
     return task.task_state
 
 
-def _cancel_leftovers(writes: Writes, tasks: list[TaskRunRow], result: AdvanceResult) -> None:
-    """Cancel what can no longer run, each task in the run's own transaction. A row read
-    before another writer moved it makes its conditional write lose; it is read again
-    and cancelled as it now is (the run's row lock keeps other advances out). Running
-    tasks first, by type: their cancels free limits' slots, and every writer takes the
-    counter rows before any ready task's row and in one order (docs/scheduling/limits.md)."""
-    for task in sorted(tasks, key=_cancel_order):
-        row: TaskRunRow | None = task
-        for _ in range(_LEFTOVER_TRIES):
-            edge = None if row is None else _leftover_cancel(row)
-            if row is None or edge is None:
-                break
-            if edge.requires_lease:
-                cancelled = writes.tasks.finish(
-                    row.id, edge, row.fencing_token, actor=ACTOR_SCHEDULER
-                )
-            else:
-                cancelled = writes.tasks.move(row.id, edge, actor=ACTOR_SCHEDULER)
-            if cancelled:
-                result.cancelled.append(task.task_key)
-                break
-            row = writes.task_run(task.id)
+def _cancel_leftovers(writes: Writes, run_id: UUID, result: AdvanceResult) -> None:
+    """Cancel what can no longer run, each task in the run's own transaction. Every
+    unfinished task's row is locked first, in id order, and read as it is: a cancel that
+    frees a concurrency limit's slot locks a counter row, and every writer takes task rows
+    before counter rows (docs/scheduling/limits.md, "Deadlocks"); locked, no row can move
+    under the cancels. Running tasks first, by type: the counter rows in one order."""
+    for row in sorted(writes.tasks.lock_unfinished_of_run(run_id), key=_cancel_order):
+        edge = _leftover_cancel(row)
+        if edge is None:
+            continue
+        if edge.requires_lease:
+            cancelled = writes.tasks.finish(row.id, edge, row.fencing_token, actor=ACTOR_SCHEDULER)
+        else:
+            cancelled = writes.tasks.move(row.id, edge, actor=ACTOR_SCHEDULER)
+        if cancelled:
+            result.cancelled.append(row.task_key)
 
 
 def _cancel_order(task: TaskRunRow) -> tuple[bool, str]:

@@ -76,18 +76,32 @@ def _run_line(app: FlowForge, run: WorkflowRunRow) -> dict[str, Any]:
 
 
 def run_page(app: FlowForge, run: WorkflowRunRow, at: datetime | None) -> dict[str, Any]:
-    """A run: header, its DAG and timeline now or as of ``at`` (replayed from the log)."""
-    history = app.run_history(run.id)
+    """A run: header, its DAG and timeline now or as of ``at`` (replayed from the log).
+
+    A large run shown now is read from its task rows alone (one query), not from its
+    audit log (every event of every task: seconds for 10,000 tasks); as of a past moment
+    it needs the log."""
     rows = app.task_runs(run.id)
-    states = replay.task_states(history, at)
+    if at is None and len(rows) > layout.GROUP_ABOVE:
+        states = {t.task_key: replay.TaskAsOf(t.state, t.attempt) for t in rows}
+        moments = sorted({m for m in (run.created_at, run.started_at, run.finished_at) if m})
+        attempts = _attempts_now(rows)
+        timeline = _timeline(attempts, moments, app.database_now(), run)
+        run_state = run.state
+    else:
+        history = app.run_history(run.id)
+        states = replay.task_states(history, at)
+        moments = replay.moments(history)
+        shown = at or app.database_now()
+        timeline = _timeline(replay.attempts(history, at), [e.at for e in history], shown, run)
+        run_state = replay.run_state(history, at) or "none"
     tasks = [layout.Task(t.task_key, t.depends_on) for t in _definition_order(run, rows)]
-    moments = replay.moments(history)
     context: dict[str, Any] = {
         "run": run,
         "short": short_id(run.id),
         "at": at,
         "at_iso": timefmt.iso(at) if at else "",
-        "run_state": replay.run_state(history, at) or "none",
+        "run_state": run_state,
         "inputs": to_json(run.inputs),
         "times": {
             "created": timefmt.iso(run.created_at),
@@ -100,7 +114,7 @@ def run_page(app: FlowForge, run: WorkflowRunRow, at: datetime | None) -> dict[s
         "states": states,
         "counts": dict(sorted(Counter(s.state for s in states.values()).items())),
         "task_count": len(rows),
-        "timeline": _timeline(history, at or app.database_now(), run),
+        "timeline": timeline,
     }
     if len(tasks) > layout.GROUP_ABOVE:
         by_key = {k: s.state for k, s in states.items()}
@@ -110,6 +124,24 @@ def run_page(app: FlowForge, run: WorkflowRunRow, at: datetime | None) -> dict[s
         context["picture"] = layout.picture(tasks)
         context["box"] = {"w": layout.BOX_WIDTH, "h": layout.BOX_HEIGHT}
     return context
+
+
+def _attempts_now(rows: list[TaskRunRow]) -> list[replay.Attempt]:
+    """Each task's attempt as its row has it now (a large run's page reads no log): from
+    its first claim to its finish, in the order they started."""
+    found = [
+        replay.Attempt(
+            t.task_key,
+            t.attempt,
+            t.started_at,
+            t.finished_at,
+            t.state if t.finished_at is not None else None,
+            t.lease_owner,
+        )
+        for t in rows
+        if t.started_at is not None
+    ]
+    return sorted(found, key=lambda a: a.start)
 
 
 def _task_line(task: TaskRunRow) -> dict[str, Any]:
@@ -134,12 +166,14 @@ def _moment_index(moments: list[datetime], at: datetime | None) -> int:
     return max(0, sum(m <= at for m in moments) - 1)
 
 
-def _timeline(history: list[AuditEntry], at: datetime, run: WorkflowRunRow) -> dict[str, Any]:
+def _timeline(
+    every: list[replay.Attempt], times: list[datetime], at: datetime, run: WorkflowRunRow
+) -> dict[str, Any]:
     """Every attempt as a bar on one time axis, from the run's creation to ``at`` (the
-    moment shown, or the database's now), or to its last transition if it ended before."""
-    every = replay.attempts(history, at)
-    start = history[0].at if history else run.created_at
-    last = max((e.at for e in history if e.at <= at), default=start)
+    moment shown, or the database's now), or to its last transition (of ``times``) if it
+    ended before."""
+    start = min(times, default=run.created_at)
+    last = max((t for t in times if t <= at), default=start)
     end = at if any(a.end is None for a in every) else last
     span = max((end - start).total_seconds(), 1e-3)
 

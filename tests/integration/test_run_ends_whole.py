@@ -15,7 +15,6 @@ from uuid import UUID
 import pytest
 
 from flowforge import errors
-from flowforge.app import advance
 from flowforge.app.service import FlowForge
 from flowforge.projections.writes.tasks import TaskWrites
 from tests.helpers import claim, race, states, task_id, work
@@ -144,21 +143,21 @@ def test_a_cancel_that_fails_after_the_runs_own_edge_writes_nothing(
 def test_a_leftover_that_fails_while_its_run_ends_is_cancelled_as_it_now_is(
     pg_app: FlowForge, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The worker's failing finish commits between the advance's read of the tasks and
-    its cancel of the running one: the cancel_running loses, the row is read again and
-    cancelled as failed, in the same transaction."""
+    """The worker's failing finish commits after the cancel took the run's row, before
+    it locks the run's tasks: the locking read returns the row as the finish left it
+    (failed, a lock waited for if the finish had not committed yet), and it is cancelled
+    as failed, in the same transaction."""
     run_id, token = run_with_leftovers(pg_app)
     running = task_id(pg_app, run_id, "running")
-    read_tasks = advance._tasks
+    lock_tasks = TaskWrites.lock_unfinished_of_run
 
-    def read_then_the_worker_fails(writes: Any, run: UUID) -> Any:
-        rows = read_tasks(writes, run)
+    def the_worker_fails_then_lock(self: TaskWrites, run: UUID) -> Any:
         # Another connection, another transaction: a failure does not try the run's row,
         # which this transaction holds.
         assert pg_app.finish_task_run(running, token, "fail", error={"type": "E", "message": "x"})
-        return rows
+        return lock_tasks(self, run)
 
-    monkeypatch.setattr(advance, "_tasks", read_then_the_worker_fails)
+    monkeypatch.setattr(TaskWrites, "lock_unfinished_of_run", the_worker_fails_then_lock)
     assert pg_app.cancel_workflow_run(run_id)
     monkeypatch.undo()
     assert looks_alive(pg_app, run_id) == {}

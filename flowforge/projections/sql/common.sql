@@ -350,6 +350,19 @@ WHERE workflow_run_id = :workflow_run_id AND task_key IN ({text_list[task_keys]}
 
 -- The rows an advance of some changes needs: the changed tasks, their dependents and
 -- their dependents' dependencies, by the (workflow_run_id, task_key) key.
+-- A run's unfinished tasks as they are, each locked, in id order: what an ended run's
+-- advance cancels. All its task rows first, then (as the running ones' cancels free
+-- slots) counter rows: the order every writer takes them in.
+-- name: lock_unfinished_task_runs_of_run
+SELECT * FROM task_runs
+WHERE workflow_run_id = :workflow_run_id AND state IN ({unfinished_task_states})
+ORDER BY id {for_update};
+
+-- A batch's task rows, locked in id order before any of its statements frees a counter
+-- row (a success of a limited task frees its slots in the finish's own statement).
+-- name: lock_task_runs_in_id_order
+SELECT id FROM task_runs WHERE id IN ({uuid_list[task_run_ids]}) ORDER BY id {for_update};
+
 -- name: select_task_runs_by_keys
 SELECT * FROM task_runs
 WHERE workflow_run_id = :workflow_run_id AND task_key IN ({text_list[task_keys]});
@@ -576,9 +589,15 @@ NOT EXISTS (SELECT 1 FROM dispatch_outbox o
             WHERE o.task_run_id = h.task_run_id AND o.created_at >= h.held_at)
 
 -- The claim of a limited task (LimitWrites.claim), its statements in this order, in
--- one round trip. The run's counter row first, then the type's (the order every writer
--- takes them in: no deadlock), each ONE conditional write that takes a slot when there
--- is room and otherwise keeps the row as it is, locked either way until the commit.
+-- one round trip. The task's row first, locked: every writer takes task rows (in id
+-- order) before counter rows, so a claim never holds a counter row that a finish or an
+-- advance holding this task's row waits for (docs/scheduling/limits.md, "Deadlocks").
+-- Then the run's counter row, then the type's (the order every writer takes them in),
+-- each ONE conditional write that takes a slot when there is room and otherwise keeps
+-- the row as it is, locked either way until the commit.
+-- name: lock_ready_task_for_claim
+SELECT id FROM task_runs WHERE id = :id AND state = 'ready' {for_update};
+
 -- name: take_run_slot
 UPDATE run_limits
 SET running = running + CASE WHEN running < max_running THEN 1 ELSE 0 END,

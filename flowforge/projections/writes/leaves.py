@@ -17,6 +17,7 @@ from uuid import UUID
 
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.states import WorkflowRunState
+from flowforge.projections.reads import id_list
 from flowforge.projections.tables import TaskRunRow
 from flowforge.projections.writes.limits import free_statements
 from flowforge.projections.writes.marks import RunMarks
@@ -84,8 +85,13 @@ class LeafWrites:
         # the success return (their definitions are most of the loading).
         unread = [i for i in range(len(statements)) if i % per not in _ROWS_READ]
         frees = _frees(in_lock_order)
+        lock = _lock_in_id_order(in_lock_order)
         first_free = len(statements)
-        rows = self._recording.tx.run_each([*statements, *frees], commit=True, unread=unread)
+        rows = self._recording.tx.run_each(
+            [*lock, *statements, *frees],
+            commit=True,
+            unread=[*range(len(lock)), *(len(lock) + i for i in unread)],
+        )[len(lock) :]
         self._recording.last_statement_sent = True
         if any(rows[first_free:]):  # a release's rows: a held task dispatched again
             self._outbox.enqueued = True
@@ -133,6 +139,16 @@ class LeafWrites:
             ),
             ("mark_run_wakeup_after_finish", mark),
         ]
+
+
+def _lock_in_id_order(successes: Sequence[LeafSuccess]) -> list[Statement]:
+    """A batch's task rows, locked in id order before its first finish, which may free
+    a concurrency limit's slot (a counter row): every writer takes task rows before
+    counter rows (docs/scheduling/limits.md, "Deadlocks"). One success needs none."""
+    if len(successes) < 2:
+        return []
+    ids = id_list([success.task_run_id for success in successes])
+    return [("lock_task_runs_in_id_order", {"task_run_ids": ids})]
 
 
 def _frees(successes: Sequence[LeafSuccess]) -> list[Statement]:

@@ -34,7 +34,7 @@ _RUNNING = TaskRunState.RUNNING.value
 #: limit): from then on its finishes wake the publishers (:meth:`LimitWrites.free`).
 LIMITS_MET = threading.Event()
 #: Where each statement of :meth:`LimitWrites.claim` is (keep in step with its list).
-_RUN_SLOT, _TYPE_SLOT, _CLAIM, _START, _HOLD = 1, 2, 3, 4, 7
+_RUN_SLOT, _TYPE_SLOT, _CLAIM, _START, _HOLD = 2, 3, 4, 5, 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +68,10 @@ class LimitWrites:
         self, task_run_id: UUID, worker_id: str, lease_seconds: float | None
     ) -> LimitedClaim:
         """A limited task's claim, all in ONE round trip (its own transaction: nothing
-        may precede it). The run's slot, then the type's, each taken only if there is
-        room; the claim only if every slot it needs was taken; a slot taken for a claim
-        that lost is given back; a refused claim holds its dispatch."""
+        may precede it). The task's row locked first (task rows before counter rows:
+        every writer's lock order), then the run's slot, then the type's, each taken
+        only if there is room; the claim only if every slot it needs was taken; a slot
+        taken for a claim that lost is given back; a refused claim holds its dispatch."""
         LIMITS_MET.set()
         claim = EventRecipe.of_task(CLAIM, worker_id)
         start = EventRecipe.of_run(START_RUN, worker_id)
@@ -90,6 +91,7 @@ class LimitWrites:
         }
         statements: list[Statement] = [
             ("lock_task_runs_for_claim", {}),
+            ("lock_ready_task_for_claim", own),
             ("take_run_slot", own),
             ("take_type_slot", own),
             self._recording.statement("task_claim_limited", claim_params, claim),

@@ -168,6 +168,13 @@ class TaskWrites:
         runs = [WorkflowRunRow.from_mapping(row) for row in run_rows]
         return [claimed[task_run_id] for task_run_id in task_run_ids], runs
 
+    def lock_unfinished_of_run(self, run_id: UUID) -> list[TaskRunRow]:
+        """The run's unfinished tasks as they are, each row locked until the commit, in
+        id order: an ended run's advance takes them all before the first cancel frees a
+        concurrency limit's slot (task rows before counter rows: the lock order)."""
+        rows = self._tx.run("lock_unfinished_task_runs_of_run", {"workflow_run_id": run_id})
+        return [TaskRunRow.from_mapping(row) for row in rows]
+
     def finish(
         self,
         task_run_id: UUID,
