@@ -45,6 +45,19 @@ def load_definition(source: Source) -> WorkflowDefinition:
     )
 
 
+def load_definition_text(text: str, file_type: str, *, origin: str) -> WorkflowDefinition:
+    """A validated definition from the text of a ``.toml`` or ``.json`` file (``file_type``:
+    ``"toml"`` or ``"json"``) that did not come from disk (a form's), its errors named
+    after ``origin`` as a file's are after its path."""
+    if f".{file_type.lower()}" not in _PARSERS:
+        raise InvalidWorkflowDefinitionError(
+            f"{origin}: {file_type!r} is not a workflow file's format: use toml or json"
+        )
+    language, parse = _PARSERS[f".{file_type.lower()}"]
+    text = text.removeprefix("\ufeff")  # a byte-order mark, read past as in a file
+    return parse_definition(_parse(origin, language, parse, text), origin=origin)
+
+
 def _file_format(path: str) -> tuple[str, Callable[[str], Any]]:
     suffix = os.path.splitext(path)[1]
     if suffix.lower() not in _PARSERS:

@@ -123,6 +123,12 @@ class Queries:
         aggregate: WorkflowRun = self._core.events.repository.get(run_id)
         return aggregate
 
+    def last_change(self) -> int:
+        """The position of the newest event in the audit log (0 while it is empty): it
+        grows with every transition, so a reader sees that something changed by one
+        index probe (the web UI's live updates)."""
+        return self._core.events.recorder.max_notification_id() or 0
+
     def history(self, task_run_id: UUID) -> list[AuditEntry]:
         """Every transition of one task run, every attempt, in order."""
         return audit.entries(self._core.events, [task_run_id])

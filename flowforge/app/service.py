@@ -166,6 +166,7 @@ class FlowForge:
     database_now = _on("queries", Queries.database_now)
     task_run_aggregate = _on("queries", Queries.task_run_aggregate)
     workflow_run_aggregate = _on("queries", Queries.workflow_run_aggregate)
+    last_change = _on("queries", Queries.last_change)
     history = _on("queries", Queries.history)
     run_history = _on("queries", Queries.run_history)
 

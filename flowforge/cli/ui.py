@@ -32,14 +32,10 @@ def serve(args: argparse.Namespace) -> int:
             f"--host {args.host} is not a loopback address: set {TOKEN_VARIABLE} to a "
             f"secret every request must carry, or serve on 127.0.0.1"
         )
-    import uvicorn  # noqa: PLC0415  (only this command loads the web server)
-
-    from flowforge.ui import create_app  # noqa: PLC0415
+    from flowforge.ui.server import Server  # noqa: PLC0415  (only this command loads uvicorn)
 
     with common.open_app(common.settings_from(args)) as app:
         shown = f"[{args.host}]" if ":" in args.host else args.host
         print(f"serving FlowForge's UI on http://{shown}:{args.port}/ (Ctrl-C stops)", flush=True)
-        uvicorn.run(
-            create_app(app, token=token), host=args.host, port=args.port, log_level="warning"
-        )
+        Server(app, token=token, host=args.host, port=args.port).run()
     return 0

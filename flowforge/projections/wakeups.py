@@ -26,7 +26,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,11 +58,24 @@ class Bell:
     def __init__(self) -> None:
         self._condition = threading.Condition()
         self._rung = False
+        self._echoes: list[Bell] = []
 
     def ring(self) -> None:
         with self._condition:
             self._rung = True
             self._condition.notify_all()
+            echoes = list(self._echoes)
+        for echo in echoes:
+            echo.ring()
+
+    def echo(self, other: Bell, *, on: bool = True) -> None:
+        """Ring ``other`` too each time this bell rings (``on=False``: no more): one
+        waiter can then wait for any of several bells."""
+        with self._condition:
+            if on:
+                self._echoes.append(other)
+            elif other in self._echoes:
+                self._echoes.remove(other)
 
     def wait(self, seconds: float) -> bool:
         """True if rung (and clears it); False if ``seconds`` passed first."""
@@ -78,6 +92,18 @@ class Wakeups:
 
     runs: Bell = field(default_factory=Bell)
     outbox: Bell = field(default_factory=Bell)
+
+    @contextmanager
+    def either(self) -> Iterator[Bell]:
+        """A bell rung whenever either of these rings, while the block runs."""
+        either = Bell()
+        for bell in (self.runs, self.outbox):
+            bell.echo(either)
+        try:
+            yield either
+        finally:
+            for bell in (self.runs, self.outbox):
+                bell.echo(either, on=False)
 
     def by_listen_statement(self) -> Mapping[str, tuple[str, Bell]]:
         return {

@@ -9,9 +9,12 @@ its form. Templates autoescape everything (``docs/ui.md``, "Safety").
 from __future__ import annotations
 
 import hmac
+import json
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode
 from uuid import UUID
@@ -22,15 +25,22 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from flowforge import errors
 from flowforge.app import ids
+from flowforge.app.definition_files import load_definition_text
 from flowforge.app.service import FlowForge
 from flowforge.ui import pages
+from flowforge.ui.live import ChangeFeed
 
 HERE = Path(__file__).parent
 TOKEN_COOKIE = "flowforge_ui_token"  # noqa: S105  (the cookie's name)
@@ -41,6 +51,13 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
+}
+
+
+#: What a run's page says after an action that led to it (``?submitted=1``, ``?rerun=1``).
+_RUN_NOTICES = {
+    "submitted": "submitted: this run is new",
+    "rerun": "a re-run: the tasks that did not succeed run again (see 'rerun of')",
 }
 
 
@@ -57,17 +74,33 @@ def create_app(app: FlowForge, *, token: str | None) -> Starlette:
     )
     templates = Jinja2Templates(env=environment)
     csrf = secrets.token_urlsafe(32)  # per process: a POST from another site lacks it
-    ui = _Pages(app, templates, csrf)
-    return Starlette(
+    feed = ChangeFeed(app)
+    ui = _Pages(app, templates, csrf, feed)
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        feed.start()
+        try:
+            yield
+        finally:
+            feed.stop()
+
+    starlette = Starlette(
         routes=[
             Route("/", ui.runs),
+            Route("/runs", ui.submit, methods=["POST"]),
             Route("/runs/{run}", ui.run),
             Route("/runs/{run}/cancel", ui.cancel, methods=["POST"]),
+            Route("/runs/{run}/rerun", ui.rerun, methods=["POST"]),
             Route("/tasks/{task}", ui.task),
+            Route("/events", ui.events),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         middleware=[Middleware(BaseHTTPMiddleware, dispatch=_guard(token))],
+        lifespan=lifespan,
     )
+    starlette.state.feed = feed  # closed by a stopping server (ui/server.py)
+    return starlette
 
 
 _Next = Callable[[Request], Awaitable[Response]]
@@ -130,8 +163,10 @@ def parse_at(text: str | None) -> datetime | None:
 class _Pages:
     """The routes' handlers. Reads run in a thread (``FlowForge`` is synchronous)."""
 
-    def __init__(self, app: FlowForge, templates: Jinja2Templates, csrf: str) -> None:
-        self.app, self.templates, self.csrf = app, templates, csrf
+    def __init__(
+        self, app: FlowForge, templates: Jinja2Templates, csrf: str, feed: ChangeFeed
+    ) -> None:
+        self.app, self.templates, self.csrf, self.feed = app, templates, csrf, feed
 
     def _render(
         self, request: Request, name: str, context: dict[str, object], status: int = 200
@@ -159,6 +194,7 @@ class _Pages:
             page=int(page) if page.isdigit() else 1,
         )
         context = await run_in_threadpool(pages.runs_page, self.app, query)
+        context["live"] = True
         return self._render(request, "runs.html", context)
 
     async def run(self, request: Request) -> Response:
@@ -171,6 +207,8 @@ class _Pages:
             return self._problem(request, str(exc), 404)
         context = await run_in_threadpool(pages.run_page, self.app, run, at)
         context["cancelled"] = request.query_params.get("cancelled") == "1"
+        context["notice"] = _RUN_NOTICES.get(next(iter(request.query_params), ""), "")
+        context["live"] = at is None
         return self._render(request, "run.html", context)
 
     async def task(self, request: Request) -> Response:
@@ -185,13 +223,20 @@ class _Pages:
             context = await run_in_threadpool(pages.task_page, self.app, task_run_id, at)
         except errors.UnknownRunError as exc:
             return self._problem(request, str(exc), 404)
+        context["live"] = at is None
         return self._render(request, "task.html", context)
+
+    async def _form(self, request: Request) -> dict[str, str] | None:
+        """A POST's form fields (the first of each), or ``None`` without this process's
+        CSRF token."""
+        form = parse_qs((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
+        fields = {name: values[0] for name, values in form.items()}
+        return fields if _same(fields.get(CSRF_FIELD, ""), self.csrf) else None
 
     async def cancel(self, request: Request) -> Response:
         """Cancel a run, as ``flowforge cancel`` does: a finished run is refused."""
-        form = parse_qs((await request.body()).decode("utf-8", "replace"))
-        if not _same(form.get(CSRF_FIELD, [""])[0], self.csrf):
-            return PlainTextResponse("missing or wrong CSRF token: reload the page", 403)
+        if await self._form(request) is None:
+            return _csrf_refused()
         try:
             run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
         except (errors.UnknownRunError, errors.InvalidIdError) as exc:
@@ -206,3 +251,74 @@ class _Pages:
                 409,
             )
         return RedirectResponse(f"/runs/{run.id}?cancelled=1", status_code=303)
+
+    async def rerun(self, request: Request) -> Response:
+        """Re-run a finished run, as ``flowforge rerun RUN [--from TASK]`` does: every task
+        that did not succeed (or the task ``from`` and every task after it) runs again,
+        the others' results carried over."""
+        form = await self._form(request)
+        if form is None:
+            return _csrf_refused()
+        from_tasks = [form["from"]] if form.get("from") else []
+        try:
+            run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
+        except (errors.UnknownRunError, errors.InvalidIdError) as exc:
+            return self._problem(request, str(exc), 404)
+        try:
+            started = await run_in_threadpool(
+                partial(self.app.rerun_workflow_run, run.id, from_tasks=from_tasks)
+            )
+        except errors.UnknownTaskKeyError as exc:
+            return self._problem(request, str(exc), 400)
+        except (errors.RunNotFinishedError, errors.NothingToRerunError) as exc:
+            return self._problem(request, str(exc), 409)
+        return RedirectResponse(f"/runs/{started.run_id}?rerun=1", status_code=303)
+
+    async def submit(self, request: Request) -> Response:
+        """Submit a workflow (a TOML or JSON file's text) with inputs (a JSON object), as
+        ``flowforge submit FILE --input ...`` does, with its validation and messages."""
+        form = await self._form(request)
+        if form is None:
+            return _csrf_refused()
+        try:
+            definition = load_definition_text(
+                form.get("definition", ""), form.get("format", "toml"), origin="the form"
+            )
+            inputs = parse_inputs(form.get("inputs", ""))
+            started = await run_in_threadpool(self.app.submit_workflow_run, definition, inputs)
+        except (errors.InvalidWorkflowDefinitionError, BadQueryError) as exc:
+            return self._problem(request, str(exc), 400)
+        except ValueError as exc:  # inputs that cannot be stored
+            return self._problem(request, str(exc), 400)
+        return RedirectResponse(f"/runs/{started.run_id}?submitted=1", status_code=303)
+
+    async def events(self, request: Request) -> Response:
+        """Server-sent events: ``change`` (the audit log's newest position) whenever
+        something changed (``live.py`` says how it knows), a comment line when idle."""
+
+        async def stream() -> AsyncIterator[str]:
+            yield "retry: 2000\n\n"
+            async for position in self.feed.changes():
+                yield ": idle\n\n" if position is None else f"event: change\ndata: {position}\n\n"
+
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+
+def parse_inputs(text: str) -> dict[str, object]:
+    """The form's inputs: empty, or a JSON object."""
+    if not text.strip():
+        return {}
+    try:
+        inputs = json.loads(text)
+    except ValueError as exc:
+        raise BadQueryError(f"inputs: not valid JSON: {exc}") from None
+    if not isinstance(inputs, dict):
+        raise BadQueryError(
+            f'inputs: expected a JSON object such as {{"rows": 8}}, got {type(inputs).__name__}'
+        )
+    return inputs
+
+
+def _csrf_refused() -> Response:
+    return PlainTextResponse("missing or wrong CSRF token: reload the page", 403)

@@ -2,7 +2,8 @@
 driven by Selenium), against the real `flowforge ui` process on a SQLite database: the
 runs page opens a run; its DAG is coloured by state; moving the time slider shows a task
 in the state it had then; a run is cancelled from its page; a handler's error message
-that is `<script>` is shown as text and never runs.
+that is `<script>` is shown as text and never runs; a run started by another process
+appears on the runs page without a reload.
 
 `.ci/run` installs the browser and sets REQUIRE_BROWSER=1, so that a missing browser
 fails here instead of skipping.
@@ -73,7 +74,12 @@ def seed(url: str) -> dict[str, str]:
         assert app.finish_task_run(tasks[key], claim.fencing_token, "succeed", {"ok": key})
     app.schedule_once()
     pending = app.start_workflow_run(definition)
-    seeded = {"finished": str(finished), "a": str(tasks["a"]), "pending": str(pending)}
+    seeded = {
+        "finished": str(finished),
+        "a": str(tasks["a"]),
+        "pending": str(pending),
+        "url": url,
+    }
     app.close()
     return seeded
 
@@ -203,3 +209,23 @@ def test_a_script_in_a_handlers_error_is_shown_as_text_and_never_runs(
     browser.get(f"{base}/tasks/{seeded['a']}")  # its failed attempt's error
     assert browser.execute_script("return window.flowforgeXss === undefined")
     assert XSS in browser.find_element("tag name", "body").text  # shown, as text
+
+
+def test_the_runs_page_shows_a_new_run_without_reloading(
+    served: tuple[str, dict[str, str]], browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, seeded = served
+    browser.get(base + "/")
+    browser.execute_script("window.flowforgeStayed = 1")  # gone if the page reloads
+    other = FlowForge(seeded["url"])  # another process's commit: the UI's poll sees it
+    try:
+        run_id = other.start_workflow_run({"name": "live", "tasks": [{"key": "a", "type": "t"}]})
+    finally:
+        other.close()
+    WebDriverWait(browser, WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda driver: driver.find_elements(By.CSS_SELECTOR, f'a[href="/runs/{run_id}"]')
+    )
+    assert browser.execute_script("return window.flowforgeStayed") == 1
+    assert int(browser.execute_script("return document.body.dataset.refreshed")) >= 1

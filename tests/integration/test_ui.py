@@ -4,6 +4,7 @@ escaping, and a large run's grouped page (docs/ui.md, "How it is tested")."""
 
 from __future__ import annotations
 
+import html
 import re
 import time
 from collections.abc import Iterator
@@ -279,3 +280,110 @@ def _svg(page: str, svg_id: str) -> str:
     found = re.search(rf'<svg class="\w+" id="{svg_id}".*?</svg>', page, re.S)
     assert found, f"no svg #{svg_id} on the page"
     return found.group(0)
+
+
+# --- the submit and re-run actions ---------------------------------------------------------
+
+CHAIN_TOML = """name = "chain"
+[[tasks]]
+key = "extract"
+type = "work"
+[[tasks]]
+key = "load"
+type = "work"
+depends_on = ["extract"]
+"""
+
+
+def test_a_workflow_file_submitted_from_the_runs_page_starts_a_run(
+    app: FlowForge, client: TestClient
+) -> None:
+    page = client.get("/").text
+    assert 'action="/runs"' in page
+    form = {"csrf_token": csrf_of(page), "format": "toml", "definition": CHAIN_TOML}
+    done = client.post("/runs", data={**form, "inputs": '{"rows": 8}'})
+    assert done.status_code == 200
+    (run,) = app.every_run()
+    assert (run.workflow_name, run.inputs) == ("chain", {"rows": 8})
+    assert done.url.path == f"/runs/{run.id}"
+    assert 'id="notice">submitted' in done.text
+    as_json = '{"name": "one", "tasks": [{"key": "a", "type": "t"}]}'
+    assert client.post("/runs", data={**form, "format": "json", "definition": as_json}).is_success
+    assert sorted(r.workflow_name for r in app.every_run()) == ["chain", "one"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"definition": "name = "}, "the form: invalid TOML"),
+        ({"definition": 'name = "x"\n[[tasks]]\nkey = "a"'}, "the form: tasks[0].type"),
+        ({"format": "yaml"}, "the form: 'yaml' is not a workflow file's format"),
+        ({"inputs": "[1, 2]"}, "inputs: expected a JSON object"),
+        ({"inputs": "{rows: 8}"}, "inputs: not valid JSON"),
+        ({"inputs": '{"x": 1e999}'}, "inputs must be JSON"),
+    ],
+)
+def test_a_bad_submission_is_refused_naming_the_problem_and_starts_nothing(
+    app: FlowForge, client: TestClient, fields: dict[str, str], says: str
+) -> None:
+    form = {"csrf_token": csrf_of(client.get("/").text), "format": "toml"}
+    refused = client.post("/runs", data={**form, "definition": CHAIN_TOML, **fields})
+    assert refused.status_code == 400
+    assert says in html.unescape(refused.text)
+    assert app.every_run() == []
+
+
+def test_submit_and_rerun_need_the_csrf_token(app: FlowForge, client: TestClient) -> None:
+    run_id = finished_chain(app)
+    for data in ({}, {"csrf_token": "guess"}):
+        assert client.post("/runs", data={**data, "definition": CHAIN_TOML}).status_code == 403
+        assert client.post(f"/runs/{run_id}/rerun", data=data).status_code == 403
+    assert len(app.every_run()) == 1
+
+
+def test_a_failed_run_is_rerun_from_its_page_carrying_over_what_succeeded(
+    app: FlowForge, client: TestClient
+) -> None:
+    run_id = app.start_workflow_run({**CHAIN, "retry": {"max_attempts": 1}})
+    work(app, run_id, "extract")
+    work(app, run_id, "load", outcome="fail")
+    app.schedule_once()
+    assert app.get_workflow_run(run_id).state == "failed"
+    page = client.get(f"/runs/{run_id}").text
+    assert f'action="/runs/{run_id}/rerun"' in page
+    done = client.post(f"/runs/{run_id}/rerun", data={"csrf_token": csrf_of(page)})
+    assert done.status_code == 200
+    new = next(r for r in app.every_run() if r.id != run_id)
+    assert new.rerun_of == run_id
+    assert done.url.path == f"/runs/{new.id}"
+    states = {t.task_key: t.state for t in app.task_runs(new.id)}
+    assert states == {"extract": "succeeded", "load": "ready"}  # carried over, runs again
+
+
+def test_rerunning_a_run_that_has_not_ended_or_has_nothing_to_rerun_is_refused(
+    app: FlowForge, client: TestClient
+) -> None:
+    running = app.start_workflow_run(CHAIN)
+    token = csrf_of(client.get(f"/runs/{running}").text)
+    refused = client.post(f"/runs/{running}/rerun", data={"csrf_token": token})
+    assert refused.status_code == 409
+    assert "only a finished run can be rerun" in refused.text
+    succeeded = finished_chain(app)
+    nothing = client.post(f"/runs/{succeeded}/rerun", data={"csrf_token": token})
+    assert nothing.status_code == 409
+    assert "a rerun would run nothing" in nothing.text
+    unknown = client.post(f"/runs/{succeeded}/rerun", data={"csrf_token": token, "from": "x"})
+    assert unknown.status_code == 400
+    assert "has no task 'x' to run again" in html.unescape(unknown.text)
+    assert len(app.every_run()) == 2
+
+
+def test_a_succeeded_run_is_rerun_from_a_chosen_task(app: FlowForge, client: TestClient) -> None:
+    run_id = finished_chain(app)
+    page = client.get(f"/runs/{run_id}").text
+    assert "every task that did not succeed" not in page  # nothing would run
+    data = {"csrf_token": csrf_of(page), "from": "load"}
+    assert client.post(f"/runs/{run_id}/rerun", data=data).status_code == 200
+    new = next(r for r in app.every_run() if r.id != run_id)
+    states = {t.task_key: t.state for t in app.task_runs(new.id)}
+    assert states == {"extract": "succeeded", "load": "ready"}

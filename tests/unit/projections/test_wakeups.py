@@ -47,3 +47,18 @@ def test_the_listener_retries_a_lost_database_after_doubling_waits_up_to_the_cap
         RECONNECT_CAP_S,
         RECONNECT_CAP_S,
     ]
+
+
+def test_either_bell_rings_when_either_rings_and_only_while_its_block_runs() -> None:
+    wakeups = Wakeups()
+    with wakeups.either() as either:
+        assert not either.wait(0)
+        wakeups.outbox.ring()
+        assert either.wait(0)
+        wakeups.runs.ring()
+        assert either.wait(0)
+        assert not either.wait(0)  # a wait clears it
+    wakeups.runs.ring()
+    wakeups.outbox.ring()
+    assert not either.wait(0)  # no longer an echo of either
+    assert wakeups.runs.wait(0) and wakeups.outbox.wait(0)  # the bells rang all the same
