@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from uuid import UUID
 
 from eventsourcing.application import Application
+from eventsourcing.persistence import StoredEvent
 
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
@@ -14,16 +16,16 @@ from flowforge.app.results import AuditEntry
 _PROVENANCE = ("carried_from_run_id", "carried_from_task_run_id", "carried_from_attempt")
 
 
-def entries(events: Application[UUID], aggregate_ids: list[UUID]) -> list[AuditEntry]:
-    """Every event of the given aggregates, as audit entries in time order."""
+def entries(events: Application[UUID], stored: Sequence[StoredEvent]) -> list[AuditEntry]:
+    """The stored events (each aggregate's in version order, ``Reads.stored_events_of``)
+    as audit entries in time order, decoded by the event log's own mapper."""
     found: list[AuditEntry] = []
-    for aggregate_id in aggregate_ids:
-        task_key: str | None = None
-        for stored in events.recorder.select_events(aggregate_id):
-            event = events.mapper.to_domain_event(stored)
-            if isinstance(event, TaskRun.Created):
-                task_key = event.task_key
-            found.append(_entry(event, task_key))
+    task_keys: dict[UUID, str] = {}
+    for one in stored:
+        event = events.mapper.to_domain_event(one)
+        if isinstance(event, TaskRun.Created):
+            task_keys[event.originator_id] = event.task_key
+        found.append(_entry(event, task_keys.get(event.originator_id)))
     # Ties (one transaction's events share its timestamp) keep the log's version order.
     found.sort(key=lambda e: (e.at, e.aggregate != "WorkflowRun", e.version))
     return found

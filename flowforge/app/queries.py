@@ -131,10 +131,15 @@ class Queries:
 
     def history(self, task_run_id: UUID) -> list[AuditEntry]:
         """Every transition of one task run, every attempt, in order."""
-        return audit.entries(self._core.events, [task_run_id])
+        return self._audit([task_run_id])
 
     def run_history(self, run_id: UUID) -> list[AuditEntry]:
         """The audit log of a run: its own transitions and every task's, in time order."""
         self.get_workflow_run(run_id)
         task_ids = [t.id for t in self.task_runs(run_id)]
-        return audit.entries(self._core.events, [run_id, *task_ids])
+        return self._audit([run_id, *task_ids])
+
+    def _audit(self, aggregate_ids: list[UUID]) -> list[AuditEntry]:
+        with self._core.reads() as reads:
+            stored = reads.stored_events_of(aggregate_ids)
+        return audit.entries(self._core.events, stored)

@@ -1,8 +1,9 @@
 """The store's queries, in the domain's words: typed rows in, typed rows out.
 
-Every query reads the projected tables (never the event log) inside one open
-transaction; :class:`Reads` is what :meth:`Store.read` yields, and the write
-transaction (:class:`~flowforge.projections.writes.Writes`) can read the same way.
+Every query reads the projected tables inside one open transaction (the event log only
+for the audit log's events of some aggregates, :meth:`Reads.stored_events_of`);
+:class:`Reads` is what :meth:`Store.read` yields, and the write transaction
+(:class:`~flowforge.projections.writes.Writes`) can read the same way.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
 
 from flowforge.projections.db.protocols import Row, Transaction
 from flowforge.projections.tables import OutboxRow, ScheduleRow, TaskRunRow, WorkflowRunRow
@@ -35,6 +38,14 @@ class Reads:
 
     def __init__(self, tx: Transaction) -> None:
         self._tx = tx
+
+    def stored_events_of(self, aggregate_ids: Collection[UUID]) -> list[StoredEvent]:
+        """Every stored event of the given aggregates, in one read: each aggregate's in
+        version order (a run's audit log reads its own and its tasks' at once)."""
+        if not aggregate_ids:
+            return []
+        params = {"originator_ids": id_list(aggregate_ids)}
+        return [stored_event(row) for row in self._tx.run("select_stored_events_of", params)]
 
     def now(self) -> datetime:
         """The database's clock: the one that decides leases and retry times."""
@@ -211,6 +222,16 @@ class Reads:
         """The deployment's id, written once by the migration that created it."""
         (row,) = self._tx.run("select_deployment")
         return str(row["deployment_id"])
+
+
+def stored_event(row: Row) -> StoredEvent:
+    """A row of the event log's table as the library's stored event."""
+    return StoredEvent(
+        originator_id=row["originator_id"],
+        originator_version=row["originator_version"],
+        topic=row["topic"],
+        state=bytes(row["state"]),
+    )
 
 
 def first_row(row_type: type[_R], rows: list[Row]) -> _R | None:

@@ -25,6 +25,8 @@ class ColumnCodec(Enum):
     JSON = "json"
     #: The event store's originator id: the library stores it as hex on SQLite.
     ORIGINATOR_ID = "originator_id"
+    #: A JSON list of originator ids (``{uuid_list[...]}``): hex on SQLite too.
+    ORIGINATOR_ID_LIST = "originator_id_list"
 
 
 COLUMN_CODECS: Mapping[str, ColumnCodec] = {
@@ -45,6 +47,7 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     "task_keys": ColumnCodec.JSON,
     "known_runs": ColumnCodec.JSON,
     "task_run_ids": ColumnCodec.JSON,
+    "originator_ids": ColumnCodec.ORIGINATOR_ID_LIST,
     "dispatch_ids": ColumnCodec.JSON,
     "run_ids": ColumnCodec.JSON,
     "lease_expires_at": ColumnCodec.TIMESTAMP,

@@ -272,7 +272,10 @@ def roll_back(conn: psycopg.Connection[Any]) -> None:
         _simple_query(conn, b"ROLLBACK")
 
 
+_JSON_CODECS = (ColumnCodec.JSON, ColumnCodec.ORIGINATOR_ID_LIST)
+
+
 def _encode_postgres(name: str, value: Any) -> Any:
-    if value is not None and COLUMN_CODECS.get(name) is ColumnCodec.JSON:
+    if value is not None and COLUMN_CODECS.get(name) in _JSON_CODECS:
         return Json(value)
     return value

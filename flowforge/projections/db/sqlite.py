@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -51,19 +51,20 @@ class _SqliteTransaction:
             self._cursor.execute(statement)
 
 
+_SQLITE_ENCODERS: dict[ColumnCodec, Callable[[Any], Any]] = {
+    ColumnCodec.UUID: str,
+    ColumnCodec.ORIGINATOR_ID: lambda value: value.hex if isinstance(value, UUID) else value,
+    ColumnCodec.TIMESTAMP: lambda value: (value - _EPOCH) // _MICROSECOND,
+    ColumnCodec.JSON: json.dumps,
+    ColumnCodec.ORIGINATOR_ID_LIST: lambda ids: json.dumps([UUID(str(i)).hex for i in ids]),
+}
+
+
 def _encode_sqlite(name: str, value: Any) -> Any:
-    if value is None:
-        return None
     kind = COLUMN_CODECS.get(name)
-    if kind is ColumnCodec.UUID:
-        return str(value)
-    if kind is ColumnCodec.ORIGINATOR_ID:
-        return value.hex if isinstance(value, UUID) else value
-    if kind is ColumnCodec.TIMESTAMP:
-        return (value - _EPOCH) // _MICROSECOND
-    if kind is ColumnCodec.JSON:
-        return json.dumps(value)
-    return value
+    if value is None or kind is None:
+        return value
+    return _SQLITE_ENCODERS[kind](value)
 
 
 def _decode_sqlite(row: sqlite3.Row) -> Row:

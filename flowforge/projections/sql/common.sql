@@ -60,6 +60,13 @@ VALUES (:originator_id, :originator_version, :topic, :state);
 SELECT originator_id, originator_version, topic, state
 FROM {events_table} ORDER BY {event_order};
 
+-- The events of some aggregates (a run's and its tasks': its audit log), in one read
+-- instead of one per aggregate: each aggregate's in version order.
+-- name: select_stored_events_of
+SELECT originator_id, originator_version, topic, state
+FROM {events_table} WHERE originator_id IN ({uuid_list[originator_ids]})
+ORDER BY originator_id, originator_version;
+
 -- --- creation and the rebuild: an event applied to the rows -------------------------------
 -- A NULL :created_at is the transaction's own clock: a run's creation on PostgreSQL,
 -- whose events get the same time in SQL (insert_stored_event_at_now), with no round

@@ -9,6 +9,7 @@ from eventsourcing.persistence import StoredEvent
 
 from flowforge.projections import projector
 from flowforge.projections.db.protocols import Transaction
+from flowforge.projections.reads import stored_event
 
 
 class RebuildWrites:
@@ -19,15 +20,7 @@ class RebuildWrites:
 
     def stored_events(self) -> list[StoredEvent]:
         """Every stored event, in the order the log recorded them."""
-        return [
-            StoredEvent(
-                originator_id=row["originator_id"],
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=bytes(row["state"]),
-            )
-            for row in self._tx.run("select_stored_events")
-        ]
+        return [stored_event(row) for row in self._tx.run("select_stored_events")]
 
     def delete_projections(self) -> None:
         self._tx.run("delete_limits")
