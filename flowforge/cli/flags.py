@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from flowforge.cli import start_times
-from flowforge.cli.logs import LEVELS
+from flowforge.cli.logs import FORMATS, LEVELS
 from flowforge.limits import MAX_BATCH, MAX_ROWS
 
 
@@ -151,6 +151,13 @@ LOG_LEVEL = Flag(
     choices=LEVELS,
     help="log to stderr from this level (default: INFO for scheduler, publisher and "
     "worker; WARNING otherwise)",
+)
+LOG_FORMAT = Flag(
+    ("--log-format",),
+    type=str.lower,
+    choices=FORMATS,
+    help="text (one line a record: time, level, logger, message, key=value fields) or "
+    "json (one JSON object a line) (default: text)",
 )
 
 # --- the commands' own --------------------------------------------------------------

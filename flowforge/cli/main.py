@@ -23,7 +23,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser.build().parse_args(argv)
-    logs.configure(args.log_level or args.default_log_level)
+    logs.configure(args.log_level or args.default_log_level, args.log_format or "text")
     try:
         parser.check_unicode(args)
         return _handler(args.handler)(args)

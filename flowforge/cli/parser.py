@@ -181,7 +181,10 @@ def _global_options(
     options = argparse.ArgumentParser(add_help=False)
     flags.add(
         options.add_argument_group("configuration"),
-        (replace(flag, default=default) for flag in (flags.DATABASE_URL, broker_url, log)),
+        (
+            replace(flag, default=default)
+            for flag in (flags.DATABASE_URL, broker_url, log, flags.LOG_FORMAT)
+        ),
     )
     return options
 

@@ -17,12 +17,14 @@ from flowforge.cli import common
 from flowforge.cli.parser import UsageError
 from flowforge.processes.registry import default_registry
 from flowforge.processes.worker import default_worker_id
+from flowforge.redaction import redacted
 
 log = logging.getLogger(__name__)
 
 
 def scheduler(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
+    _starting("scheduler", settings)
     with common.open_app(settings) as app:
         # The scheduler never touches the queue: it gets no transport to check.
         processes = bootstrap.bootstrap(
@@ -35,6 +37,7 @@ def scheduler(args: argparse.Namespace) -> int:
 def publisher(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
     require_broker(settings, "publisher")
+    _starting("publisher", settings)
     with common.open_app(settings) as app:
         processes = bootstrap.bootstrap(settings, app=app)
         processes.publisher(batch_size=args.batch_size, interval=args.interval).run()
@@ -50,6 +53,7 @@ def worker(args: argparse.Namespace) -> int:
             f"the modules given with --tasks ({', '.join(args.tasks)}) register no handler, "
             f"so this worker would consume nothing: decorate each handler with @task(TYPE)"
         )
+    _starting("worker", settings)
     with common.open_app(settings) as app:
         processes = bootstrap.bootstrap(settings, app=app, registry=default_registry)
         base_id = args.worker_id or default_worker_id()
@@ -66,6 +70,19 @@ def worker(args: argparse.Namespace) -> int:
             extra={"grace_s": args.grace, "abandoned_workers": abandoned},
         )
     return 0
+
+
+def _starting(process: str, settings: config.Settings) -> None:
+    """Where the process connects, its passwords masked: the first line an operator
+    reads when a process cannot reach its servers."""
+    broker = settings.broker
+    log.info(
+        f"{process} starting",
+        extra={
+            "database_url": redacted(settings.database_url),
+            "broker_url": redacted(broker.url) if broker is not None else None,
+        },
+    )
 
 
 def require_broker(settings: config.Settings, command: str) -> config.BrokerConfig:

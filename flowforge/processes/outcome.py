@@ -55,6 +55,8 @@ class Outcome:
     edge: str
     result: Any
     error: dict[str, str] | None
+    #: The task's run: for the log lines (``None`` where a caller has none to give).
+    workflow_run_id: UUID | None = None
 
 
 class OutcomeWriter:

@@ -364,6 +364,7 @@ class Worker:
         log.info(
             "task finished" if written else "stale finish discarded (lease lost)",
             extra=self._extra(
+                workflow_run_id=str(outcome.workflow_run_id),
                 task_run_id=str(outcome.task_run_id),
                 task_key=outcome.task_key,
                 attempt=outcome.attempt,
@@ -415,4 +416,5 @@ def _outcome(task: TaskRunRow, claim: Claim, result: Any, error: dict[str, str] 
         edge="fail" if error is not None else "succeed",
         result=result,
         error=error,
+        workflow_run_id=task.workflow_run_id,
     )

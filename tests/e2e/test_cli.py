@@ -13,9 +13,7 @@ import re
 import sqlite3
 import subprocess
 import sys
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,15 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pika
-import psycopg
 import pytest
 
 from flowforge import timefmt
 from flowforge.app.definition_files import load_definition
 from flowforge.cli import demo, exits
-from flowforge.config import BrokerConfig
 from flowforge.projections.schema import SCHEMA_VERSION
-from tests import helpers, servers, topology
+from tests import helpers, servers
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "cli.md"
@@ -565,37 +561,7 @@ def test_a_database_of_a_newer_schema_version_is_refused(cli: Cli) -> None:
     assert "schema version 99" in line and "newer FlowForge" in line
 
 
-# --- PostgreSQL and RabbitMQ, separate processes ---------------------------------------
-
-
-@pytest.fixture
-def production(tmp_path: Path) -> Iterator[Cli]:
-    """A unique PostgreSQL database and RabbitMQ topology; removed afterwards."""
-    servers.require_postgres()
-    servers.require_rabbitmq()
-    suffix = uuid.uuid4().hex[:10]
-    dbname = f"flowforge_cli_{suffix}"
-    admin_url = (
-        f"postgresql://{servers.POSTGRES_USER}@{servers.POSTGRES_HOST}:{servers.POSTGRES_PORT}"
-    )
-    names = {
-        "FLOWFORGE_DISPATCH_EXCHANGE": f"ff-cli-{suffix}",
-        "FLOWFORGE_DISPATCH_QUEUE": f"ff-cli-{suffix}.tasks",
-        "FLOWFORGE_DISPATCH_ROUTING_KEY": f"ff-cli-{suffix}.tasks",
-        "FLOWFORGE_DEAD_LETTER_EXCHANGE": f"ff-cli-{suffix}.dlx",
-        "FLOWFORGE_DEAD_LETTER_QUEUE": f"ff-cli-{suffix}.dead",
-    }
-    with psycopg.connect(f"{admin_url}/{servers.POSTGRES_ADMIN_DB}", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{dbname}"')
-    env = clean_environment(
-        FLOWFORGE_DATABASE_URL=f"{admin_url}/{dbname}",
-        FLOWFORGE_BROKER_URL=servers.RABBITMQ_URL,
-        **names,
-    )
-    yield Cli(tmp_path, env)
-    with psycopg.connect(f"{admin_url}/{servers.POSTGRES_ADMIN_DB}", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-    topology.delete_topology(BrokerConfig.from_env(env))
+# --- PostgreSQL and RabbitMQ, separate processes (the fixture: tests/e2e/conftest.py) --
 
 
 @pytest.mark.postgres

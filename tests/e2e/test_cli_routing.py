@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
-from tests.e2e.test_cli import EXAMPLE, Cli, production  # noqa: F401 - the fixture
+from tests.e2e.test_cli import EXAMPLE, Cli
 from tests.e2e.test_cli_scope import OTHER_MODULE
 
 
 @pytest.mark.postgres
 @pytest.mark.rabbitmq
 def test_run_with_a_broker_leaves_another_programs_run_alone_until_its_worker_comes(
-    production: Cli,  # noqa: F811 - the fixture imported above
+    production: Cli,
     tmp_path: Path,
 ) -> None:
     cli = production
@@ -71,7 +71,7 @@ def test_run_with_a_broker_leaves_another_programs_run_alone_until_its_worker_co
 @pytest.mark.postgres
 @pytest.mark.rabbitmq
 def test_a_worker_refuses_a_type_it_has_no_handler_for(
-    production: Cli,  # noqa: F811 - the fixture imported above
+    production: Cli,
 ) -> None:
     cli = production
     assert cli("db", "init").returncode == 0

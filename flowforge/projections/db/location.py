@@ -3,7 +3,6 @@ library's settings, and the address shown in messages (its password never shown)
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -18,6 +17,7 @@ from flowforge.projections.db.factory import (
     PREPARED_STATEMENTS,
     FlowForgePostgresFactory,
 )
+from flowforge.redaction import redacted
 
 #: Connections each process keeps open, and how many more it may open under load.
 POSTGRES_POOL_SIZE = 4
@@ -69,7 +69,7 @@ def parse_database_url(url: str) -> DatabaseLocation:
         parts = urlsplit(url)
     except ValueError as exc:  # an unclosed "[" (IPv6): one line, not a traceback
         raise errors.ConfigurationError(
-            f"database URL {_redact(url)!r} is not a valid URL ({exc}); use "
+            f"database URL {redacted(url)!r} is not a valid URL ({exc}); use "
             f"postgresql://user@host:5432/dbname with a port from 1 to 65535"
         ) from exc
     if parts.scheme in ("postgresql", "postgres"):
@@ -77,7 +77,7 @@ def parse_database_url(url: str) -> DatabaseLocation:
     if parts.scheme == "sqlite":
         return _sqlite(url, parts.netloc, parts.path)
     raise errors.ConfigurationError(
-        f"database URL {_redact(url)!r} has scheme {parts.scheme!r}; use "
+        f"database URL {redacted(url)!r} has scheme {parts.scheme!r}; use "
         f"postgresql://user@host:5432/dbname or sqlite:///path/to/flowforge.db"
     )
 
@@ -87,7 +87,7 @@ def parse_listen_url(url: str, database: DatabaseLocation) -> str:
     listen = parse_database_url(url)
     if database.dialect != "postgres" or listen.dialect != "postgres":
         raise errors.ConfigurationError(
-            f"listen database URL {_redact(url)!r} is for PostgreSQL's LISTEN beside a "
+            f"listen database URL {redacted(url)!r} is for PostgreSQL's LISTEN beside a "
             f"PostgreSQL database URL (e.g. the server itself when the database URL goes "
             f"through PgBouncer); the database URL here is {database.dialect}: unset it"
         )
@@ -105,14 +105,14 @@ def _postgres(url: str) -> DatabaseLocation:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise errors.ConfigurationError(
-            f"database URL {_redact(url)!r} is not a PostgreSQL URL libpq accepts "
+            f"database URL {redacted(url)!r} is not a PostgreSQL URL libpq accepts "
             f"({str(exc).strip()}); use postgresql://user@host:5432/dbname, or "
             f"postgresql://user@host1:5432,host2:5432/dbname?target_session_attrs=read-write"
         ) from exc
     dbname, hosts = params.get("dbname"), str(params.get("host") or "").split(",")
     if not dbname or not all(hosts):
         raise errors.ConfigurationError(
-            f"database URL {_redact(url)!r} needs a host (or several, comma-separated) and a "
+            f"database URL {redacted(url)!r} needs a host (or several, comma-separated) and a "
             f"database name, e.g. postgresql://postgres@127.0.0.1:5432/flowforge"
         )
     ports = _ports(url, str(params.get("port") or ""), len(hosts))
@@ -151,7 +151,7 @@ def _ports(url: str, port: str, hosts: int) -> list[str]:
     bad = [p for p in ports if not (p.isdigit() and 1 <= int(p) <= 65535)]
     if bad or len(ports) != hosts:
         raise errors.ConfigurationError(
-            f"database URL {_redact(url)!r} has port {port!r} for {hosts} host(s); give each "
+            f"database URL {redacted(url)!r} has port {port!r} for {hosts} host(s); give each "
             f"host a port from 1 to 65535 (host1:5432,host2:5433), or none for 5432"
         )
     return ports
@@ -170,12 +170,3 @@ def _sqlite(url: str, netloc: str, path: str) -> DatabaseLocation:
         "SQLITE_LOCK_TIMEOUT": "30",
     }
     return DatabaseLocation(url, "sqlite", env, str(file))
-
-
-#: ``scheme://user:password@``: the password, found without parsing the URL, which may be
-#: the very thing that is malformed.
-_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
-
-
-def _redact(url: str) -> str:
-    return _PASSWORD.sub(r"\1***@", url)
