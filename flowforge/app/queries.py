@@ -15,7 +15,7 @@ from flowforge.app.core import ServiceCore
 from flowforge.app.results import AuditEntry
 from flowforge.app.scope import EVERY_RUN, Scope
 from flowforge.limits import row_limit
-from flowforge.projections.reads import OverdueTask
+from flowforge.projections.reads import Backlog, OverdueTask
 from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 #: How many expired leases (or stalled ready tasks) one pass handles at most.
@@ -106,6 +106,11 @@ class Queries:
     def pending_dispatch_count(self) -> int:
         with self._core.reads() as reads:
             return reads.pending_dispatch_count()
+
+    def backlog(self) -> Backlog:
+        """What waits now (``Backlog``): the metrics' one query of the database's state."""
+        with self._core.reads() as reads:
+            return reads.backlog()
 
     def database_now(self) -> datetime:
         """The database's clock: the one that decides leases and retry times."""

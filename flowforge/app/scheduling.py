@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable
 from uuid import UUID
 
+from flowforge import metrics
 from flowforge.app import advance
 from flowforge.app.commands import Commands
 from flowforge.app.core import ServiceCore
@@ -154,20 +155,24 @@ class Scheduling:
         ``scope`` takes in), each with its own fencing token: one that finished or was
         reaped meanwhile is left alone. The failures mark their runs, which the same
         pass then advances (a retry, or the run's end)."""
-        return [
+        timed_out = [
             task.task_run_id
             for task in self._queries.overdue_tasks(REAP_BATCH)
             if self._core.covers(scope, task.workflow_run_id)
             and self._commands.time_out_task_run(task.task_run_id, task.fencing_token)
         ]
+        metrics.TIMED_OUT.inc(len(timed_out))
+        return timed_out
 
     def reap_expired_leases(self, *, scope: Scope | None = None) -> list[UUID]:
         """Reclaim every task whose lease expired by the database's clock (only of the
         runs ``scope`` names, if it names runs: another run's lease is its own
         runner's to reclaim)."""
         candidates = self._queries.expired_leases(REAP_BATCH, scope=scope)
-        return [
+        reaped = [
             task_run_id
             for task_run_id in candidates
             if self._commands.reclaim_task_run(task_run_id)
         ]
+        metrics.LEASES_REAPED.inc(len(reaped))
+        return reaped

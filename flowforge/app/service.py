@@ -163,6 +163,7 @@ class FlowForge:
     overdue_tasks = _on("queries", Queries.overdue_tasks)
     dispatches_of = _on("queries", Queries.dispatches_of)
     pending_dispatch_count = _on("queries", Queries.pending_dispatch_count)
+    backlog = _on("queries", Queries.backlog)
     database_now = _on("queries", Queries.database_now)
     task_run_aggregate = _on("queries", Queries.task_run_aggregate)
     workflow_run_aggregate = _on("queries", Queries.workflow_run_aggregate)

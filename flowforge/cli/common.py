@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from flowforge import config, errors
+from flowforge import config, errors, metrics
 from flowforge.aggregates import json_values
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.app.definition_files import load_definition
@@ -57,6 +57,24 @@ def settings_from(
         merged[config.BrokerConfig.ENVIRONMENT["url"]] = args.broker_url
     flag = "--broker-url" if getattr(args, "broker_url", None) else None
     return config.Settings.from_env(merged, broker_url_setting=flag)
+
+
+def serve_metrics(args: argparse.Namespace, app: FlowForge, *, backlog: bool = False) -> None:
+    """With ``--metrics-port``: serve this process's metrics (docs/observability.md), and
+    with ``backlog`` the database's (tasks by state, the outbox): one process's job, the
+    scheduler's, so that a scrape of every worker does not query the database."""
+    port: int | None = getattr(args, "metrics_port", None)
+    if port is None:
+        return
+    try:
+        metrics.serve(port)
+    except OSError as exc:
+        raise UsageError(
+            f"--metrics-port {port}: cannot listen on it ({exc.strerror or exc}); choose "
+            f"a free port, one per process on a machine"
+        ) from None
+    if backlog:
+        metrics.collect_database(app.backlog)
 
 
 def open_app(settings: config.Settings, *, migrate: bool = False) -> FlowForge:

@@ -347,6 +347,13 @@ PORT = Flag(
     metavar="PORT",
     help="the port to serve on (default: 8765)",
 )
+METRICS_PORT = Flag(
+    ("--metrics-port",),
+    type=_whole_number(65535),
+    metavar="PORT",
+    help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (docs/observability.md) "
+    "(default: none, not served)",
+)
 
 # --- cron schedules (flowforge schedule; docs/scheduling/cron.md) -------------------------
 

@@ -387,6 +387,7 @@ COMMANDS = (
             flags.TIMEOUT,
             flags.GRACE,
             flags.ALL_RUNS,
+            flags.METRICS_PORT,
         ),
         description="Submit a workflow and run the scheduler, the publisher and N workers "
         "in this process until the run finishes (--resume RUN: run an existing run "
@@ -448,6 +449,7 @@ COMMANDS = (
             flags.BATCH,
             flags.WORKER_ID,
             flags.WORKER_GRACE,
+            flags.METRICS_PORT,
         ),
         log_level="INFO",
         description="A worker process: claims dispatched tasks and runs their handlers "
@@ -461,7 +463,7 @@ COMMANDS = (
         "advance runs, schedule retries, reap expired leases and fire cron schedules",
         "flowforge scheduler --interval 0.5",
         "flowforge.cli.processes:scheduler",
-        (flags.SCHEDULER_INTERVAL,),
+        (flags.SCHEDULER_INTERVAL, flags.METRICS_PORT),
         log_level="INFO",
     ),
     Command(
@@ -469,7 +471,7 @@ COMMANDS = (
         "publish the outbox's dispatches to the broker (needs a broker)",
         "flowforge publisher --batch-size 500 --interval 0.2",
         "flowforge.cli.processes:publisher",
-        (flags.BATCH_SIZE, flags.PUBLISHER_INTERVAL),
+        (flags.BATCH_SIZE, flags.PUBLISHER_INTERVAL, flags.METRICS_PORT),
         log_level="INFO",
     ),
     Command(
@@ -526,7 +528,7 @@ COMMANDS = (
           serving FlowForge's UI on http://127.0.0.1:8765/ (Ctrl-C stops)
         """,
         "flowforge.cli.ui:serve",
-        (flags.HOST, flags.PORT),
+        (flags.HOST, flags.PORT, flags.METRICS_PORT),
         description="Serve server-rendered pages (docs/ui.md): the runs, a run's DAG and "
         "timeline now or as of any past moment (replayed from the audit log), a task's "
         "attempts and why; cancel a run. Loopback only unless FLOWFORGE_UI_TOKEN is set: "

@@ -26,6 +26,7 @@ def scheduler(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
     _starting("scheduler", settings)
     with common.open_app(settings) as app:
+        common.serve_metrics(args, app, backlog=True)
         # The scheduler never touches the queue: it gets no transport to check.
         processes = bootstrap.bootstrap(
             settings, app=app, transport=bootstrap.Transport.in_memory()
@@ -39,6 +40,7 @@ def publisher(args: argparse.Namespace) -> int:
     require_broker(settings, "publisher")
     _starting("publisher", settings)
     with common.open_app(settings) as app:
+        common.serve_metrics(args, app)
         processes = bootstrap.bootstrap(settings, app=app)
         processes.publisher(batch_size=args.batch_size, interval=args.interval).run()
     return 0
@@ -55,6 +57,7 @@ def worker(args: argparse.Namespace) -> int:
         )
     _starting("worker", settings)
     with common.open_app(settings) as app:
+        common.serve_metrics(args, app)
         processes = bootstrap.bootstrap(settings, app=app, registry=default_registry)
         base_id = args.worker_id or default_worker_id()
         count = args.concurrency

@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = common.parse_inputs(args.input)
     settings = common.settings_from(args)
     with common.open_app(settings, migrate=True) as app:
+        common.serve_metrics(args, app, backlog=True)
         transport = bootstrap.transport_for(settings, app.deployment_id)
         started = app.submit_workflow_run(definition, inputs, idempotency_key=args.idempotency_key)
         run_row = app.get_workflow_run(started.run_id)
@@ -148,6 +149,7 @@ def _resume(args: argparse.Namespace) -> int:
         )
     settings = common.settings_from(args)
     with common.open_app(settings) as app:
+        common.serve_metrics(args, app, backlog=True)
         run_row = ids.resolve_run(app, args.resume)
         definition = WorkflowDefinition.model_validate(run_row.definition)
         common.check_task_types(definition, default_registry)

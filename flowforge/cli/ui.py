@@ -35,6 +35,7 @@ def serve(args: argparse.Namespace) -> int:
     from flowforge.ui.server import Server  # noqa: PLC0415  (only this command loads uvicorn)
 
     with common.open_app(common.settings_from(args)) as app:
+        common.serve_metrics(args, app)
         shown = f"[{args.host}]" if ":" in args.host else args.host
         print(f"serving FlowForge's UI on http://{shown}:{args.port}/ (Ctrl-C stops)", flush=True)
         Server(app, token=token, host=args.host, port=args.port).run()

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
+from flowforge import metrics
 from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.aggregates.states import TaskRunState
 from flowforge.app.results import Claim
@@ -100,6 +101,7 @@ class Claimer:
             "duplicate or stale dispatch acked without running",
             extra=self._extra(task_run_id=str(task.id), state=task.state, reason=why),
         )
+        metrics.CLAIMS_SKIPPED.labels(why).inc()
         return "skipped"
 
     def duplicate(self, message: DispatchMessage) -> str:
@@ -109,6 +111,7 @@ class Claimer:
             "duplicate or stale dispatch acked without running",
             extra=self._extra(task_run_id=str(message.task_run_id), reason="twice in a batch"),
         )
+        metrics.CLAIMS_SKIPPED.labels("twice in a batch").inc()
         return "skipped"
 
     def _extra(self, **fields: Any) -> dict[str, Any]:

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from flowforge import errors
+from flowforge import errors, metrics
 from flowforge.aggregates import failures
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.app.results import Claim
@@ -134,6 +134,7 @@ class Worker:
             except errors.QueueTypeMismatchError:
                 raise
             except errors.BrokerUnavailableError as exc:
+                metrics.RECONNECTS.labels("broker").inc()
                 delay = self.backoff.next_delay()
                 log.warning(
                     "broker connection lost; reconnecting",
@@ -262,6 +263,7 @@ class Worker:
             start_after=heartbeat_start_after(lease_seconds),
         )
         call = HandlerCall(handler, context, self._handlers)
+        began = time.perf_counter()
         with heartbeat:
             call.start()
             while not call.join(PUMP_INTERVAL_S):
@@ -273,6 +275,10 @@ class Worker:
                 self._pump(consumer, 0)
                 meanwhile()
         result, error = call.outcome()
+        outcome = "fail" if error is not None else "succeed"
+        metrics.HANDLER_SECONDS.labels(task.task_type, outcome).observe(
+            time.perf_counter() - began
+        )
         return _outcome(task, claim, result, error)
 
     def _abandon(self, task: TaskRunRow, claim: Claim, call: HandlerCall) -> Outcome:
@@ -361,6 +367,8 @@ class Worker:
                 "error": failures.summary(outcome.error),
                 "at": " < ".join(reversed(failures.last_frames(outcome.error))),
             }
+        if not written:
+            metrics.STALE_FINISHES.inc()
         log.info(
             "task finished" if written else "stale finish discarded (lease lost)",
             extra=self._extra(

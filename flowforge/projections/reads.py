@@ -17,6 +17,7 @@ from uuid import UUID
 from eventsourcing.persistence import StoredEvent
 
 from flowforge.projections.db.protocols import Row, Transaction
+from flowforge.projections.statements import UNFINISHED_TASK_STATES
 from flowforge.projections.tables import OutboxRow, ScheduleRow, TaskRunRow, WorkflowRunRow
 
 _R = TypeVar("_R", TaskRunRow, WorkflowRunRow, ScheduleRow)
@@ -31,6 +32,16 @@ class OverdueTask:
     task_run_id: UUID
     fencing_token: int
     workflow_run_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What waits, now: unfinished tasks by state; dispatches written and not yet
+    confirmed by the broker, and how long the oldest has waited (0 with none)."""
+
+    tasks_by_state: dict[str, int]
+    outbox_pending: int
+    outbox_oldest_age_s: float
 
 
 class Reads:
@@ -196,6 +207,16 @@ class Reads:
     def pending_dispatch_count(self) -> int:
         (row,) = self._tx.run("count_pending_outbox")
         return int(row["pending"])
+
+    def backlog(self) -> Backlog:
+        """The unfinished tasks by state, the pending dispatches and the oldest's age."""
+        (outbox,) = self._tx.run("outbox_backlog")
+        tasks = self._tx.run("count_unfinished_tasks_by_state")
+        oldest = outbox["created_at"]
+        age = (outbox["db_now"] - oldest).total_seconds() if oldest is not None else 0.0
+        by_state = {state.value: 0 for state in UNFINISHED_TASK_STATES}
+        by_state.update((row["state"], int(row["tasks"])) for row in tasks)
+        return Backlog(by_state, int(outbox["pending"]), age)
 
     def task_type_limits(self) -> list[Row]:
         """Every task type's counter row (limits), by name."""

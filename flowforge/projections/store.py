@@ -16,6 +16,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import Mapper
 
+from flowforge import metrics
 from flowforge.projections.db.protocols import Database, Transaction
 from flowforge.projections.reads import Reads
 from flowforge.projections.wakeups import PostgresListener, PostgresNotifier, Wakeups
@@ -89,7 +90,9 @@ class Store:
                 tx, self._mapper, events_in_sql=self._events_in_sql, marks_runs=marks_runs
             )
             yield writes
-        # Committed: wake this process's loops, and other processes' by a NOTIFY.
+        # Committed: count what it did, wake this process's loops, and other processes'
+        # by a NOTIFY.
+        metrics.count_transitions(writes.recording.taken)
         if writes.marks.made:
             self.wakeups.runs.ring()
             if self._notifier is not None:

@@ -10,7 +10,7 @@ from typing import Final
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
-from flowforge import errors
+from flowforge import errors, metrics
 from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.config import BrokerConfig
 from flowforge.processes.rabbitmq import topology, translate
@@ -118,6 +118,7 @@ class RabbitDispatchPublisher:
         except translate.UNAVAILABLE as exc:
             translate.raise_unavailable(config, "publish to", exc)
         self._check_settled(confirms, len(messages))
+        metrics.DISPATCHES.labels("confirmed").inc(len(messages))
         logger.debug(
             "dispatches published",
             extra={"action": "publish", "dispatch_count": len(messages)},
@@ -156,10 +157,12 @@ class RabbitDispatchPublisher:
                 mandatory=True,
             )
             confirms.sent(message_id)
+            metrics.DISPATCHES.labels("published").inc()
 
     def _check_settled(self, confirms: Confirms, count: int) -> None:
         config = self._config
         if confirms.returned:
+            metrics.DISPATCHES.labels("returned").inc(len(confirms.returned))
             self._declared.clear()  # a queue went away: declare them all again
             raise errors.UnroutableDispatchError(
                 f"RabbitMQ returned {len(confirms.returned)} of {count} dispatches "

@@ -22,7 +22,7 @@ from psycopg.types.json import Json
 from psycopg.waiting import Wait
 
 from flowforge.projections import statements
-from flowforge.projections.db.protocols import Named, Row
+from flowforge.projections.db.protocols import UNREAD_ROW, Named, Row
 from flowforge.projections.tables import COLUMN_CODECS, ColumnCodec
 
 #: A statement waiting to be sent: a named one with its parameters, or raw SQL (DDL).
@@ -173,7 +173,9 @@ def send_batch(
     results = _pipeline(conn, session, queries_)
     last = len(results) - (1 if commit else 0)
     tail = results[last - len(read) : last]
-    return [_loaded(conn, r) if wanted else [] for r, wanted in zip(tail, read, strict=True)]
+    return [
+        _loaded(conn, r) if wanted else _unread(r) for r, wanted in zip(tail, read, strict=True)
+    ]
 
 
 def _pipeline(
@@ -249,6 +251,11 @@ def _simple_query(conn: psycopg.Connection[Any], query: bytes) -> list[pq.abc.PG
         if result.status == pq.ExecStatus.FATAL_ERROR:
             raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
     return results
+
+
+def _unread(result: pq.abc.PGresult) -> list[Row]:
+    """An unread result: one placeholder per row (its count, not its values)."""
+    return [UNREAD_ROW] * result.ntuples if result.status == pq.ExecStatus.TUPLES_OK else []
 
 
 def _loaded(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> list[Row]:

@@ -9,6 +9,9 @@ from typing import Any, Protocol
 import psycopg
 
 Row = dict[str, Any]
+#: What an unread statement gives for each row it returned (``run_each``'s ``unread``):
+#: the caller can tell that it wrote, not what. One shared object, never filled in.
+UNREAD_ROW: Row = {}
 #: A named statement (``sql/*.sql``) and its parameters.
 Named = tuple[str, Mapping[str, Any] | None]
 
@@ -28,8 +31,8 @@ class Transaction(Protocol):
         """Run the ``(name, params)`` statements in order (PostgreSQL: in one round trip,
         so none may depend on another's rows); the rows of each. ``commit`` as for
         :meth:`run`. ``unread``: the positions of statements whose rows the caller does
-        not read; theirs come back empty, not loaded (a run row's definition JSON was
-        most of a batch's client CPU)."""
+        not read; theirs come back as one ``UNREAD_ROW`` per row, not loaded (a run
+        row's definition JSON was most of a batch's client CPU)."""
         ...
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:

@@ -16,7 +16,7 @@ from eventsourcing.sqlite import SQLiteDatastore
 
 from flowforge.projections import statements
 from flowforge.projections.db.errors import translate_errors
-from flowforge.projections.db.protocols import Named, Row
+from flowforge.projections.db.protocols import UNREAD_ROW, Named, Row
 from flowforge.projections.tables import COLUMN_CODECS, ColumnCodec
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -40,7 +40,9 @@ class _SqliteTransaction:
         self, statements: Sequence[Named], *, commit: bool = False, unread: Collection[int] = ()
     ) -> list[list[Row]]:
         rows = [self.run(name, params) for name, params in statements]
-        return [[] if i in unread else found for i, found in enumerate(rows)]
+        return [
+            [UNREAD_ROW] * len(found) if i in unread else found for i, found in enumerate(rows)
+        ]
 
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
         # In-process: no round trip to save.

@@ -519,6 +519,16 @@ SELECT * FROM dispatch_outbox WHERE task_run_id = :task_run_id ORDER BY created_
 -- name: count_pending_outbox
 SELECT count(*) AS pending FROM dispatch_outbox WHERE published_at IS NULL;
 
+-- The metrics' backlog (flowforge/metrics.py): the pending dispatches and the oldest's
+-- creation time; the unfinished tasks by state (their partial index: not the whole table).
+-- name: outbox_backlog
+SELECT count(*) AS pending, min(created_at) AS created_at, {now} AS db_now
+FROM dispatch_outbox WHERE published_at IS NULL;
+
+-- name: count_unfinished_tasks_by_state
+SELECT state, count(*) AS tasks FROM task_runs
+WHERE state IN ({unfinished_task_states}) GROUP BY state;
+
 -- --- concurrency limits (docs/scheduling/limits.md) ---------------------------------------
 -- A counter row per limited task type and per limited run: ``running`` is how many of
 -- its tasks hold a slot (are running since a claim that counted), kept by the claims'

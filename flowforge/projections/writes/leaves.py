@@ -18,7 +18,7 @@ from uuid import UUID
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.states import WorkflowRunState
 from flowforge.projections.reads import id_list
-from flowforge.projections.tables import TaskRunRow
+from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes.limits import free_statements
 from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.outbox import OutboxWrites
@@ -103,6 +103,13 @@ class LeafWrites:
             success.task_run_id: self._recording.recorded(TaskRunRow, group[1], finish)
             for success, group, finish in zip(in_lock_order, groups, finishes, strict=True)
         }
+        start, succeed = (
+            EventRecipe.of_run(START_RUN, actor),
+            EventRecipe.of_run(SUCCEED_RUN, actor),
+        )
+        for group in groups:  # the runs' start and success: counted (not read)
+            self._recording.recorded(WorkflowRunRow, group[2], start)
+            self._recording.recorded(WorkflowRunRow, group[3], succeed)
         return [finished[success.task_run_id] for success in successes]
 
     def _statements(

@@ -23,7 +23,7 @@ from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.base import Declaration, TransitionedEvent, event_from_row
 from flowforge.aggregates.machines import Transition
 from flowforge.projections import event_sql, projector, statements
-from flowforge.projections.db.protocols import Row, Transaction
+from flowforge.projections.db.protocols import UNREAD_ROW, Row, Transaction
 from flowforge.projections.reads import first_row
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
@@ -91,12 +91,15 @@ class Recording:
         #: Whether the transaction's last statement was sent, its COMMIT with it:
         #: nothing may be written after it.
         self.last_statement_sent = False
+        #: The transitions written, ``(machine, edge)`` each: counted once committed.
+        self.taken: list[tuple[str, str]] = []
 
     def append(self, events: Sequence[DomainEventProtocol[UUID]]) -> None:
         """Store events in the library's table. Its primary key (originator_id,
         originator_version) is the second guard: two events can never claim the same
         version of one aggregate."""
         for event in events:
+            self.taken.append(machine_and_edge(type(event)))
             stored = self._mapper.to_stored_event(event)
             params = {
                 "originator_id": stored.originator_id,
@@ -128,10 +131,17 @@ class Recording:
     def recorded(
         self, row_type: type[_Recorded], rows: list[Row], event: EventRecipe
     ) -> _Recorded | None:
-        """The new row (``None``: lost), its event stored (SQLite: stored here)."""
+        """The new row (``None``: lost, or written but not read), its event stored
+        (SQLite: stored here)."""
+        if rows and rows[0] is UNREAD_ROW:  # written, by a statement that stored its event
+            self.taken.append(machine_and_edge(event.event_class))
+            return None
         row = first_row(row_type, rows)
-        if row is not None and not self.events_in_sql:
-            self.append([event.built_from(row)])
+        if row is not None:
+            if self.events_in_sql:
+                self.taken.append(machine_and_edge(event.event_class))
+            else:
+                self.append([event.built_from(row)])
         return row
 
     def commits(self, last: bool) -> bool:
@@ -167,5 +177,14 @@ def around_transaction_now(state: bytes, stamp: bytes) -> tuple[bytes, bytes]:
 
 
 @cache
+@cache
+def machine_and_edge(event_class: type) -> tuple[str, str]:
+    """The state machine (``task_run``, ``workflow_run``, ``schedule``) and the edge
+    (``create`` for a creation) an event records: the transition counter's labels."""
+    aggregate = event_class.__qualname__.split(".")[0]
+    machine = "".join(f"_{c.lower()}" if c.isupper() else c for c in aggregate).lstrip("_")
+    return machine, getattr(event_class, "TRANSITION", "create")
+
+
 def _topic(event_class: type[TransitionedEvent]) -> str:
     return get_topic(event_class)
