@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -116,6 +117,36 @@ class Cli:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
+
+
+def production_processes(
+    cli: Cli,
+    logs: Path,
+    *,
+    workers: tuple[str, ...] = ("worker-1", "worker-2"),
+    flags: Callable[[str], list[str]] = lambda name: [],
+) -> dict[str, subprocess.Popen[bytes]]:
+    """A scheduler, a publisher and ``workers`` (running examples.tasks) as separate
+    processes, each logging to ``logs/NAME.log`` and given ``flags(NAME)`` too."""
+    processes = {
+        "scheduler": cli.popen(
+            "scheduler", "--interval", "0.2", *flags("scheduler"), log=logs / "scheduler.log"
+        ),
+        "publisher": cli.popen(
+            "publisher", "--interval", "0.1", *flags("publisher"), log=logs / "publisher.log"
+        ),
+    }
+    for name in workers:
+        processes[name] = cli.popen(
+            "worker",
+            "--tasks",
+            "examples.tasks",
+            "--worker-id",
+            name,
+            *flags(name),
+            log=logs / f"{name}.log",
+        )
+    return processes
 
 
 def clean_environment(**extra: str) -> dict[str, str]:
@@ -594,21 +625,7 @@ def test_separate_processes_on_postgres_and_rabbitmq_run_the_example(
 ) -> None:
     cli = production
     assert cli("db", "init").returncode == 0
-    processes = {
-        "scheduler": cli.popen("scheduler", "--interval", "0.2", log=tmp_path / "scheduler.log"),
-        "publisher": cli.popen("publisher", "--interval", "0.1", log=tmp_path / "publisher.log"),
-        **{
-            name: cli.popen(
-                "worker",
-                "--tasks",
-                "examples.tasks",
-                "--worker-id",
-                name,
-                log=tmp_path / f"{name}.log",
-            )
-            for name in ("worker-1", "worker-2")
-        },
-    }
+    processes = production_processes(cli, tmp_path)
     try:
         run_id = cli.json("submit", EXAMPLE, "--input", "rows=8")["run_id"]
         watched = cli("status", run_id, "--watch", "--json", timeout=90)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests import helpers
-from tests.e2e.test_cli import EXAMPLE, Cli
+from tests.e2e.test_cli import EXAMPLE, Cli, production_processes
 
 #: Accepted by PostgreSQL's trust authentication, never asked for: only shown, or not.
 SECRET = "s3cr3t-pw"
@@ -32,14 +32,9 @@ def test_the_processes_json_logs_parse_line_by_line_and_carry_no_password(
     url = production.env["FLOWFORGE_DATABASE_URL"].replace("postgres@", f"postgres:{SECRET}@")
     cli = Cli(tmp_path, {**production.env, "FLOWFORGE_DATABASE_URL": url})
     assert cli("db", "init").returncode == 0
-    json_logs = ("--log-format", "json")
-    processes = {
-        "scheduler": cli.popen("scheduler", *json_logs, log=tmp_path / "scheduler.log"),
-        "publisher": cli.popen("publisher", *json_logs, log=tmp_path / "publisher.log"),
-        "worker": cli.popen(
-            "worker", "--tasks", "examples.tasks", *json_logs, log=tmp_path / "worker.log"
-        ),
-    }
+    processes = production_processes(
+        cli, tmp_path, workers=("worker",), flags=lambda name: ["--log-format", "json"]
+    )
     try:
         run_id = cli.json("submit", EXAMPLE, "--input", "rows=8")["run_id"]
         watched = cli("status", run_id, "--watch", "--json", timeout=90)

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import helpers, servers
-from tests.e2e.test_cli import EXAMPLE, Cli
+from tests.e2e.test_cli import EXAMPLE, Cli, production_processes
 
 MACHINES = {"TaskRun": "task_run", "WorkflowRun": "workflow_run"}
 
@@ -46,37 +46,12 @@ def test_the_counters_scraped_from_every_process_agree_with_the_audit_log(
     cli = production
     assert cli("db", "init").returncode == 0
     ports = {name: servers.free_port() for name in ("scheduler", "publisher", "w1", "w2")}
-    processes = {
-        "scheduler": cli.popen(
-            "scheduler",
-            "--interval",
-            "0.2",
-            "--metrics-port",
-            str(ports["scheduler"]),
-            log=tmp_path / "scheduler.log",
-        ),
-        "publisher": cli.popen(
-            "publisher",
-            "--interval",
-            "0.1",
-            "--metrics-port",
-            str(ports["publisher"]),
-            log=tmp_path / "publisher.log",
-        ),
-        **{
-            name: cli.popen(
-                "worker",
-                "--tasks",
-                "examples.tasks",
-                "--worker-id",
-                name,
-                "--metrics-port",
-                str(ports[name]),
-                log=tmp_path / f"{name}.log",
-            )
-            for name in ("w1", "w2")
-        },
-    }
+    processes = production_processes(
+        cli,
+        tmp_path,
+        workers=("w1", "w2"),
+        flags=lambda name: ["--metrics-port", str(ports[name])],
+    )
     try:
         run_id = cli.json("submit", EXAMPLE, "--input", "rows=8")["run_id"]
         watched = cli("status", run_id, "--watch", "--json", timeout=90)
