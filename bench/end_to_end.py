@@ -45,6 +45,7 @@ import json
 import os
 import platform
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -148,15 +149,26 @@ class Probe:
         self.conn.close()
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 class Processes:
     """The production processes, each in its own process group, logs in a temp dir."""
 
-    def __init__(self, environment: dict[str, str]) -> None:
+    def __init__(self, environment: dict[str, str], *, metrics: bool = False) -> None:
         self.environment = environment
         self.logs = Path(tempfile.mkdtemp(prefix="flowforge-bench-"))
         self.running: dict[str, subprocess.Popen[bytes]] = {}
+        #: Each process serves its metrics (--metrics-port): what counting costs.
+        self.metrics = metrics
 
     def start(self, name: str, *args: str) -> None:
+        if self.metrics:
+            args = (*args, "--metrics-port", str(_free_port()))
         with (self.logs / f"{name}.log").open("wb") as log:
             self.running[name] = subprocess.Popen(
                 [sys.executable, "-m", "flowforge", *args],
@@ -242,7 +254,7 @@ def deployment(options: argparse.Namespace) -> Iterator[Deployment]:
         **topology.environment(),
     )
     subprocess.run([sys.executable, "-m", "flowforge", "db", "init"], env=environment, check=True)
-    processes = Processes(environment)
+    processes = Processes(environment, metrics=options.metrics)
     app = FlowForge(url)
     probe = Probe(url)
     try:
@@ -330,6 +342,7 @@ def throughput(options: argparse.Namespace) -> dict[str, Any]:
         "workers": options.workers,
         "concurrency": options.concurrency,
         "batch": options.batch,
+        "metrics": options.metrics,
         "enqueue_per_s": n / (enqueued - started),
         "process_per_s": n / (last - enqueued),
         "end_to_end_per_s": n / (last - started),
@@ -449,6 +462,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=1, help="threads per worker")
     parser.add_argument("--batch", type=int, default=1, help="dispatches a worker takes at once")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument(
+        "--metrics", action="store_true", help="each process serves --metrics-port (a free one)"
+    )
     parser.add_argument("--out", type=Path, help="append the results as JSON lines")
     commands = parser.add_subparsers(dest="command")
     shape = commands.add_parser("throughput")

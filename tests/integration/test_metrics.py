@@ -12,7 +12,7 @@ from uuid import UUID
 import pytest
 from prometheus_client import REGISTRY
 
-from flowforge import errors
+from flowforge import errors, metrics
 from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
 from flowforge.projections.writes.tasks import TaskWrites
@@ -28,6 +28,12 @@ CHAIN = {
 }
 ONE = {"name": "one", "tasks": [{"key": "a", "type": "work"}]}
 MACHINES = {"TaskRun": "task_run", "WorkflowRun": "workflow_run"}
+
+
+@pytest.fixture(autouse=True)
+def counting() -> None:
+    """Count, as a process started with --metrics-port does."""
+    metrics.enable()
 
 
 def counted() -> Counter[tuple[str, str]]:

@@ -8,8 +8,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client import Counter, Histogram
-
 from flowforge import metrics
 from flowforge.metrics import DatabaseCollector
 
@@ -29,12 +27,7 @@ class NothingWaits:
 
 def defined() -> set[str]:
     """Every metric family flowforge/metrics.py defines (the database's gauges too)."""
-    names = {
-        described.name
-        for value in vars(metrics).values()
-        if isinstance(value, Counter | Histogram)
-        for described in value.describe()
-    }
+    names = {instrument.name for instrument in metrics.INSTRUMENTS}
     names |= {family.name for family in DatabaseCollector(NothingWaits).collect()}
     return names
 
