@@ -381,7 +381,7 @@ def test_the_cli_refuses_a_bad_schedule_in_one_line_with_its_exit_code(
 ) -> None:
     # In this process (the real CLI is tests/e2e/test_cli_schedule.py): its logging set-up
     # would replace pytest's handlers.
-    monkeypatch.setattr(logs, "configure", lambda level: None)
+    monkeypatch.setattr(logs, "configure", lambda level, log_format="text": None)
     FlowForge(sqlite_url, migrate=True).close()
     workflow = str(Path(__file__).resolve().parents[2] / "examples" / "fan_out.toml")
 

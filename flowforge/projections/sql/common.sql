@@ -520,14 +520,11 @@ SELECT * FROM dispatch_outbox WHERE task_run_id = :task_run_id ORDER BY created_
 SELECT count(*) AS pending FROM dispatch_outbox WHERE published_at IS NULL;
 
 -- The metrics' backlog (flowforge/metrics.py): the pending dispatches and the oldest's
--- creation time; the unfinished tasks by state (their partial index: not the whole table).
+-- creation time. The unfinished tasks by state: postgres.sql and sqlite.sql (each
+-- through the unfinished tasks' partial index, not the whole table).
 -- name: outbox_backlog
 SELECT count(*) AS pending, min(created_at) AS created_at, {now} AS db_now
 FROM dispatch_outbox WHERE published_at IS NULL;
-
--- name: count_unfinished_tasks_by_state
-SELECT state, count(*) AS tasks FROM task_runs
-WHERE state IN ({unfinished_task_states}) GROUP BY state;
 
 -- --- concurrency limits (docs/scheduling/limits.md) ---------------------------------------
 -- A counter row per limited task type and per limited run: ``running`` is how many of

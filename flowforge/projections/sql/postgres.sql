@@ -294,3 +294,8 @@ type_freed AS (
     WHERE task_type IN (SELECT task_type FROM t)
       AND (SELECT count(*) FROM run_freed) >= 0
     RETURNING 1),
+
+-- The metrics' unfinished tasks by state: the planner finds the partial index itself.
+-- name: count_unfinished_tasks_by_state
+SELECT state, count(*) AS tasks FROM task_runs
+WHERE state IN ({unfinished_task_states}) GROUP BY state;

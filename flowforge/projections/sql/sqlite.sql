@@ -152,3 +152,9 @@ SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = 'flowforg
 -- SQLite's transition events are built in Python (no data-modifying CTE): no function.
 -- macro: create_event_json_function
 SELECT 1
+
+-- The metrics' unfinished tasks by state, through the unfinished tasks' partial index:
+-- SQLite, without statistics, would scan the whole table to group them.
+-- name: count_unfinished_tasks_by_state
+SELECT state, count(*) AS tasks FROM task_runs INDEXED BY task_runs_unfinished_idx
+WHERE state IN ({unfinished_task_states}) GROUP BY state;
