@@ -58,3 +58,14 @@ def ago(then: datetime | None, now: datetime, missing: str = "-") -> str:
 def until(then: datetime | None, now: datetime, missing: str = "-") -> str:
     """How long after ``now`` ``then`` comes: ``in 3.0s``."""
     return missing if then is None else f"in {(then - now).total_seconds():.1f}s"
+
+
+#: What an ISO 8601 time looks like, for the messages that refuse one.
+ISO_EXAMPLE = "2026-01-31T12:03:04Z"
+
+
+def parse_iso(text: str) -> datetime:
+    """An ISO 8601 time a person typed; without an offset it is UTC, as every time
+    FlowForge prints is. ``ValueError`` if it is none (the caller names where it was)."""
+    at = datetime.fromisoformat(text)
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at

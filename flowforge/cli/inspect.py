@@ -174,14 +174,13 @@ def _queue_probe(settings: Settings, app: FlowForge) -> QueueProbe | None:
 
 
 def parse_time(text: str) -> datetime:
-    """ISO 8601; a time without an offset is UTC, as every time the CLI prints is."""
+    """``--at``: ISO 8601 (``timefmt.parse_iso``)."""
     try:
-        at = datetime.fromisoformat(text)
+        return timefmt.parse_iso(text)
     except ValueError:
         raise UsageError(
-            f"--at {text!r} is not an ISO 8601 time; write e.g. 2026-01-31T12:03:04Z"
+            f"--at {text!r} is not an ISO 8601 time; write e.g. {timefmt.ISO_EXAMPLE}"
         ) from None
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
 # --- JSON shapes ---------------------------------------------------------------------------

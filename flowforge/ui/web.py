@@ -13,7 +13,7 @@ import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode
@@ -35,7 +35,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from flowforge import errors
+from flowforge import errors, timefmt
 from flowforge.app import ids
 from flowforge.app.definition_files import load_definition_text
 from flowforge.app.service import FlowForge
@@ -152,12 +152,11 @@ def parse_at(text: str | None) -> datetime | None:
     if not text:
         return None
     try:
-        at = datetime.fromisoformat(text)
+        return timefmt.parse_iso(text)
     except ValueError:
         raise BadQueryError(
-            f"at={text!r} is not an ISO 8601 time; write e.g. 2026-01-31T12:03:04Z"
+            f"at={text!r} is not an ISO 8601 time; write e.g. {timefmt.ISO_EXAMPLE}"
         ) from None
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
 class _Pages:
