@@ -131,6 +131,13 @@ HANDLER_SECONDS = _histogram(
     ["task_type", "outcome"],
 )
 
+READY_TO_CLAIMED = _histogram(
+    "flowforge_ready_to_claimed_seconds",
+    "How long a dispatch waited from its outbox row (the task became ready, or a limit "
+    "released it) to its claim, by the database's clock, by task type.",
+    ["task_type"],
+)
+
 
 def enable() -> None:
     """Make every instrument real (idempotent): from now on this process counts."""

@@ -20,7 +20,9 @@ still decodes, and carries no identity to check.
 from __future__ import annotations
 
 import json
-from typing import Final, Literal
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Final, Literal, TypeAlias
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -67,6 +69,51 @@ class DispatchMessage(BaseModel):
         """The message body: compact UTF-8 JSON."""
         # A version 1 message is written exactly as before deployments existed.
         return self.model_dump_json(exclude_none=self.deployment is None).encode("utf-8")
+
+
+#: A dispatch's message headers: telemetry that travels beside its body, never read for
+#: a decision (a message without them is handled the same). The time its outbox row was
+#: written by the database's clock (ISO 8601), for the ready-to-claimed latency; every
+#: other text header is its run's trace context, as the run stored it (W3C
+#: ``traceparent``, ``tracestate``: ``flowforge.tracing``). Headers, not body fields: a
+#: worker of an older FlowForge refuses a body with a field it does not know.
+READY_AT_HEADER: Final = "x-flowforge-ready-at"
+
+#: What a publisher sends with each message, by its dispatch id.
+DispatchHeaders: TypeAlias = Mapping[UUID, Mapping[str, str]]
+
+
+def dispatch_headers(
+    ready_at: datetime, trace_context: Mapping[str, str] | None
+) -> dict[str, str]:
+    """The headers of a dispatch whose outbox row was written at ``ready_at``."""
+    return {**(trace_context or {}), READY_AT_HEADER: ready_at.isoformat()}
+
+
+def ready_at_of(headers: Mapping[str, object]) -> datetime | None:
+    """When the dispatch was written, from its headers; None if they do not say (an
+    older publisher) or say it in a form that is not an aware ISO 8601 time."""
+    value = headers.get(READY_AT_HEADER)
+    if not isinstance(value, str):
+        return None
+    try:
+        ready_at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return ready_at if ready_at.tzinfo is not None else None
+
+
+def text_headers(headers: Mapping[str, object]) -> dict[str, str]:
+    """A delivery's headers that a publisher wrote: its text ones (a broker's own, such
+    as RabbitMQ's ``x-delivery-count``, are numbers or tables)."""
+    return {key: value for key, value in headers.items() if isinstance(value, str)}
+
+
+def trace_context_of(headers: Mapping[str, object]) -> dict[str, str]:
+    """The trace context in a dispatch's headers: its text headers but FlowForge's own."""
+    texts = text_headers(headers)
+    texts.pop(READY_AT_HEADER, None)
+    return texts
 
 
 def decode_dispatch(body: bytes) -> DispatchMessage:

@@ -152,6 +152,11 @@ Schedule.EVENTS = EVENT_FOR_TRANSITION
 Schedule.NOT_EDGES = {Schedule.Fired.TRANSITION: (ScheduleState.ACTIVE, ScheduleState.ACTIVE)}
 
 
+def run_actor(name: str) -> str:
+    """The actor of the runs schedule ``name`` starts (``schedule:<name>``)."""
+    return f"{IDEMPOTENCY_PREFIX}{name}"
+
+
 def idempotency_key(name: str, fire_at: datetime) -> str:
     """The key of the run a fire creates: the schedule's name and the nominal fire time
     (UTC, to the second), so two fires of one time can never create two runs."""

@@ -32,6 +32,10 @@ class WorkflowRunFixed(Fields):
     #: When a delayed run may start, by the database's clock (``start_time``); None for
     #: a run that starts at once, and in creation events stored before delayed starts.
     start_at: Annotated[datetime | None, Show()]
+    #: The OpenTelemetry context of the run's creation (``flowforge.tracing``), which
+    #: its tasks' dispatches carry, so that the run is one trace; None where nothing
+    #: records traces, and in creation events stored before traces existed.
+    trace_context: dict[str, str] | None
 
 
 class WorkflowRunChanges(Fields):
@@ -130,6 +134,7 @@ def created_event(
     actor: str,
     rerun_of: UUID | None = None,
     start_at: datetime | None = None,
+    trace_context: dict[str, str] | None = None,
 ) -> WorkflowRun.Created:
     run = WorkflowRun._create(
         WorkflowRun.Created,
@@ -141,6 +146,7 @@ def created_event(
         idempotency_key=idempotency_key,
         rerun_of=rerun_of,
         start_at=start_at,
+        trace_context=trace_context,
         actor=actor,
     )
     (event,) = run.collect_events()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 
-from flowforge import errors
+from flowforge import errors, tracing
 from flowforge.aggregates import idempotency, json_values, rerun, start_time
 from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS, WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE, Transition
@@ -88,14 +88,17 @@ class Commands:
         checked = load_definition(definition)
         run_inputs = json_values.checked_json(dict(inputs or {}), "inputs")
         start = start_time.checked(start_at)
-        with self._core.writes() as writes:
+        actor = text(actor, "actor")
+        with tracing.run_trace(checked.name, actor) as trace, self._core.writes() as writes:
             run_id, created = writes.runs.create(
                 checked,
                 run_inputs,
                 idempotency_key=text(idempotency_key, "idempotency_key"),
-                actor=text(actor, "actor"),
+                actor=actor,
                 start_at=start,
+                trace_context=trace.context,
             )
+            trace.created(run_id, created)
         if not created:
             self._check_same_submission(run_id, checked, run_inputs, idempotency_key)
         log.info(
@@ -160,9 +163,16 @@ class Commands:
                 if task.task_state is TaskRunState.SUCCEEDED
             }
             plan = rerun.plan(old.id, old.run_state, definition, succeeded, keys)
-            new_run_id, created = writes.runs.create(
-                definition, old.inputs, idempotency_key=idempotency_key, actor=actor, rerun=plan
-            )
+            with tracing.run_trace(old.workflow_name, actor) as trace:
+                new_run_id, created = writes.runs.create(
+                    definition,
+                    old.inputs,
+                    idempotency_key=idempotency_key,
+                    actor=actor,
+                    rerun=plan,
+                    trace_context=trace.context,
+                )
+                trace.created(new_run_id, created)
         log.info(
             "workflow run rerun",
             extra={
@@ -196,12 +206,19 @@ class Commands:
             for index, each in enumerate(inputs)
         ]
         with self._core.writes() as writes:
-            run_ids = [
-                writes.runs.create(
-                    checked, each, idempotency_key=None, actor=actor, start_at=start
-                )[0]
-                for each in run_inputs
-            ]
+            run_ids = []
+            for each in run_inputs:
+                with tracing.run_trace(checked.name, actor) as trace:
+                    run_id, _ = writes.runs.create(
+                        checked,
+                        each,
+                        idempotency_key=None,
+                        actor=actor,
+                        start_at=start,
+                        trace_context=trace.context,
+                    )
+                    trace.created(run_id, True)
+                run_ids.append(run_id)
         log.info("workflow runs submitted", extra={"runs": len(run_ids)})
         return run_ids
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from flowforge.aggregates.dispatch import DispatchMessage
-from flowforge.projections.tables import OutboxRow
+from flowforge.aggregates.dispatch import DispatchMessage, dispatch_headers
+from flowforge.projections.tables import OutboxRow, PendingOutboxRow
 
 
 def message_for(row: OutboxRow, deployment: str) -> DispatchMessage:
@@ -16,3 +16,9 @@ def message_for(row: OutboxRow, deployment: str) -> DispatchMessage:
         fencing_token=row.fencing_token,
         deployment=deployment,
     )
+
+
+def headers_for(row: PendingOutboxRow) -> dict[str, str]:
+    """The headers the dispatch of a pending outbox row travels with: when it was
+    written, and its run's trace context."""
+    return dispatch_headers(row.created_at, row.trace_context)

@@ -44,7 +44,8 @@ class Outbox:
             if not rows:
                 return 0
             publisher.publish(
-                [dispatch.message_for(row, self._core.deployment_id) for row in rows]
+                [dispatch.message_for(row, self._core.deployment_id) for row in rows],
+                headers={row.dispatch_id: dispatch.headers_for(row) for row in rows},
             )
             writes.outbox.mark_published([row.dispatch_id for row in rows])
         return len(rows)

@@ -11,15 +11,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from flowforge.aggregates.dispatch import DispatchMessage
+from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage
 
 
 @runtime_checkable
 class DispatchPublisher(Protocol):
     """Puts dispatches on the dispatch queue."""
 
-    def publish(self, messages: Sequence[DispatchMessage]) -> None:
+    def publish(
+        self, messages: Sequence[DispatchMessage], headers: DispatchHeaders | None = None
+    ) -> None:
         """Return only when the broker has confirmed every message.
+
+        ``headers``: what each message carries besides its body, by dispatch id
+        (``flowforge.aggregates.dispatch.READY_AT_HEADER``, a trace context); the
+        consumer's delivery gives them back (``Delivery.headers``).
 
         Raises ``UnroutableDispatchError`` (no queue bound), ``PublishNotConfirmedError``
         (the broker refused or did not confirm) or ``BrokerUnavailableError``. After an

@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from flowforge import errors
+from flowforge import errors, tracing
 from flowforge.aggregates import cron as cron_rules
-from flowforge.aggregates import json_values
+from flowforge.aggregates import json_values, schedule
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import SCHEDULE_MACHINE
 from flowforge.aggregates.schedule import Schedule
@@ -183,9 +183,17 @@ class Schedules:
             )
         fired = []
         for fire in fires:
+            actor = schedule.run_actor(row.name)
             try:
-                with self._core.writes() as writes:
-                    row = writes.schedules.fire(row, fire, as_of=as_of)
+                with (
+                    tracing.run_trace(row.workflow_name, actor) as trace,
+                    self._core.writes() as writes,
+                ):
+                    row = writes.schedules.fire(
+                        row, fire, as_of=as_of, trace_context=trace.context
+                    )
+                    assert row.last_run_id is not None
+                    trace.created(row.last_run_id, True)
             except FireLost:
                 # Another scheduler fired it (or it was paused or deleted): its run is
                 # theirs, and this transaction, run included, rolled back.

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from flowforge import errors
+from flowforge import errors, tracing
 from flowforge.cli import logs, parser
 from flowforge.cli.exits import EXIT_INTERRUPTED, EXIT_OK, exit_code_for
 
@@ -26,6 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(args.log_level or args.default_log_level, args.log_format or "text")
     try:
         parser.check_unicode(args)
+        tracing.configure(service_name(args.handler))
         return _handler(args.handler)(args)
     except errors.FlowForgeError as exc:
         report_error(exc)
@@ -38,6 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # devnull so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+
+
+def service_name(handler: str) -> str:
+    """The service a process's spans name, by its command (``flowforge-worker``)."""
+    return f"flowforge-{handler.rpartition(':')[2].replace('_', '-')}"
 
 
 def report_error(exc: BaseException) -> None:

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
-from flowforge import errors
+from flowforge import errors, tracing
 from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.processes import settle
 from flowforge.processes.outcome import Outcome
 from flowforge.processes.settle import Settlement
 from flowforge.processes.transport import Delivery, DispatchConsumer
 from flowforge.projections.tables import TaskRunRow
+from flowforge.tracing import AttemptSpan
 
 if TYPE_CHECKING:
     from flowforge.processes.worker import Worker
@@ -48,6 +49,8 @@ class Batch:
     pending: list[tuple[int, Outcome]] = field(default_factory=list)
     #: When the oldest waiting outcome was produced (``time.monotonic()``).
     pending_since: float = 0.0
+    #: The spans of the attempts whose outcomes are not written yet (by position).
+    spans: dict[int, AttemptSpan] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.settlements = [None] * len(self.deliveries)
@@ -59,9 +62,11 @@ class Batch:
         try:
             self._run()
             self._flush()
-        except BaseException:
+        except BaseException as exc:
             for _, outcome in self.pending:
                 self.worker.outcomes.keep(outcome)
+            for span in self.spans.values():
+                span.unwritten(exc)
             self._settle(quietly=True)  # the error going up matters more
             raise
         self._settle()
@@ -84,6 +89,7 @@ class Batch:
         if not to_claim:
             return
         messages = list(to_claim.values())
+        began = tracing.now_ns()
         rows = worker._guarded(messages[0], lambda: worker.claimer.claim_all(messages))
         if isinstance(rows, Settlement):  # the database failed: nothing was claimed
             for i in to_claim:
@@ -91,19 +97,26 @@ class Batch:
             return
         claimed_at = time.monotonic()
         for (i, message), row in zip(to_claim.items(), rows, strict=True):
-            step = partial(self._run_claimed, i, message, row, claimed_at)
+            step = partial(self._run_claimed, i, message, row, (claimed_at, began))
             self.settlements[i] = worker._guarded(message, step)
             self._flush_if_due()
 
     def _run_claimed(
-        self, index: int, message: DispatchMessage, row: TaskRunRow | None, claimed_at: float
+        self,
+        index: int,
+        message: DispatchMessage,
+        row: TaskRunRow | None,
+        claimed: tuple[float, int],
     ) -> Settlement | None:
-        """Run one task of the batch; ``None``: its outcome waits to be written."""
+        """Run one task of the batch; ``None``: its outcome waits to be written.
+        ``claimed``: when the batch was claimed (``time.monotonic()``), and when its
+        claim began (``tracing.now_ns()``: its attempts' spans start there)."""
+        claimed_at, began = claimed
         worker = self.worker
-        claimed = worker.claimer.claimed(message.task_run_id, row)
-        if isinstance(claimed, str):
-            return settle.ack(claimed)
-        task, claim, lease_seconds = claimed
+        outcome_of_claim = worker.claimer.claimed(message.task_run_id, row)
+        if isinstance(outcome_of_claim, str):
+            return settle.ack(outcome_of_claim)
+        task, claim, lease_seconds = outcome_of_claim
         waited = time.monotonic() - claimed_at >= lease_seconds * RENEW_WAITED_FRACTION
         if waited and not worker.app.renew_lease(
             task.id, claim.fencing_token, lease_seconds, actor=worker.worker_id
@@ -111,7 +124,12 @@ class Batch:
             return settle.ack(
                 worker.claimer.skipped(task, "lease lost while waiting in its batch")
             )
-        outcome = worker._execute(task, claim, lease_seconds, self.consumer, self._flush_if_due)
+        headers = self.deliveries[index].headers
+        span = worker.attempt_started(task, claim, lease_seconds, headers, began)
+        self.spans[index] = span
+        outcome = worker._execute(
+            task, claim, lease_seconds, self.consumer, self._flush_if_due, span=span
+        )
         if not self.pending:
             self.pending_since = time.monotonic()
         self.pending.append((index, outcome))
@@ -129,11 +147,15 @@ class Batch:
         outcomes = [outcome for _, outcome in self.pending]
         written = worker.outcomes.write_all(outcomes, partial(worker._service, self.consumer))
         for (i, outcome), result in zip(self.pending, written, strict=True):
+            span = self.spans.pop(i)
             if isinstance(result, errors.PersistenceError):
                 failed = settle.for_error(result)
                 self.settlements[i] = worker._unsettled(failed, result, outcome.task_run_id)
+                span.unwritten(result)
             else:
-                self.settlements[i] = settle.ack(worker._written(outcome, result))
+                self.settlements[i] = settle.ack(
+                    span.end(worker._written(outcome, result), outcome.error)
+                )
         self.pending.clear()
 
     def _settle(self, *, quietly: bool = False) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import threading
 import traceback
+from contextlib import nullcontext
 from typing import Any
 
 from flowforge.aggregates import json_values
 from flowforge.processes.lane import Lane
 from flowforge.processes.registry import Handler, TaskContext
+from flowforge.tracing import AttemptSpan
 
 
 def error_details(exc: BaseException) -> dict[str, str]:
@@ -27,9 +29,18 @@ class HandlerCall:
     """Runs ``handler(context)`` on a lane (the worker's, reused task after task; a new
     one if none is given) and keeps its return or exception."""
 
-    def __init__(self, handler: Handler, context: TaskContext, lane: Lane | None = None) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        context: TaskContext,
+        lane: Lane | None = None,
+        *,
+        span: AttemptSpan | None = None,
+    ) -> None:
         self._handler = handler
         self._context = context
+        #: The attempt's span, current while the handler runs (its spans nest in it).
+        self._span = span
         self._lane = lane or Lane(f"handler-{context.task_key}")
         self._result: Any = None
         self._error: BaseException | None = None
@@ -45,7 +56,8 @@ class HandlerCall:
 
     def _run(self) -> None:
         try:
-            self._result = self._handler(self._context)
+            with self._span.current() if self._span is not None else nullcontext():
+                self._result = self._handler(self._context)
         except BaseException as exc:  # noqa: BLE001 - any failure of user code fails the task
             # Drop this frame: the traceback a user reads starts in their handler.
             tb = exc.__traceback__

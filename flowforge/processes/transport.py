@@ -32,8 +32,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from flowforge import errors
-from flowforge.aggregates.dispatch import DispatchMessage
+from flowforge import errors, metrics
+from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage
 from flowforge.app.ports import DispatchPublisher as DispatchPublisher  # noqa: PLC0414 - re-export
 from flowforge.limits import batch_size
 
@@ -50,6 +50,12 @@ class Delivery(Protocol):
     @property
     def redelivered(self) -> bool:
         """True if this message was delivered before (requeued, or its consumer died)."""
+        ...
+
+    @property
+    def headers(self) -> Mapping[str, object]:
+        """The message's headers, as published (``DispatchPublisher.publish``) and as
+        the broker may have added to them; empty if it has none."""
         ...
 
     def ack(self) -> None:
@@ -142,14 +148,21 @@ class SettleOnce:
     A subclass says how a settle action reaches its queue (:meth:`_settle`).
     """
 
-    def __init__(self, body: bytes, redelivered: bool) -> None:
+    def __init__(
+        self, body: bytes, redelivered: bool, headers: Mapping[str, object] | None = None
+    ) -> None:
         self._body = body
         self._redelivered = redelivered
+        self._headers: Mapping[str, object] = headers or {}
         self._settled = False
 
     @property
     def body(self) -> bytes:
         return self._body
+
+    @property
+    def headers(self) -> Mapping[str, object]:
+        return self._headers
 
     @property
     def redelivered(self) -> bool:
@@ -186,6 +199,7 @@ class SettleOnce:
 class _Entry:
     task_type: str
     body: bytes
+    headers: Mapping[str, str]
     #: Its place in the order of arrival across every type (requeued: a new place).
     order: int
     #: How many times the message went back on the queue (requeued or orphaned).
@@ -251,10 +265,11 @@ class InMemoryDispatchChannel:
 
     # The publishers' and consumers' only way in; every state change is under the lock.
 
-    def _append(self, messages: Sequence[tuple[str, bytes]]) -> None:
+    def _append(self, messages: Sequence[tuple[str, bytes, Mapping[str, str]]]) -> None:
         with self._changed:
-            for task_type, body in messages:
-                self._queue(task_type).append(_Entry(task_type, body, next(self._order)))
+            for task_type, body, headers in messages:
+                entry = _Entry(task_type, body, headers, next(self._order))
+                self._queue(task_type).append(entry)
             self._changed.notify_all()
 
     def _queue(self, task_type: str) -> deque[_Entry]:
@@ -273,7 +288,9 @@ class InMemoryDispatchChannel:
             tag = next(self._tags)
             self._unsettled[tag] = entry
             held[tag] = entry.task_type
-            return InMemoryDelivery(self, consumer, tag, entry.body, entry.returns > 0)
+            return InMemoryDelivery(
+                self, consumer, tag, entry.body, entry.returns > 0, entry.headers
+            )
 
     def _next_queue(
         self, consumer: InMemoryDispatchConsumer, held: Mapping[int, str]
@@ -333,9 +350,20 @@ class InMemoryDispatchPublisher:
     def __init__(self, channel: InMemoryDispatchChannel) -> None:
         self._channel = channel
 
-    def publish(self, messages: Sequence[DispatchMessage]) -> None:
+    def publish(
+        self, messages: Sequence[DispatchMessage], headers: DispatchHeaders | None = None
+    ) -> None:
         # Encoded here, as on the wire, so the worker decodes what RabbitMQ would carry.
-        self._channel._append([(message.task_type, message.encode()) for message in messages])
+        each = headers or {}
+        self._channel._append(
+            [
+                (message.task_type, message.encode(), each.get(message.dispatch_id, {}))
+                for message in messages
+            ]
+        )
+        # On the queue once appended: published and confirmed at once.
+        metrics.DISPATCHES.labels("published").inc(len(messages))
+        metrics.DISPATCHES.labels("confirmed").inc(len(messages))
 
     def close(self) -> None:
         """Nothing to release."""
@@ -380,8 +408,9 @@ class InMemoryDelivery(SettleOnce):
         tag: int,
         body: bytes,
         redelivered: bool,
+        headers: Mapping[str, str],
     ) -> None:
-        super().__init__(body, redelivered)
+        super().__init__(body, redelivered, headers)
         self._channel = channel
         self._consumer = consumer
         self._tag = tag

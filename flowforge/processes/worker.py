@@ -31,17 +31,17 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from flowforge import errors, metrics
+from flowforge import errors, metrics, tracing
 from flowforge.aggregates import failures
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
 from flowforge.backoff import Backoff
 from flowforge.limits import batch_size
-from flowforge.processes import settle
+from flowforge.processes import settle, telemetry
 from flowforge.processes.batch import Batch
 from flowforge.processes.claim import Claimer
 from flowforge.processes.handler_call import HandlerCall, error_details
@@ -193,7 +193,10 @@ class Worker:
         admitted = self._admit(delivery)
         if isinstance(admitted, Settlement):
             return admitted
-        return self._guarded(admitted, lambda: settle.ack(self._claim_and_run(admitted, consumer)))
+        return self._guarded(
+            admitted,
+            lambda: settle.ack(self._claim_and_run(admitted, delivery.headers, consumer)),
+        )
 
     def _admit(self, delivery: Delivery) -> DispatchMessage | Settlement:
         """The delivery's dispatch if it is this deployment's; else its settlement."""
@@ -225,17 +228,36 @@ class Worker:
         except (errors.NotFoundError, errors.PersistenceError) as exc:
             return self._unsettled(settle.for_error(exc), exc, task_run_id=message.task_run_id)
 
-    def _claim_and_run(self, message: DispatchMessage, consumer: DispatchConsumer) -> str:
+    def _claim_and_run(
+        self, message: DispatchMessage, headers: Mapping[str, object], consumer: DispatchConsumer
+    ) -> str:
         kept = self.outcomes.kept(message.task_run_id)
         if kept is not None:
             # The handler already ran here; only its outcome's write failed. Write it
             # now instead of running the handler a second time.
             return self._write(kept, consumer)
+        began = tracing.now_ns()
         claimed = self.claimer.claim(message.task_run_id)
         if isinstance(claimed, str):
             return claimed
         task, claim, lease_seconds = claimed
-        return self._write(self._execute(task, claim, lease_seconds, consumer), consumer)
+        with self.attempt_started(task, claim, lease_seconds, headers, began) as span:
+            outcome = self._execute(task, claim, lease_seconds, consumer, span=span)
+            return span.end(self._write(outcome, consumer), outcome.error)
+
+    def attempt_started(
+        self,
+        task: TaskRunRow,
+        claim: Claim,
+        lease_seconds: float,
+        headers: Mapping[str, object],
+        began_ns: int,
+    ) -> tracing.AttemptSpan:
+        """The attempt's span, from ``began_ns`` (before its claim); its dispatch's
+        wait counted (``processes/telemetry.py``)."""
+        return telemetry.attempt_started(
+            task, claim, lease_seconds, headers, worker_id=self.worker_id, began_ns=began_ns
+        )
 
     # --- running a task ---------------------------------------------------------------
 
@@ -246,9 +268,12 @@ class Worker:
         lease_seconds: float,
         consumer: DispatchConsumer,
         meanwhile: Callable[[], None] = lambda: None,
+        *,
+        span: tracing.AttemptSpan | None = None,
     ) -> Outcome:
         """Run the handler in a thread beside the heartbeat, servicing the connection
-        (and doing ``meanwhile``, a batch's due writes) while it runs; its outcome."""
+        (and doing ``meanwhile``, a batch's due writes) while it runs; its outcome.
+        The handler runs with ``span`` (the attempt's) as its current span."""
         try:
             handler = self.registry.get(task.task_type)
         except errors.UnknownTaskTypeError as exc:
@@ -262,7 +287,7 @@ class Worker:
             self._beats,
             start_after=heartbeat_start_after(lease_seconds),
         )
-        call = HandlerCall(handler, context, self._handlers)
+        call = HandlerCall(handler, context, self._handlers, span=span)
         began = time.perf_counter()
         with heartbeat:
             call.start()

@@ -40,6 +40,7 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     "originator_id": ColumnCodec.ORIGINATOR_ID,
     "definition": ColumnCodec.JSON,
     "inputs": ColumnCodec.JSON,
+    "trace_context": ColumnCodec.JSON,
     "depends_on": ColumnCodec.JSON,
     "result": ColumnCodec.JSON,
     "error": ColumnCodec.JSON,
@@ -173,6 +174,7 @@ class WorkflowRunRow(_Row):
     idempotency_key: str | None
     rerun_of: UUID | None
     start_at: datetime | None
+    trace_context: dict[str, str] | None
     state: str
     started_at: datetime | None
     finished_at: datetime | None
@@ -222,3 +224,10 @@ class OutboxRow(_Row):
     fencing_token: int
     created_at: datetime
     published_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingOutboxRow(OutboxRow):
+    """A pending outbox row as a sweep publishes it: with its run's trace context."""
+
+    trace_context: dict[str, str] | None

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from flowforge.aggregates.dispatch import DispatchMessage
+from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage
 from flowforge.app.scope import Scope
 from flowforge.app.service import FlowForge
 from flowforge.bootstrap import ProcessGroup, Transport
@@ -78,7 +78,9 @@ class Recording:
 
     published: list[DispatchMessage] = field(default_factory=list)
 
-    def publish(self, messages: Sequence[DispatchMessage]) -> None:
+    def publish(
+        self, messages: Sequence[DispatchMessage], headers: DispatchHeaders | None = None
+    ) -> None:
         self.published.extend(messages)
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from flowforge import backoff, errors
-from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
+from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage, decode_dispatch
 from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig
 from flowforge.processes import loop
@@ -184,7 +184,9 @@ class MeetingPublisher:
         self._barrier = barrier
         self.sent: list[DispatchMessage] = []
 
-    def publish(self, messages: Sequence[DispatchMessage]) -> None:
+    def publish(
+        self, messages: Sequence[DispatchMessage], headers: DispatchHeaders | None = None
+    ) -> None:
         self.sent.extend(messages)
         self._barrier.wait()
 

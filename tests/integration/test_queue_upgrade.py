@@ -17,7 +17,7 @@ from typing import Any
 import pika
 import pytest
 
-from flowforge.aggregates.dispatch import DispatchMessage
+from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage
 from flowforge.app.service import FlowForge
 from flowforge.bootstrap import Processes, Transport
 from flowforge.cli.exits import EXIT_FAILED
@@ -52,7 +52,9 @@ class SingleQueuePublisher:
         self.channel.queue_bind(config.queue, config.exchange, routing_key=config.routing_key)
         self.channel.confirm_delivery()
 
-    def publish(self, messages: Sequence[DispatchMessage]) -> None:
+    def publish(
+        self, messages: Sequence[DispatchMessage], headers: DispatchHeaders | None = None
+    ) -> None:
         for message in messages:
             self.channel.basic_publish(
                 self.config.exchange,

@@ -255,7 +255,7 @@ def test_a_malformed_message_is_dead_lettered_and_the_worker_keeps_consuming(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     run_id = app.start_workflow_run(ONE)
-    channel._append([("work", body)])  # a poison message ahead of the real one
+    channel._append([("work", body, {})])  # a poison message ahead of the real one
     app.publish_pending_dispatches(channel.publisher())
     consumer = channel.consumer()
     outcomes = []
@@ -303,6 +303,7 @@ class SettleSpy:
         self.seen: list[tuple[str, str, int]] = []
         self.body = delivery.body
         self.redelivered = delivery.redelivered
+        self.headers = delivery.headers
 
     def _record(self, outcome: str) -> None:
         row = self._app.get_task_run(self._task_run_id)

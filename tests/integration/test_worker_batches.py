@@ -107,7 +107,7 @@ def test_a_bad_a_foreign_and_a_duplicate_message_are_settled_beside_good_ones(
     consumer: Any,
 ) -> None:
     first, second, elsewhere = runs(app, 3)
-    channel._append([("work", b"not a dispatch")])
+    channel._append([("work", b"not a dispatch", {})])
     good = message_of(app, first)
     foreign = message_of(app, elsewhere, deployment="another-deployment")
     channel.publisher().publish([good, good, foreign, message_of(app, second)])

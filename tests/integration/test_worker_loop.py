@@ -15,7 +15,7 @@ import pika
 import pytest
 
 from flowforge import errors
-from flowforge.aggregates.dispatch import DispatchMessage
+from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage
 from flowforge.app.service import FlowForge
 from flowforge.backoff import RECONNECT_BACKOFF_RESET_AFTER_S, Backoff
 from flowforge.config import BrokerConfig
@@ -233,7 +233,9 @@ class FlakyPublisher:
         #: The size of each batch that went through.
         self.batches: list[int] = []
 
-    def publish(self, messages: Sequence[DispatchMessage]) -> None:
+    def publish(
+        self, messages: Sequence[DispatchMessage], headers: DispatchHeaders | None = None
+    ) -> None:
         if self._failures > 0:
             self._failures -= 1
             raise errors.BrokerUnavailableError("scripted outage")

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 import pika
 import pika.spec
@@ -46,7 +47,7 @@ class RabbitDispatchConsumer:
         self._task_types = transport.consumed_types(task_types)
         self._connection: pika.BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
-        self._inbox: deque[tuple[BlockingChannel, int, bool, bytes]] = deque()
+        self._inbox: deque[tuple[BlockingChannel, int, bool, bytes, Mapping[str, Any]]] = deque()
         #: The delivery tags handed out on the live channel and not settled yet.
         self._held: set[int] = set()
         self._cancelled = False
@@ -69,9 +70,9 @@ class RabbitDispatchConsumer:
                 # Poll at least once, so that get(0) reads what has already arrived.
                 process_events(connection, max(remaining, 0.0))
                 polled = True
-            channel, tag, redelivered, body = self._inbox.popleft()
+            channel, tag, redelivered, body, headers = self._inbox.popleft()
         self._held.add(tag)
-        return RabbitDelivery(self, channel, tag, body, redelivered)
+        return RabbitDelivery(self, channel, tag, body, redelivered, headers)
 
     def pump(self, seconds: float) -> None:
         """Service the connection for ``seconds``; without one, just wait.
@@ -166,11 +167,12 @@ class RabbitDispatchConsumer:
         self,
         channel: BlockingChannel,
         method: pika.spec.Basic.Deliver,
-        _properties: pika.spec.BasicProperties,
+        properties: pika.spec.BasicProperties,
         body: bytes,
     ) -> None:
         assert method.delivery_tag is not None  # always set on a Basic.Deliver
-        self._inbox.append((channel, method.delivery_tag, method.redelivered, body))
+        headers = properties.headers or {}
+        self._inbox.append((channel, method.delivery_tag, method.redelivered, body, headers))
 
     def _on_cancelled(self, _frame: object) -> None:
         self._cancelled = True

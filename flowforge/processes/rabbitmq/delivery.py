@@ -7,6 +7,7 @@ channel is still the live one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from pika.adapters.blocking_connection import BlockingChannel
@@ -45,8 +46,9 @@ class RabbitDelivery(transport.SettleOnce):
         delivery_tag: int,
         body: bytes,
         redelivered: bool,
+        headers: Mapping[str, object] | None = None,
     ) -> None:
-        super().__init__(body, redelivered)
+        super().__init__(body, redelivered, headers)
         self._settler = settler
         self._channel = channel
         self._tag = delivery_tag

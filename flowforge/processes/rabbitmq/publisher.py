@@ -11,7 +11,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
 from flowforge import errors, metrics
-from flowforge.aggregates.dispatch import DispatchMessage
+from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage
 from flowforge.config import BrokerConfig
 from flowforge.processes.rabbitmq import topology, translate
 from flowforge.processes.rabbitmq.confirms import Confirms, async_channel
@@ -62,13 +62,15 @@ class RabbitDispatchPublisher:
         #: The task types whose queues this connection has declared (see ``_declare``).
         self._declared: set[str] = set()
 
-    def publish(self, messages: Sequence[DispatchMessage]) -> None:
+    def publish(
+        self, messages: Sequence[DispatchMessage], headers: DispatchHeaders | None = None
+    ) -> None:
         if not messages:
             return
         for attempt in range(1, MAX_PUBLISH_ATTEMPTS + 1):
             reused = self._connection is not None
             try:
-                self._publish_once(messages)
+                self._publish_once(messages, headers or {})
             except errors.BrokerUnavailableError as exc:
                 self.close()
                 if not reused or attempt == MAX_PUBLISH_ATTEMPTS:
@@ -90,13 +92,13 @@ class RabbitDispatchPublisher:
         self._declared = set()
         close_quietly(connection)
 
-    def _publish_once(self, messages: Sequence[DispatchMessage]) -> None:
+    def _publish_once(self, messages: Sequence[DispatchMessage], headers: DispatchHeaders) -> None:
         connection, channel, confirms = self._open()
         config = self._config
         self._declare(channel, {message.task_type for message in messages})
         confirms.begin()
         try:
-            self._send(channel, confirms, messages)
+            self._send(channel, confirms, messages, headers)
             wait_until(
                 connection,
                 lambda: not confirms.outstanding,
@@ -140,7 +142,11 @@ class RabbitDispatchPublisher:
             self._declared.add(task_type)
 
     def _send(
-        self, channel: BlockingChannel, confirms: Confirms, messages: Sequence[DispatchMessage]
+        self,
+        channel: BlockingChannel,
+        confirms: Confirms,
+        messages: Sequence[DispatchMessage],
+        headers: DispatchHeaders,
     ) -> None:
         impl = async_channel(channel)
         for message in messages:
@@ -153,6 +159,7 @@ class RabbitDispatchPublisher:
                     delivery_mode=_PERSISTENT,
                     content_type="application/json",
                     message_id=message_id,
+                    headers=dict(headers.get(message.dispatch_id, {})) or None,
                 ),
                 mandatory=True,
             )

@@ -15,13 +15,14 @@ import logging
 import time
 from dataclasses import dataclass, field
 from typing import Final
+from uuid import UUID
 
 import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from flowforge import errors
-from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
+from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch, text_headers
 from flowforge.app.ports import QueueState
 from flowforge.config import BrokerConfig
 from flowforge.processes.rabbitmq import translate
@@ -129,16 +130,20 @@ def _move_batch(
 ) -> bool:
     """Move up to ``batch`` messages; whether any was there."""
     messages: list[DispatchMessage] = []
+    headers: dict[UUID, dict[str, str]] = {}
     last_tag = 0
     method = None
     for _ in range(batch):
-        method, _properties, body = channel.basic_get(config.queue, auto_ack=False)
+        method, properties, body = channel.basic_get(config.queue, auto_ack=False)
         if method is None:
             break
         assert method.delivery_tag is not None  # always set on a Basic.GetOk
         assert isinstance(body, bytes)
         try:
             messages.append(decode_dispatch(body))
+            # What it carried besides its body goes with it (a broker's own headers,
+            # which are not text, do not).
+            headers[messages[-1].dispatch_id] = text_headers(properties.headers or {})
             last_tag = method.delivery_tag
         except errors.MalformedDispatchError as exc:
             # Its queue's dead-letter exchange keeps it for the operator, as a worker's
@@ -147,7 +152,7 @@ def _move_batch(
             migration.dead_lettered += 1
             logger.warning("malformed dispatch dead-lettered", extra={"error": str(exc)})
     if messages:
-        publisher.publish(messages)  # confirmed: only now may the old copies go
+        publisher.publish(messages, headers)  # confirmed: only now may the old copies go
         channel.basic_ack(last_tag, multiple=True)
         for message in messages:
             migration.moved[message.task_type] = migration.moved.get(message.task_type, 0) + 1

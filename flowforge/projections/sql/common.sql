@@ -485,26 +485,35 @@ ORDER BY t.updated_at LIMIT :limit;
   AND t.workflow_run_id IN ({uuid_list[run_ids]})
 ORDER BY t.updated_at LIMIT :limit;
 
+-- What a sweep publishes of each pending row: the row, and its run's trace context
+-- (docs/observability.md, "Traces"), which the dispatch carries in its headers. Read
+-- by primary keys in a subquery, not joined: the row lock ({for_update_skip_locked})
+-- takes the outbox rows only, never a task row a worker is claiming.
+-- macro: pending_outbox
+SELECT o.*, (SELECT r.trace_context FROM task_runs t JOIN workflow_runs r
+             ON r.id = t.workflow_run_id WHERE t.id = o.task_run_id) AS trace_context
+FROM dispatch_outbox o WHERE o.published_at IS NULL
+
 -- Parallel publishers divide the pending rows (see {for_update_skip_locked}).
 -- name: select_pending_outbox
-SELECT * FROM dispatch_outbox WHERE published_at IS NULL
-ORDER BY created_at LIMIT :limit {for_update_skip_locked};
+{pending_outbox}
+ORDER BY o.created_at LIMIT :limit {for_update_skip_locked};
 
 -- Only the dispatches of the task types a runner's workers have handlers for (the
 -- embedded runner, ProcessGroup in flowforge/bootstrap.py): the others wait for theirs.
 -- name: select_pending_outbox_of_types
-SELECT * FROM dispatch_outbox WHERE published_at IS NULL
-AND task_type IN ({text_list[task_types]})
-ORDER BY created_at LIMIT :limit {for_update_skip_locked};
+{pending_outbox}
+AND o.task_type IN ({text_list[task_types]})
+ORDER BY o.created_at LIMIT :limit {for_update_skip_locked};
 
 -- Only the dispatches of some runs (a runner scoped to its own run: flowforge/app/
 -- scope.py), found through their task rows. A semi-join, not a JOIN: the row lock
 -- ({for_update_skip_locked}) then takes the outbox rows only, never a task row a
 -- worker is claiming.
 -- name: select_pending_outbox_of_runs
-SELECT * FROM dispatch_outbox WHERE published_at IS NULL
-AND task_run_id IN (SELECT id FROM task_runs WHERE workflow_run_id IN ({uuid_list[run_ids]}))
-ORDER BY created_at LIMIT :limit {for_update_skip_locked};
+{pending_outbox}
+AND o.task_run_id IN (SELECT id FROM task_runs WHERE workflow_run_id IN ({uuid_list[run_ids]}))
+ORDER BY o.created_at LIMIT :limit {for_update_skip_locked};
 
 -- name: select_deployment
 SELECT deployment_id FROM flowforge_deployment;

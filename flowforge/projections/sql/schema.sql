@@ -20,7 +20,8 @@ CREATE TABLE workflow_runs (
     created_at {timestamp} NOT NULL,
     updated_at {timestamp} NOT NULL,
     rerun_of {uuid},
-    start_at {timestamp}
+    start_at {timestamp},
+    trace_context {json}
 );
 CREATE INDEX workflow_runs_created_at_idx ON workflow_runs (created_at DESC);
 CREATE INDEX workflow_runs_active_idx ON workflow_runs (state)

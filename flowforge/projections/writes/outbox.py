@@ -10,7 +10,7 @@ from flowforge.aggregates.ids import new_id
 from flowforge.projections import projector
 from flowforge.projections.db.protocols import Transaction
 from flowforge.projections.reads import id_list
-from flowforge.projections.tables import OutboxRow, TaskRunRow
+from flowforge.projections.tables import PendingOutboxRow, TaskRunRow
 
 
 class OutboxWrites:
@@ -51,8 +51,9 @@ class OutboxWrites:
         limit: int,
         task_types: Collection[str] | None = None,
         run_ids: Collection[UUID] | None = None,
-    ) -> list[OutboxRow]:
-        """Up to ``limit`` unpublished rows, oldest first, locked for this transaction;
+    ) -> list[PendingOutboxRow]:
+        """Up to ``limit`` unpublished rows, oldest first (each with its run's trace
+        context), locked for this transaction;
         on PostgreSQL a row another publisher holds is skipped. Only the dispatches of
         ``run_ids``, if given (the runs' task types are then not looked at: a runner
         scoped to runs was checked to have their handlers); else only of
@@ -65,7 +66,7 @@ class OutboxWrites:
             rows = self._tx.run("select_pending_outbox_of_types", params)
         else:
             rows = self._tx.run("select_pending_outbox", {"limit": limit})
-        return [OutboxRow.from_mapping(r) for r in rows]
+        return [PendingOutboxRow.from_mapping(r) for r in rows]
 
     def mark_published(self, dispatch_ids: Collection[UUID]) -> None:
         """Mark a sweep's delivered dispatches published, all in one statement."""

@@ -64,6 +64,7 @@ class RunWrites:
         actor: str,
         rerun: RerunPlan | None = None,
         start_at: start_time.StartAt = None,
+        trace_context: dict[str, str] | None = None,
     ) -> tuple[UUID, bool]:
         """Create the run and its task runs; ``(id, False)`` and nothing written if a
         run already has the idempotency key.
@@ -75,7 +76,8 @@ class RunWrites:
 
         ``start_at`` (checked by ``start_time.checked``): a delayed run records its
         start time from the database's clock, and every task is created pending
-        (``flowforge.aggregates.start_time``)."""
+        (``flowforge.aggregates.start_time``). ``trace_context``: the run's creation
+        span's (``flowforge.tracing``), stored for its dispatches to carry."""
         # A carry-over event holds its time twice (its own and finished_at), which the
         # stand-in for the transaction's clock cannot (projector.TRANSACTION_NOW holds
         # it once): a rerun asks the clock first, one round trip, as SQLite always does.
@@ -94,6 +96,7 @@ class RunWrites:
             actor=actor,
             rerun_of=None if rerun is None else rerun.rerun_of,
             start_at=starts,
+            trace_context=trace_context,
         )
         if not projector.apply_event(self._tx, created):
             assert idempotency_key is not None  # only a key can conflict

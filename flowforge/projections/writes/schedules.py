@@ -105,17 +105,25 @@ class ScheduleWrites:
                 return row
         return None
 
-    def fire(self, row: ScheduleRow, fire: Fire, *, as_of: datetime | None) -> ScheduleRow:
+    def fire(
+        self,
+        row: ScheduleRow,
+        fire: Fire,
+        *,
+        as_of: datetime | None,
+        trace_context: dict[str, str] | None = None,
+    ) -> ScheduleRow:
         """Create the run of ``fire`` and move the schedule past it (``schedule_fire``),
         in this transaction; ``FireLost`` (roll it back) when the schedule no longer
         next fires at ``row.next_fire_at``: another scheduler fired it, or it was
-        paused or deleted."""
+        paused or deleted. ``trace_context``: the run's (``RunWrites.create``)."""
         definition = WorkflowDefinition.model_validate(row.definition)
         run_id, _ = self._runs.create(
             definition,
             row.inputs,
             idempotency_key=schedule.idempotency_key(row.name, fire.fire_at),
-            actor=f"{schedule.IDEMPOTENCY_PREFIX}{row.name}",
+            actor=schedule.run_actor(row.name),
+            trace_context=trace_context,
         )
         params = {
             "id": row.id,

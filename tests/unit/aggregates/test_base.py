@@ -105,6 +105,7 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "idempotency_key",
         "rerun_of",
         "start_at",
+        "trace_context",
     )
 
 

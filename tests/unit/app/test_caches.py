@@ -36,6 +36,7 @@ def parsed(run_id: UUID) -> DefinitionCache:
             idempotency_key=None,
             rerun_of=None,
             start_at=None,
+            trace_context=None,
             state="running",
             started_at=AT,
             finished_at=None,

@@ -59,6 +59,7 @@ def situation(task: why.TaskView, *others: why.TaskView, **fields: Any) -> why.S
         "idempotency_key": None,
         "rerun_of": None,
         "start_at": None,
+        "trace_context": None,
         "state": "running",
         "started_at": AT - timedelta(minutes=1),
         "finished_at": None,

@@ -42,6 +42,7 @@ def run(state: str = "running") -> WorkflowRunRow:
         idempotency_key=None,
         rerun_of=None,
         start_at=None,
+        trace_context=None,
         state=state,
         started_at=NOW,
         finished_at=None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 
 import pytest
 
@@ -86,6 +87,7 @@ class RecordingDelivery:
 
     body = b"{}"
     redelivered = False
+    headers: Mapping[str, object] = {}
 
     def __init__(self) -> None:
         self.settled: list[str] = []

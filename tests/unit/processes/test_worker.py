@@ -46,7 +46,7 @@ def handle_one(
 ) -> tuple[str, InMemoryDispatchChannel]:
     """Deliver one message to a worker whose application raises ``error``."""
     channel = InMemoryDispatchChannel(delivery_limit=None)
-    channel._append([("work", body if body is not None else dispatch())])
+    channel._append([("work", body if body is not None else dispatch(), {})])
     worker = Worker(
         cast(FlowForge, FailingApp(error)),
         channel.consumer,
@@ -104,7 +104,7 @@ def test_an_unexpected_error_goes_on_up_after_the_settle() -> None:
 
 def test_an_unexpected_error_leaves_the_message_on_the_queue_settled_once() -> None:
     channel = InMemoryDispatchChannel(delivery_limit=None)
-    channel._append([("work", dispatch())])
+    channel._append([("work", dispatch(), {})])
     worker = Worker(
         cast(FlowForge, FailingApp(RuntimeError("a bug"))),
         channel.consumer,

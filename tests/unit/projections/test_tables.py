@@ -25,7 +25,7 @@ TASK_RUN_COLUMNS = (
 )
 WORKFLOW_RUN_COLUMNS = (
     *("id", "workflow_name", "definition", "inputs", "idempotency_key", "rerun_of"),
-    *("start_at", "state"),
+    *("start_at", "trace_context", "state"),
     *("started_at", "finished_at", "version", "created_at", "updated_at"),
 )
 
@@ -66,7 +66,7 @@ def test_values_are_the_columns_by_name_without_copying() -> None:
     at = datetime(2026, 1, 1, tzinfo=UTC)
     definition = {"name": "w", "tasks": []}
     row = tables.WorkflowRunRow(
-        uuid4(), "w", definition, {}, None, None, None, "pending", None, None, 1, at, at
+        uuid4(), "w", definition, {}, None, None, None, None, "pending", None, None, 1, at, at
     )
     values = row.values()
     assert set(values) == set(tables.WORKFLOW_RUN_COLUMNS)

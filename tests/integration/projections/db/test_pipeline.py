@@ -129,6 +129,7 @@ def _run(run_id: object) -> dict[str, object]:
         "inputs": {"x": [1, 2.5, None, "é"]},
         "rerun_of": None,
         "start_at": None,
+        "trace_context": None,
         "state": "pending",
         "version": 1,
         "created_at": None,
