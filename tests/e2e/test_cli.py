@@ -91,10 +91,12 @@ class Cli:
 
     cwd: Path
     env: dict[str, str]
+    #: What ``python -m`` runs: the CLI, or a wrapper of it (tests/e2e/recording_spans.py).
+    module: str = "flowforge"
 
     def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "flowforge", *args],
+            [sys.executable, "-m", self.module, *args],
             cwd=self.cwd,
             env=self.env,
             capture_output=True,
@@ -111,7 +113,7 @@ class Cli:
     def popen(self, *args: str, log: Path) -> subprocess.Popen[bytes]:
         with log.open("wb") as out:
             return subprocess.Popen(
-                [sys.executable, "-m", "flowforge", *args],
+                [sys.executable, "-m", self.module, *args],
                 cwd=self.cwd,
                 env=self.env,
                 stdout=out,
