@@ -68,7 +68,10 @@ def installed() -> bool:
     return _api() is not None
 
 
+@functools.cache
 def _tracer() -> Any:
+    """FlowForge's tracer, made once: until a provider is set it is OpenTelemetry's
+    proxy, which then delegates to that provider's."""
     api = _api()
     assert api is not None
     return api.get_tracer(TRACER_NAME)

@@ -20,6 +20,8 @@ def _reset_global_provider() -> None:
     # once per process, and a test must leave none behind.
     trace._TRACER_PROVIDER_SET_ONCE = Once()
     trace._TRACER_PROVIDER = None
+    # FlowForge's tracer is made once per process, bound to the first provider.
+    tracing._tracer.cache_clear()
 
 
 @contextmanager

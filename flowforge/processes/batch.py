@@ -97,7 +97,7 @@ class Batch:
             return
         claimed_at = time.monotonic()
         for (i, message), row in zip(to_claim.items(), rows, strict=True):
-            step = partial(self._run_claimed, i, message, row, (claimed_at, began))
+            step = partial(self._run_claimed, i, message, row, claimed_at, began)
             self.settlements[i] = worker._guarded(message, step)
             self._flush_if_due()
 
@@ -106,17 +106,17 @@ class Batch:
         index: int,
         message: DispatchMessage,
         row: TaskRunRow | None,
-        claimed: tuple[float, int],
+        claimed_at: float,
+        began: int,
     ) -> Settlement | None:
         """Run one task of the batch; ``None``: its outcome waits to be written.
-        ``claimed``: when the batch was claimed (``time.monotonic()``), and when its
-        claim began (``tracing.now_ns()``: its attempts' spans start there)."""
-        claimed_at, began = claimed
+        ``claimed_at``: when the batch was claimed (``time.monotonic()``); ``began``:
+        when its claim began (``tracing.now_ns()``: its attempts' spans start there)."""
         worker = self.worker
-        outcome_of_claim = worker.claimer.claimed(message.task_run_id, row)
-        if isinstance(outcome_of_claim, str):
-            return settle.ack(outcome_of_claim)
-        task, claim, lease_seconds = outcome_of_claim
+        claimed = worker.claimer.claimed(message.task_run_id, row)
+        if isinstance(claimed, str):
+            return settle.ack(claimed)
+        task, claim, lease_seconds = claimed
         waited = time.monotonic() - claimed_at >= lease_seconds * RENEW_WAITED_FRACTION
         if waited and not worker.app.renew_lease(
             task.id, claim.fencing_token, lease_seconds, actor=worker.worker_id
@@ -126,10 +126,14 @@ class Batch:
             )
         headers = self.deliveries[index].headers
         span = worker.attempt_started(task, claim, lease_seconds, headers, began)
+        try:
+            outcome = worker._execute(
+                task, claim, lease_seconds, self.consumer, self._flush_if_due, span=span
+            )
+        except BaseException as exc:
+            span.unwritten(exc)
+            raise
         self.spans[index] = span
-        outcome = worker._execute(
-            task, claim, lease_seconds, self.consumer, self._flush_if_due, span=span
-        )
         if not self.pending:
             self.pending_since = time.monotonic()
         self.pending.append((index, outcome))
