@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 from flowforge import errors, metrics
 from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
+from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.projections.writes.tasks import TaskWrites
 from tests.helpers import task_id, wait_until_expired, work
 
@@ -105,3 +106,24 @@ def test_a_transaction_that_rolls_back_counts_nothing(
     with pytest.raises(errors.TransactionConflictError):
         app.cancel_workflow_run(run_id)  # its own edge written, then the failure
     assert counted() == before
+
+
+def dispatches_counted() -> Counter[str]:
+    found: Counter[str] = Counter()
+    for metric in REGISTRY.collect():
+        for sample in metric.samples:
+            if sample.name == "flowforge_dispatches_total":
+                found[sample.labels["outcome"]] = int(sample.value)
+    return found
+
+
+def test_the_in_process_transport_counts_its_dispatches_published_and_confirmed(
+    app: FlowForge,
+) -> None:
+    channel = InMemoryDispatchChannel()
+    for _ in range(3):
+        app.start_workflow_run(ONE)
+    before = dispatches_counted()
+    assert app.publish_pending_dispatches(channel.publisher()) == 3
+    assert dispatches_counted() - before == Counter({"published": 3, "confirmed": 3})
+    assert channel.ready_count == 3
