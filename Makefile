@@ -23,9 +23,12 @@ bytecode: $(STAMP)
 demo: bytecode
 	$(BIN)/python -m examples.main_job
 
-## The whole test suite (unit, integration, end to end).
+## The whole test suite (unit, integration, end to end): three at a time (most tests wait
+## on servers and processes, so a third runner keeps two cores busy), then the tests that
+## stop or restart a shared server, alone (docs/testing.md, "Layout").
 test: bytecode
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not serial" -n 3 --dist worksteal
+	$(BIN)/python -m pytest -m serial
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
