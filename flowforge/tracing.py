@@ -97,7 +97,14 @@ class RunTrace:
     what the run stores, None when nothing records (or OpenTelemetry is not installed).
     It is the child of the caller's current span, if any (a request that submits)."""
 
-    def __init__(self, workflow_name: str, actor: str) -> None:
+    def __init__(
+        self,
+        workflow_name: str,
+        actor: str,
+        lost_races: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        #: What, raised in the block, means another process created the run: not an error.
+        self._lost_races = lost_races
         self._span: Any = None
         self.context: dict[str, str] | None = None
         if installed():
@@ -126,13 +133,19 @@ class RunTrace:
     ) -> None:
         if self._span is None:
             return
-        if exc is not None:
+        if isinstance(exc, self._lost_races):
+            self._span.set_attribute(RUN_CREATED, False)
+        elif exc is not None:
             _failed(self._span, type(exc).__name__, str(exc))
         self._span.end()
 
 
-def run_trace(workflow_name: str, actor: str) -> RunTrace:
-    return RunTrace(workflow_name, actor)
+def run_trace(
+    workflow_name: str, actor: str, lost_races: tuple[type[BaseException], ...] = ()
+) -> RunTrace:
+    """The span of a run's creation (:class:`RunTrace`); an exception of ``lost_races``
+    ends it as a run not created (another process created it), not as an error."""
+    return RunTrace(workflow_name, actor, lost_races)
 
 
 # --- an attempt -------------------------------------------------------------------------

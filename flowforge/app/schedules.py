@@ -186,7 +186,7 @@ class Schedules:
             actor = schedule.run_actor(row.name)
             try:
                 with (
-                    tracing.run_trace(row.workflow_name, actor) as trace,
+                    tracing.run_trace(row.workflow_name, actor, (FireLost,)) as trace,
                     self._core.writes() as writes,
                 ):
                     row = writes.schedules.fire(

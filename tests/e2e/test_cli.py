@@ -151,6 +151,26 @@ def production_processes(
     return processes
 
 
+def run_example_in_production(
+    cli: Cli,
+    logs: Path,
+    *,
+    workers: tuple[str, ...] = ("worker-1", "worker-2"),
+    flags: Callable[[str], list[str]] = lambda name: [],
+) -> tuple[str, dict[str, subprocess.Popen[bytes]]]:
+    """The example run to its end by :func:`production_processes`, which are then stopped
+    (each must exit 0); the run's id, and the processes."""
+    processes = production_processes(cli, logs, workers=workers, flags=flags)
+    try:
+        run_id: str = cli.json("submit", EXAMPLE, "--input", "rows=8")["run_id"]
+        watched = cli("status", run_id, "--watch", "--json", timeout=90)
+        assert watched.returncode == 0, watched.stderr
+    finally:
+        codes = helpers.stop_all(processes, timeout=15)
+    assert codes == dict.fromkeys(processes, 0)
+    return run_id, processes
+
+
 def clean_environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")}
     # examples.tasks is imported from the source tree, whatever the working directory.

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests import helpers
-from tests.e2e.test_cli import EXAMPLE, Cli, production_processes
+from tests.e2e.test_cli import Cli, run_example_in_production
 
 #: Accepted by PostgreSQL's trust authentication, never asked for: only shown, or not.
 SECRET = "s3cr3t-pw"
@@ -32,16 +31,9 @@ def test_the_processes_json_logs_parse_line_by_line_and_carry_no_password(
     url = production.env["FLOWFORGE_DATABASE_URL"].replace("postgres@", f"postgres:{SECRET}@")
     cli = Cli(tmp_path, {**production.env, "FLOWFORGE_DATABASE_URL": url})
     assert cli("db", "init").returncode == 0
-    processes = production_processes(
+    run_id, processes = run_example_in_production(
         cli, tmp_path, workers=("worker",), flags=lambda name: ["--log-format", "json"]
     )
-    try:
-        run_id = cli.json("submit", EXAMPLE, "--input", "rows=8")["run_id"]
-        watched = cli("status", run_id, "--watch", "--json", timeout=90)
-        assert watched.returncode == 0, watched.stderr
-    finally:
-        codes = helpers.stop_all(processes, timeout=15)
-    assert codes == dict.fromkeys(processes, 0)
 
     logged = {name: entries(tmp_path / f"{name}.log") for name in processes}
     for name, lines in logged.items():

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests import helpers
-from tests.e2e.test_cli import EXAMPLE, Cli, make_cli, production_processes
+from tests.e2e.test_cli import EXAMPLE, Cli, make_cli, run_example_in_production
 
 
 def spans_in(directory: Path) -> list[dict[str, Any]]:
@@ -39,14 +38,7 @@ def test_the_submitting_commands_span_is_the_parent_of_every_attempt_in_the_work
     env = {**production.env, "FLOWFORGE_TEST_SPANS": str(spans_dir)}
     cli = replace(production, env=env, module="tests.e2e.recording_spans")
     assert cli("db", "init").returncode == 0
-    processes = production_processes(cli, tmp_path, workers=("w1", "w2"))
-    try:
-        run_id = cli.json("submit", EXAMPLE, "--input", "rows=8")["run_id"]
-        watched = cli("status", run_id, "--watch", "--json", timeout=90)
-        assert watched.returncode == 0, watched.stderr
-    finally:
-        codes = helpers.stop_all(processes, timeout=15)
-    assert codes == dict.fromkeys(processes, 0)
+    run_id, processes = run_example_in_production(cli, tmp_path, workers=("w1", "w2"))
 
     spans = spans_in(spans_dir)
     of_run = [s for s in spans if s["attributes"].get("flowforge.workflow_run_id") == run_id]

@@ -44,6 +44,26 @@ def test_a_runs_creation_is_a_span_whose_w3c_context_the_run_stores() -> None:
     assert re.fullmatch(f"00-{ids}-[0-9a-f]{{2}}", run.context["traceparent"])
 
 
+class LostError(Exception):
+    pass
+
+
+def test_a_run_another_process_created_is_not_an_error_but_an_error_is() -> None:
+    with recorded() as spans:
+        with pytest.raises(LostError), tracing.run_trace("etl", "scheduler", (LostError,)):
+            raise LostError
+        with (
+            pytest.raises(ValueError, match="bad"),
+            tracing.run_trace("etl", "user", (LostError,)),
+        ):
+            raise ValueError("bad inputs")
+        lost, failed = spans.get_finished_spans()
+    assert (lost.attributes or {})[tracing.RUN_CREATED] is False
+    assert lost.status.status_code is StatusCode.UNSET
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.status.description == "ValueError: bad inputs"
+
+
 def test_a_run_submitted_inside_a_callers_span_is_its_child() -> None:
     with recorded() as spans:
         with (
