@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 
+from prometheus_client import REGISTRY
+
 from flowforge.aggregates.machines import TASK_RUN_MACHINE
 from flowforge.app.results import Claim
 from flowforge.app.service import FlowForge
@@ -238,3 +240,11 @@ def race(*calls: Callable[[], Any]) -> list[Any]:
     if failures:
         raise ExceptionGroup("a racing thread raised", failures)
     return results
+
+
+def prometheus_samples(name: str) -> Iterator[tuple[dict[str, str], float]]:
+    """Each sample called ``name`` in this process's Prometheus registry, with its labels."""
+    for metric in REGISTRY.collect():
+        for sample in metric.samples:
+            if sample.name == name:
+                yield sample.labels, sample.value

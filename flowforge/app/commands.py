@@ -20,6 +20,7 @@ from flowforge import errors, tracing
 from flowforge.aggregates import idempotency, json_values, rerun, start_time
 from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS, WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE, Transition
+from flowforge.aggregates.rerun import RerunPlan
 from flowforge.aggregates.states import TaskRunState
 from flowforge.aggregates.task_run import (
     ACTOR_REAPER,
@@ -36,7 +37,7 @@ from flowforge.app.definition_files import load_definition
 from flowforge.app.results import AdvanceResult, Claim, StartedRun
 from flowforge.limits import batch_of_ids
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes import LeafSuccess
+from flowforge.projections.writes import LeafSuccess, Writes
 
 log = logging.getLogger(__name__)
 
@@ -88,17 +89,15 @@ class Commands:
         checked = load_definition(definition)
         run_inputs = json_values.checked_json(dict(inputs or {}), "inputs")
         start = start_time.checked(start_at)
-        actor = text(actor, "actor")
-        with tracing.run_trace(checked.name, actor) as trace, self._core.writes() as writes:
-            run_id, created = writes.runs.create(
+        with self._core.writes() as writes:
+            run_id, created = create_run(
+                writes,
                 checked,
                 run_inputs,
                 idempotency_key=text(idempotency_key, "idempotency_key"),
-                actor=actor,
+                actor=text(actor, "actor"),
                 start_at=start,
-                trace_context=trace.context,
             )
-            trace.created(run_id, created)
         if not created:
             self._check_same_submission(run_id, checked, run_inputs, idempotency_key)
         log.info(
@@ -163,16 +162,14 @@ class Commands:
                 if task.task_state is TaskRunState.SUCCEEDED
             }
             plan = rerun.plan(old.id, old.run_state, definition, succeeded, keys)
-            with tracing.run_trace(old.workflow_name, actor) as trace:
-                new_run_id, created = writes.runs.create(
-                    definition,
-                    old.inputs,
-                    idempotency_key=idempotency_key,
-                    actor=actor,
-                    rerun=plan,
-                    trace_context=trace.context,
-                )
-                trace.created(new_run_id, created)
+            new_run_id, created = create_run(
+                writes,
+                definition,
+                old.inputs,
+                idempotency_key=idempotency_key,
+                actor=actor,
+                rerun=plan,
+            )
         log.info(
             "workflow run rerun",
             extra={
@@ -206,19 +203,12 @@ class Commands:
             for index, each in enumerate(inputs)
         ]
         with self._core.writes() as writes:
-            run_ids = []
-            for each in run_inputs:
-                with tracing.run_trace(checked.name, actor) as trace:
-                    run_id, _ = writes.runs.create(
-                        checked,
-                        each,
-                        idempotency_key=None,
-                        actor=actor,
-                        start_at=start,
-                        trace_context=trace.context,
-                    )
-                    trace.created(run_id, True)
-                run_ids.append(run_id)
+            run_ids = [
+                create_run(
+                    writes, checked, each, idempotency_key=None, actor=actor, start_at=start
+                )[0]
+                for each in run_inputs
+            ]
         log.info("workflow runs submitted", extra={"runs": len(run_ids)})
         return run_ids
 
@@ -488,6 +478,32 @@ class Commands:
 
     def retry_ready(self, task_run_id: UUID, *, actor: str = ACTOR_SCHEDULER) -> bool:
         return self.transition_task_run(task_run_id, "retry_ready", actor=actor)
+
+
+def create_run(
+    writes: Writes,
+    definition: WorkflowDefinition,
+    inputs: dict[str, Any],
+    *,
+    idempotency_key: str | None,
+    actor: str,
+    rerun: RerunPlan | None = None,
+    start_at: start_time.StartAt = None,
+) -> tuple[UUID, bool]:
+    """``writes.runs.create`` inside the run's creation span, whose context the run
+    stores for its dispatches to carry (``flowforge.tracing``)."""
+    with tracing.run_trace(definition.name, actor) as trace:
+        run_id, created = writes.runs.create(
+            definition,
+            inputs,
+            idempotency_key=idempotency_key,
+            actor=actor,
+            rerun=rerun,
+            start_at=start_at,
+            trace_context=trace.context,
+        )
+        trace.created(run_id, created)
+    return run_id, created
 
 
 def source_of(task: TaskRunRow) -> Provenance:

@@ -10,14 +10,13 @@ from collections import Counter
 from uuid import UUID
 
 import pytest
-from prometheus_client import REGISTRY
 
 from flowforge import errors, metrics
 from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.projections.writes.tasks import TaskWrites
-from tests.helpers import task_id, wait_until_expired, work
+from tests.helpers import prometheus_samples, task_id, wait_until_expired, work
 
 CHAIN = {
     "name": "chain",
@@ -39,14 +38,8 @@ def counting() -> None:
 
 def counted() -> Counter[tuple[str, str]]:
     """The transitions counter's value for every (machine, edge), now."""
-    found: Counter[tuple[str, str]] = Counter()
-    for metric in REGISTRY.collect():
-        if metric.name != "flowforge_transitions":
-            continue
-        for sample in metric.samples:
-            if sample.name == "flowforge_transitions_total":
-                found[(sample.labels["machine"], sample.labels["edge"])] = int(sample.value)
-    return found
+    samples = prometheus_samples("flowforge_transitions_total")
+    return Counter({(labels["machine"], labels["edge"]): int(v) for labels, v in samples})
 
 
 def logged(app: FlowForge, runs: list[UUID]) -> Counter[tuple[str, str]]:
@@ -109,12 +102,8 @@ def test_a_transaction_that_rolls_back_counts_nothing(
 
 
 def dispatches_counted() -> Counter[str]:
-    found: Counter[str] = Counter()
-    for metric in REGISTRY.collect():
-        for sample in metric.samples:
-            if sample.name == "flowforge_dispatches_total":
-                found[sample.labels["outcome"]] = int(sample.value)
-    return found
+    samples = prometheus_samples("flowforge_dispatches_total")
+    return Counter({labels["outcome"]: int(value) for labels, value in samples})
 
 
 def test_the_in_process_transport_counts_its_dispatches_published_and_confirmed(

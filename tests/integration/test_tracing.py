@@ -14,13 +14,13 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
-from prometheus_client import REGISTRY
 
 from flowforge import metrics, tracing
 from flowforge.app.service import FlowForge
 from flowforge.bootstrap import ProcessGroup, Transport
 from flowforge.processes.registry import TaskContext, TaskRegistry
 from tests import topology
+from tests.helpers import prometheus_samples
 from tests.spans import named, of_run, recorded
 
 REGISTRY_ = TaskRegistry()
@@ -61,12 +61,8 @@ def attrs(span: ReadableSpan) -> dict[str, Any]:
 
 
 def latency_counts() -> Counter[str]:
-    found: Counter[str] = Counter()
-    for metric in REGISTRY.collect():
-        for sample in metric.samples:
-            if sample.name == "flowforge_ready_to_claimed_seconds_count":
-                found[sample.labels["task_type"]] = int(sample.value)
-    return found
+    samples = prometheus_samples("flowforge_ready_to_claimed_seconds_count")
+    return Counter({labels["task_type"]: int(value) for labels, value in samples})
 
 
 def test_each_run_is_one_trace_with_a_span_per_attempt_and_the_handlers_inside(
