@@ -20,6 +20,7 @@ from flowforge.aggregates.base import view
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.task_run import TaskRun, TaskRunChanges, TaskRunFixed
 from flowforge.aggregates.workflow_run import WorkflowRun, WorkflowRunChanges, WorkflowRunFixed
+from flowforge.app import as_of
 from flowforge.app.limits import Hold
 from flowforge.app.ports import QueueState
 from flowforge.app.results import AuditEntry
@@ -137,10 +138,9 @@ def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situatio
     """The facts at ``at``, from the log: each aggregate of the run reconstituted at its
     last version with a timestamp no later than ``at``; None if it did not exist yet."""
     row = app.get_task_run(task_run_id)
-    entries = [e for e in app.run_history(row.workflow_run_id) if e.at <= at]
-    versions: dict[UUID, int] = {}
-    for entry in entries:
-        versions[entry.aggregate_id] = entry.version
+    then = as_of.fold(app.run_history(row.workflow_run_id), at)
+    entries = then.entries
+    versions = {aggregate_id: e.version for aggregate_id, e in then.last.items()}
     if row.workflow_run_id not in versions or task_run_id not in versions:
         return None
     repository = app.events.repository
