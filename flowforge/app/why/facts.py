@@ -23,9 +23,8 @@ from flowforge.aggregates.workflow_run import WorkflowRun, WorkflowRunChanges, W
 from flowforge.app import as_of
 from flowforge.app.limits import Hold
 from flowforge.app.ports import QueueState
-from flowforge.app.results import AuditEntry
+from flowforge.app.results import AuditEntry, DispatchView, TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
-from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 #: The states a run ends in, from its machine.
 TERMINAL_RUN_STATES = frozenset(state.value for state in WORKFLOW_RUN_MACHINE.terminal)
@@ -43,7 +42,7 @@ class TaskView(TaskRunFixed, TaskRunChanges):
     state: str
 
     @classmethod
-    def of(cls, source: TaskRunRow | TaskRun) -> TaskView:
+    def of(cls, source: TaskRunView | TaskRun) -> TaskView:
         return cls(id=source.id, **task_run.DECLARATION.values(source))
 
     @property
@@ -59,7 +58,7 @@ class RunView(WorkflowRunFixed, WorkflowRunChanges):
     state: str
 
     @classmethod
-    def of(cls, source: WorkflowRunRow | WorkflowRun) -> RunView:
+    def of(cls, source: WorkflowRunView | WorkflowRun) -> RunView:
         return cls(id=source.id, **workflow_run.DECLARATION.values(source))
 
 
@@ -163,7 +162,7 @@ def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situatio
     )
 
 
-def _dispatch(row: OutboxRow, at: datetime | None = None) -> Dispatch:
+def _dispatch(row: DispatchView, at: datetime | None = None) -> Dispatch:
     published = row.published_at
     if at is not None and published is not None and published > at:
         published = None
