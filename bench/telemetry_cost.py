@@ -25,6 +25,7 @@ from typing import Any
 
 from flowforge import metrics, tracing
 from flowforge.aggregates.dispatch import dispatch_headers
+from flowforge.app import results
 from flowforge.app.results import Claim
 from flowforge.processes import telemetry
 from flowforge.projections.tables import TASK_RUN_COLUMNS, TaskRunRow
@@ -43,7 +44,7 @@ def cpu_us(step: Callable[[], object], n: int) -> float:
     return statistics.median(rounds)
 
 
-def task_row() -> TaskRunRow:
+def task_row() -> results.TaskRunView:
     at = datetime.now(UTC)
     row: dict[str, Any] = dict.fromkeys(TASK_RUN_COLUMNS)
     row.update(
@@ -62,7 +63,7 @@ def task_row() -> TaskRunRow:
         updated_at=at,
         lease_seconds=30.0,
     )
-    return TaskRunRow.from_mapping(row)
+    return results.task_run_view(TaskRunRow.from_mapping(row))
 
 
 def worker_step(headers: dict[str, str]) -> Callable[[], object]:

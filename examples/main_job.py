@@ -30,9 +30,9 @@ import psycopg
 
 from flowforge import config
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.app.results import WorkflowRunView
 from flowforge.app.service import FlowForge
 from flowforge.cli import common, render
-from flowforge.projections.tables import WorkflowRunRow
 
 DATABASE_URL = os.environ.get(
     "FLOWFORGE_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/flowforge_demo"
@@ -141,7 +141,7 @@ def flowforge_command() -> str:
     return f"{program} --database-url {shlex.quote(DATABASE_URL)}"
 
 
-def wait_for_run(app: FlowForge, run_id: UUID) -> WorkflowRunRow:
+def wait_for_run(app: FlowForge, run_id: UUID) -> WorkflowRunView:
     deadline = time.monotonic() + TIMEOUT_S
     while True:
         run = app.get_workflow_run(run_id)

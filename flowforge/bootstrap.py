@@ -25,6 +25,7 @@ from uuid import UUID
 
 from flowforge import errors
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.app.results import WorkflowRunView
 from flowforge.app.scope import Scope
 from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig, Settings
@@ -42,7 +43,6 @@ from flowforge.processes.transport import (
     InMemoryDispatchChannel,
 )
 from flowforge.processes.worker import Worker
-from flowforge.projections.tables import WorkflowRunRow
 
 log = logging.getLogger(__name__)
 
@@ -292,9 +292,9 @@ class ProcessGroup:
         run_id: UUID,
         *,
         timeout: float | None = None,
-        on_progress: Callable[[WorkflowRunRow], None] | None = None,
+        on_progress: Callable[[WorkflowRunView], None] | None = None,
         poll: float = 0.1,
-    ) -> WorkflowRunRow:
+    ) -> WorkflowRunView:
         """Block until the run is terminal, a stop is requested, or ``timeout`` passes."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

@@ -7,6 +7,7 @@ import threading
 from uuid import UUID
 
 from flowforge.aggregates.definition import WorkflowDefinition
+from flowforge.app.results import WorkflowRunView
 from flowforge.lru import Lru
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
@@ -23,7 +24,7 @@ class DefinitionCache:
         with self._lock:
             return self._parsed.peek(run_id)
 
-    def of(self, run: WorkflowRunRow) -> WorkflowDefinition:
+    def of(self, run: WorkflowRunRow | WorkflowRunView) -> WorkflowDefinition:
         with self._lock:
             parsed = self._parsed.get(run.id)
         if parsed is not None:

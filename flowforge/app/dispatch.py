@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from flowforge.aggregates.dispatch import DispatchMessage, dispatch_headers
+from flowforge.app.results import DispatchView
 from flowforge.projections.tables import OutboxRow, PendingOutboxRow
 
 
-def message_for(row: OutboxRow, deployment: str) -> DispatchMessage:
-    """The dispatch of an outbox row, stamped with the deployment that publishes it."""
+def message_for(row: OutboxRow | DispatchView, deployment: str) -> DispatchMessage:
+    """The dispatch of an outbox row (or the service's view of one), stamped with the
+    deployment that publishes it."""
     return DispatchMessage(
         dispatch_id=row.dispatch_id,
         task_run_id=row.task_run_id,

@@ -17,16 +17,16 @@ from uuid import UUID
 
 from flowforge import errors
 from flowforge.aggregates.ids import SHORT_ID_DIGITS
+from flowforge.app.results import TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
-from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 PREFIX_SCAN_RUNS = 1000
 MIN_PREFIX = 4
 _PREFIX = re.compile(r"^[0-9a-f-]+$")
-_Row = TypeVar("_Row", WorkflowRunRow, TaskRunRow)
+_Row = TypeVar("_Row", WorkflowRunView, TaskRunView)
 
 
-def resolve_run(app: FlowForge, text: str) -> WorkflowRunRow:
+def resolve_run(app: FlowForge, text: str) -> WorkflowRunView:
     """The run ``text`` names; :class:`~flowforge.errors.UnknownRunError` if none does,
     :class:`~flowforge.errors.InvalidIdError` if it is no id or names several."""
     full = full_id(text)
@@ -43,7 +43,7 @@ def full_id(text: str) -> UUID | None:
         return None
 
 
-def recent_runs(app: FlowForge, text: str) -> list[WorkflowRunRow]:
+def recent_runs(app: FlowForge, text: str) -> list[WorkflowRunView]:
     """The runs a partial id is matched against; refuses text that is no partial id."""
     prefix = text.lower()
     if len(prefix.replace("-", "")) < MIN_PREFIX or not _PREFIX.match(prefix):

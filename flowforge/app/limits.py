@@ -13,7 +13,7 @@ from datetime import datetime
 from flowforge.aggregates import task_type_limit
 from flowforge.aggregates.task_run import ACTOR_USER
 from flowforge.app.core import ServiceCore
-from flowforge.projections.tables import TaskRunRow
+from flowforge.app.results import TaskRunView
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ class Limits:
             for row in rows
         ]
 
-    def hold_of(self, task: TaskRunRow) -> Hold | None:
+    def hold_of(self, task: TaskRunView) -> Hold | None:
         """What holds ``task`` back, if a limit refused its last claim and it is still
         ready; ``None`` otherwise."""
         if task.state != "ready":

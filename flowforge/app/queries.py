@@ -10,13 +10,18 @@ from uuid import UUID
 from flowforge import errors
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
-from flowforge.app import audit
+from flowforge.app import audit, results
 from flowforge.app.core import ServiceCore
-from flowforge.app.results import AuditEntry
+from flowforge.app.results import (
+    AuditEntry,
+    BacklogView,
+    DispatchView,
+    OverdueAttempt,
+    TaskRunView,
+    WorkflowRunView,
+)
 from flowforge.app.scope import EVERY_RUN, Scope
 from flowforge.limits import row_limit
-from flowforge.projections.reads import Backlog, OverdueTask
-from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 #: How many expired leases (or stalled ready tasks) one pass handles at most.
 REAP_BATCH = 500
@@ -29,30 +34,31 @@ def _unknown_task_run(task_run_id: UUID) -> errors.UnknownTaskRunError:
 
 
 class Queries:
-    """The service's reads: rows of the projected tables, and the audit log."""
+    """The service's reads: the projected tables as the application's views
+    (``app/results.py``), and the audit log."""
 
     def __init__(self, core: ServiceCore) -> None:
         self._core = core
 
-    def get_workflow_run(self, run_id: UUID) -> WorkflowRunRow:
+    def get_workflow_run(self, run_id: UUID) -> WorkflowRunView:
         with self._core.reads() as reads:
             run = reads.workflow_run(run_id)
         if run is None:
             raise errors.UnknownRunError(
                 f"no workflow run {run_id}; list runs with `flowforge runs`"
             )
-        return run
+        return results.workflow_run_view(run)
 
-    def get_task_run(self, task_run_id: UUID) -> TaskRunRow:
+    def get_task_run(self, task_run_id: UUID) -> TaskRunView:
         with self._core.reads() as reads:
             task = reads.task_run(task_run_id)
         if task is None:
             raise _unknown_task_run(task_run_id)
-        return task
+        return results.task_run_view(task)
 
     def task_run_and_its_run(
         self, task_run_id: UUID, *, unless_known: Collection[UUID] = ()
-    ) -> tuple[TaskRunRow, WorkflowRunRow | None]:
+    ) -> tuple[TaskRunView, WorkflowRunView | None]:
         """A task run and its workflow run, unless the run's id is in ``unless_known``
         (a worker that has the run's definition already): one round trip where two
         were. Keep ``unless_known`` short (a worker passes its few latest runs)."""
@@ -60,7 +66,7 @@ class Queries:
             task, run = reads.task_run_and_its_run(task_run_id, unless_known)
         if task is None:
             raise _unknown_task_run(task_run_id)
-        return task, run
+        return results.task_run_view(task), None if run is None else results.workflow_run_view(run)
 
     def task_results(self, run_id: UUID, task_keys: Collection[str]) -> dict[str, Any]:
         """The results of some tasks of a run by key (``None`` for one not succeeded):
@@ -68,25 +74,25 @@ class Queries:
         with self._core.reads() as reads:
             return reads.task_results(run_id, task_keys)
 
-    def task_runs(self, run_id: UUID) -> list[TaskRunRow]:
+    def task_runs(self, run_id: UUID) -> list[TaskRunView]:
         with self._core.reads() as reads:
-            return reads.task_runs_of(run_id)
+            return [results.task_run_view(t) for t in reads.task_runs_of(run_id)]
 
-    def recent_runs(self, limit: int = 20) -> list[WorkflowRunRow]:
+    def recent_runs(self, limit: int = 20) -> list[WorkflowRunView]:
         limit = row_limit(limit)
         with self._core.reads() as reads:
-            return reads.recent_runs(limit)
+            return [results.workflow_run_view(r) for r in reads.recent_runs(limit)]
 
-    def every_run(self) -> list[WorkflowRunRow]:
+    def every_run(self) -> list[WorkflowRunView]:
         """Every run, oldest first, read at once: for a check that must see them all
         (``flowforge db rebuild``'s verification); a listing for people is :meth:`recent_runs`."""
         with self._core.reads() as reads:
-            return reads.every_run()
+            return [results.workflow_run_view(r) for r in reads.every_run()]
 
-    def ready_task_runs(self, limit: int = 100) -> list[TaskRunRow]:
+    def ready_task_runs(self, limit: int = 100) -> list[TaskRunView]:
         limit = row_limit(limit)
         with self._core.reads() as reads:
-            return reads.ready_task_runs(limit)
+            return [results.task_run_view(t) for t in reads.ready_task_runs(limit)]
 
     def expired_leases(self, limit: int = REAP_BATCH, *, scope: Scope | None = None) -> list[UUID]:
         """Running tasks whose lease expired (only of the runs ``scope`` names, if any)."""
@@ -94,23 +100,23 @@ class Queries:
         with self._core.reads() as reads:
             return reads.expired_leases(limit, (scope or EVERY_RUN).run_ids)
 
-    def overdue_tasks(self, limit: int = REAP_BATCH) -> list[OverdueTask]:
+    def overdue_tasks(self, limit: int = REAP_BATCH) -> list[OverdueAttempt]:
         """Running attempts past their execution timeout, by the database's clock."""
         with self._core.reads() as reads:
-            return reads.overdue_tasks(row_limit(limit))
+            return [results.overdue_attempt(o) for o in reads.overdue_tasks(row_limit(limit))]
 
-    def dispatches_of(self, task_run_id: UUID) -> list[OutboxRow]:
+    def dispatches_of(self, task_run_id: UUID) -> list[DispatchView]:
         with self._core.reads() as reads:
-            return reads.dispatches_of(task_run_id)
+            return [results.dispatch_view(d) for d in reads.dispatches_of(task_run_id)]
 
     def pending_dispatch_count(self) -> int:
         with self._core.reads() as reads:
             return reads.pending_dispatch_count()
 
-    def backlog(self) -> Backlog:
-        """What waits now (``Backlog``): the metrics' one query of the database's state."""
+    def backlog(self) -> BacklogView:
+        """What waits now: the metrics' one query of the database's state."""
         with self._core.reads() as reads:
-            return reads.backlog()
+            return results.backlog_view(reads.backlog())
 
     def database_now(self) -> datetime:
         """The database's clock: the one that decides leases and retry times."""

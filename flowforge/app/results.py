@@ -1,13 +1,27 @@
-"""What the application service's commands return."""
+"""What the application service returns: its commands' results, and its views of runs,
+tasks, schedules and dispatches.
+
+The views are the application's own types, never the store's rows
+(``projections/tables.py``): the CLI, the UI and the processes read these, so a column
+can change in the store without touching them. Each view is made from its row by one
+function here (one constructor call, no dict: the worker's claim makes one per task).
+``tests/unit/app/test_views.py`` checks that no public method of ``FlowForge`` returns a
+store type.
+"""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
-from flowforge.projections.tables import TaskRunRow
+from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.projections import tables
+
+if TYPE_CHECKING:  # the store's queries import its driver; these functions only name them
+    from flowforge.projections import reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +34,7 @@ class Claim:
     lease_expires_at: datetime
 
     @classmethod
-    def of(cls, row: TaskRunRow) -> Claim:
+    def of(cls, row: tables.TaskRunRow | TaskRunView) -> Claim:
         """The claim a claimed (running) row records."""
         assert row.lease_expires_at is not None
         return cls(row.id, row.fencing_token, row.attempt, row.lease_expires_at)
@@ -119,3 +133,227 @@ class RebuildReport:
     events: int
     workflow_runs: int
     task_runs: int
+
+
+# --- views: what the service's queries return -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRunView:
+    """A task run now: its definition's fields, its state and its current attempt.
+
+    Every column, because ``flowforge db rebuild`` checks each against the log."""
+
+    id: UUID
+    workflow_run_id: UUID
+    task_key: str
+    task_type: str
+    depends_on: list[str]
+    max_attempts: int
+    lease_seconds: float | None
+    timeout_seconds: float | None
+    max_running: int | None
+    state: str
+    fencing_token: int
+    attempt: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    deadline_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    retry_due_at: datetime | None
+    result: Any
+    error: dict[str, str] | None
+    carried_from_run_id: UUID | None
+    carried_from_task_run_id: UUID | None
+    carried_from_attempt: int | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def task_state(self) -> TaskRunState:
+        return TaskRunState(self.state)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRunView:
+    """A workflow run now: its workflow, inputs, state and times."""
+
+    id: UUID
+    workflow_name: str
+    definition: dict[str, Any]
+    inputs: dict[str, Any]
+    idempotency_key: str | None
+    rerun_of: UUID | None
+    start_at: datetime | None
+    trace_context: dict[str, str] | None
+    state: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def run_state(self) -> WorkflowRunState:
+        return WorkflowRunState(self.state)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleView:
+    """A cron schedule: what it starts, when, and what it last started."""
+
+    id: UUID
+    name: str
+    cron: str
+    timezone: str
+    workflow_name: str
+    definition: dict[str, Any]
+    inputs: dict[str, Any]
+    catch_up: int
+    state: str
+    next_fire_at: datetime | None
+    last_fire_at: datetime | None
+    last_run_id: UUID | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchView:
+    """One dispatch of a task (the outbox): written with its attempt's fencing token,
+    ``published_at`` once the broker confirmed it."""
+
+    dispatch_id: UUID
+    task_run_id: UUID
+    task_key: str
+    task_type: str
+    fencing_token: int
+    created_at: datetime
+    published_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class OverdueAttempt:
+    """A running attempt past its execution timeout: the task, the token of the attempt
+    (the timeout fails only that attempt), and its run."""
+
+    task_run_id: UUID
+    fencing_token: int
+    workflow_run_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogView:
+    """What waits, now: unfinished tasks by state; dispatches written and not yet
+    confirmed by the broker, and how long the oldest has waited (0 with none)."""
+
+    tasks_by_state: dict[str, int]
+    outbox_pending: int
+    outbox_oldest_age_s: float
+
+
+def task_run_view(row: tables.TaskRunRow) -> TaskRunView:
+    return TaskRunView(
+        row.id, row.workflow_run_id, row.task_key, row.task_type, row.depends_on,
+        row.max_attempts, row.lease_seconds, row.timeout_seconds, row.max_running,
+        row.state, row.fencing_token, row.attempt, row.lease_owner, row.lease_expires_at,
+        row.deadline_at, row.started_at, row.finished_at, row.retry_due_at, row.result,
+        row.error, row.carried_from_run_id, row.carried_from_task_run_id,
+        row.carried_from_attempt, row.version, row.created_at, row.updated_at,
+    )  # fmt: skip
+
+
+def workflow_run_view(row: tables.WorkflowRunRow) -> WorkflowRunView:
+    return WorkflowRunView(
+        row.id, row.workflow_name, row.definition, row.inputs, row.idempotency_key,
+        row.rerun_of, row.start_at, row.trace_context, row.state, row.started_at,
+        row.finished_at, row.version, row.created_at, row.updated_at,
+    )  # fmt: skip
+
+
+def schedule_view(row: tables.ScheduleRow) -> ScheduleView:
+    return ScheduleView(
+        row.id, row.name, row.cron, row.timezone, row.workflow_name, row.definition,
+        row.inputs, row.catch_up, row.state, row.next_fire_at, row.last_fire_at,
+        row.last_run_id, row.version, row.created_at, row.updated_at,
+    )  # fmt: skip
+
+
+def dispatch_view(row: tables.OutboxRow) -> DispatchView:
+    return DispatchView(
+        row.dispatch_id, row.task_run_id, row.task_key, row.task_type, row.fencing_token,
+        row.created_at, row.published_at,
+    )  # fmt: skip
+
+
+def overdue_attempt(row: reads.OverdueTask) -> OverdueAttempt:
+    return OverdueAttempt(row.task_run_id, row.fencing_token, row.workflow_run_id)
+
+
+def backlog_view(row: reads.Backlog) -> BacklogView:
+    return BacklogView(row.tasks_by_state, row.outbox_pending, row.outbox_oldest_age_s)
+
+
+def claimed_views(
+    claimed: tuple[tables.TaskRunRow | None, tables.WorkflowRunRow | None],
+) -> tuple[TaskRunView | None, WorkflowRunView | None]:
+    """A worker's claim of one task (``claim_task_run_and_its_run``) as views."""
+    task, run = claimed
+    return (
+        None if task is None else task_run_view(task),
+        None if run is None else workflow_run_view(run),
+    )
+
+
+def claims_views(
+    claimed: tuple[list[tables.TaskRunRow | None], list[tables.WorkflowRunRow]],
+) -> tuple[list[TaskRunView | None], list[WorkflowRunView]]:
+    """A worker's batch of claims (``claim_task_runs_and_their_runs``) as views."""
+    tasks, runs = claimed
+    return (
+        [None if t is None else task_run_view(t) for t in tasks],
+        [workflow_run_view(r) for r in runs],
+    )
+
+
+def schedule_views(rows: list[tables.ScheduleRow]) -> list[ScheduleView]:
+    return [schedule_view(row) for row in rows]
+
+
+# --- the wake-up bells: what ``FlowForge.listening`` yields ------------------------------
+
+
+class WakeupBell(Protocol):
+    """A wake-up that is not lost between rings: :meth:`wait` returns at once if the
+    bell rang since the last wait, else sleeps until a ring or the timeout."""
+
+    def ring(self) -> None: ...
+
+    def wait(self, seconds: float) -> bool:
+        """True if rung (and clears it); False if ``seconds`` passed first."""
+        ...
+
+
+class WakeupBells(Protocol):
+    """The bells of one process: runs to advance, dispatches to publish."""
+
+    @property
+    def runs(self) -> WakeupBell: ...
+
+    @property
+    def outbox(self) -> WakeupBell: ...
+
+    def either(self) -> AbstractContextManager[WakeupBell]:
+        """A bell rung whenever either of these rings, while the block runs."""
+        ...
+
+
+def wakeup_bells(
+    listening: AbstractContextManager[WakeupBells],
+) -> AbstractContextManager[WakeupBells]:
+    """The store's bells (``projections/wakeups.py``) as the service names them: nothing
+    to convert, mypy checks that they are :class:`WakeupBells`."""
+    return listening

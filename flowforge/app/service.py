@@ -12,10 +12,12 @@ method once, below, with the part that implements it.
 from __future__ import annotations
 
 import functools
+import inspect
+import typing
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
-from flowforge.app import rebuild
+from flowforge.app import rebuild, results
 from flowforge.app.caches import ClaimCache, DefinitionCache
 from flowforge.app.commands import Commands
 from flowforge.app.core import ServiceCore
@@ -34,21 +36,44 @@ __all__ = ["REAP_BATCH", "REDISPATCH_AFTER_S", "FlowForge"]
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 _Part = TypeVar("_Part")
+_V = TypeVar("_V")
+
+
+@overload
+def _on(
+    part: str, method: Callable[Concatenate[_Part, _P], _R]
+) -> Callable[Concatenate[Any, _P], _R]: ...
+
+
+@overload
+def _on(
+    part: str, method: Callable[Concatenate[_Part, _P], _R], view: Callable[[_R], _V]
+) -> Callable[Concatenate[Any, _P], _V]: ...
 
 
 def _on(
-    part: str, method: Callable[Concatenate[_Part, _P], _R]
-) -> Callable[Concatenate[Any, _P], _R]:
+    part: str,
+    method: Callable[Concatenate[_Part, _P], _R],
+    view: Callable[[_R], Any] | None = None,
+) -> Callable[Concatenate[Any, _P], Any]:
     """``FlowForge``'s method that calls ``method`` on its part named ``part``, with the
     same signature and docstring. Looked up on the part at each call, so a test that
-    replaces a part's method replaces it for the service too."""
+    replaces a part's method replaces it for the service too.
+
+    ``view``: for a part that returns the store's rows, the function (``app/results.py``)
+    that makes the service's views of them; the method returns what it returns."""
     name = method.__name__
 
     @functools.wraps(method)
-    def call(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        result: _R = getattr(getattr(self, part), name)(*args, **kwargs)
-        return result
+    def call(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> Any:
+        result = getattr(getattr(self, part), name)(*args, **kwargs)
+        return result if view is None else view(result)
 
+    if view is not None:
+        returns = typing.get_type_hints(view)["return"]
+        call.__annotations__ = {**method.__annotations__, "return": returns}
+        signature = inspect.signature(method)
+        call.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
     return call
 
 
@@ -134,7 +159,7 @@ class FlowForge:
     def claims(self) -> ClaimCache:
         return self.core.claims
 
-    listening = _on("core", ServiceCore.listening)
+    listening = _on("core", ServiceCore.listening, results.wakeup_bells)
 
     def close(self) -> None:
         self.core.close()
@@ -182,8 +207,12 @@ class FlowForge:
     advance_workflow_run = _on("commands", Commands.advance_workflow_run)
     transition_task_run = _on("commands", Commands.transition_task_run)
     claim_task_run = _on("commands", Commands.claim_task_run)
-    claim_task_run_and_its_run = _on("commands", Commands.claim_task_run_and_its_run)
-    claim_task_runs_and_their_runs = _on("commands", Commands.claim_task_runs_and_their_runs)
+    claim_task_run_and_its_run = _on(
+        "commands", Commands.claim_task_run_and_its_run, results.claimed_views
+    )
+    claim_task_runs_and_their_runs = _on(
+        "commands", Commands.claim_task_runs_and_their_runs, results.claims_views
+    )
     finish_task_run = _on("commands", Commands.finish_task_run)
     finish_task_runs = _on("commands", Commands.finish_task_runs)
     renew_lease = _on("commands", Commands.renew_lease)
@@ -216,9 +245,9 @@ class FlowForge:
 
     # --- cron schedules (app/schedules.py) ---------------------------------------------------
 
-    add_schedule = _on("cron_schedules", Schedules.add_schedule)
-    get_schedule = _on("cron_schedules", Schedules.get_schedule)
-    list_schedules = _on("cron_schedules", Schedules.list_schedules)
+    add_schedule = _on("cron_schedules", Schedules.add_schedule, results.schedule_view)
+    get_schedule = _on("cron_schedules", Schedules.get_schedule, results.schedule_view)
+    list_schedules = _on("cron_schedules", Schedules.list_schedules, results.schedule_views)
     schedule_aggregate = _on("cron_schedules", Schedules.schedule_aggregate)
     pause_schedule = _on("cron_schedules", Schedules.pause_schedule)
     resume_schedule = _on("cron_schedules", Schedules.resume_schedule)

@@ -15,6 +15,7 @@ database edited by hand, and is reported rather than hidden.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -74,18 +75,20 @@ def verify(app: FlowForge) -> tuple[int, list[str]]:
     checked, problems = 0, []
     for run in app.every_run():
         aggregate = logged_row(app.workflow_run_aggregate(run.id))
-        problems += differences(f"workflow run {run.id}", aggregate, run.as_dict())
+        problems += differences(f"workflow run {run.id}", aggregate, dataclasses.asdict(run))
         checked += 1
         for task in app.task_runs(run.id):
             expected = logged_row(app.task_run_aggregate(task.id))
             problems += differences(
-                f"task run {task.id} ({task.task_key})", expected, task.as_dict()
+                f"task run {task.id} ({task.task_key})", expected, dataclasses.asdict(task)
             )
             checked += 1
     # The cron schedules (not counted: the report counts runs and tasks), the live ones.
     for schedule in app.list_schedules():
         expected = logged_row(app.schedule_aggregate(schedule.name))
-        problems += differences(f"schedule {schedule.name}", expected, schedule.as_dict())
+        problems += differences(
+            f"schedule {schedule.name}", expected, dataclasses.asdict(schedule)
+        )
     return checked, problems
 
 

@@ -12,14 +12,14 @@ from flowforge.app.ids import matches_id as _matches
 from flowforge.app.ids import one as _one
 from flowforge.app.ids import recent_runs as _recent_runs
 from flowforge.app.ids import resolve_run
+from flowforge.app.results import TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
 from flowforge.cli.parser import UsageError
-from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 __all__ = ["resolve_any", "resolve_run", "resolve_task"]
 
 
-def resolve_task(app: FlowForge, text: str) -> TaskRunRow:
+def resolve_task(app: FlowForge, text: str) -> TaskRunView:
     if "/" in text:
         run_text, _, key = text.partition("/")
         run = resolve_run(app, run_text)
@@ -61,7 +61,7 @@ def _refuse_a_run(app: FlowForge, text: str) -> None:
     )
 
 
-def resolve_any(app: FlowForge, text: str) -> WorkflowRunRow | TaskRunRow:
+def resolve_any(app: FlowForge, text: str) -> WorkflowRunView | TaskRunView:
     """A run if ``text`` names one, else a task run."""
     if "/" in text:
         return resolve_task(app, text)

@@ -19,13 +19,13 @@ from flowforge.aggregates.ids import short_id
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app import why as explain_task
 from flowforge.app.ports import QueueProbe, QueueState
+from flowforge.app.results import TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
 from flowforge.cli import common, ids, render
 from flowforge.cli.exits import EXIT_FAILED
 from flowforge.cli.parser import UsageError
 from flowforge.cli.progress import Progress
 from flowforge.config import Settings
-from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 #: How often ``status --watch`` polls the tables.
 WATCH_POLL_S = 0.5
@@ -34,7 +34,7 @@ WATCH_POLL_S = 0.5
 def runs(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
     if common.default_database_missing(settings):
-        recent: list[tuple[WorkflowRunRow, list[TaskRunRow]]] = []  # nothing ran here yet
+        recent: list[tuple[WorkflowRunView, list[TaskRunView]]] = []  # nothing ran here yet
     else:
         with common.open_app(settings) as app:
             recent = [(run, app.task_runs(run.id)) for run in app.recent_runs(args.limit)]
@@ -84,7 +84,7 @@ def status(args: argparse.Namespace) -> int:
     return EXIT_FAILED if run.state in ("failed", "cancelled") else 0
 
 
-def _watch(app: FlowForge, run_id: Any, *, quiet: bool) -> WorkflowRunRow:
+def _watch(app: FlowForge, run_id: Any, *, quiet: bool) -> WorkflowRunView:
     """Follow a run until it is terminal; the progress goes to stderr under --json."""
     progress = Progress(sys.stderr if quiet else sys.stdout)
     while True:
@@ -95,7 +95,7 @@ def _watch(app: FlowForge, run_id: Any, *, quiet: bool) -> WorkflowRunRow:
         time.sleep(WATCH_POLL_S)
 
 
-def _print_status(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> None:
+def _print_status(run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> None:
     print(f"run {run.id}  {run.workflow_name}  {run.state}")
     print(f"  submitted {timefmt.iso(run.created_at)}  started {timefmt.iso(run.started_at)}")
     print(f"  finished  {timefmt.iso(run.finished_at)}  took {render.took(run, now)}")
@@ -123,7 +123,7 @@ def _print_status(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetim
 def history(args: argparse.Namespace) -> int:
     with common.open_app(common.settings_from(args)) as app:
         target = ids.resolve_any(app, args.id)
-        if isinstance(target, WorkflowRunRow):
+        if isinstance(target, WorkflowRunView):
             entries = app.run_history(target.id)
             title = f"run {short_id(target.id)} ({target.workflow_name}, {target.state})"
         else:
@@ -186,7 +186,7 @@ def parse_time(text: str) -> datetime:
 # --- JSON shapes ---------------------------------------------------------------------------
 
 
-def run_fact(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> dict[str, Any]:
+def run_fact(run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> dict[str, Any]:
     """A run as ``--json`` shows it: its declared shown fields, and what they imply."""
     return {
         "run_id": run.id,
@@ -200,7 +200,7 @@ def run_fact(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) ->
     }
 
 
-def task_fact(task: TaskRunRow) -> dict[str, Any]:
+def task_fact(task: TaskRunView) -> dict[str, Any]:
     """A task run as ``--json`` shows it: its declared shown fields, and its duration."""
     return {
         "task_run_id": task.id,

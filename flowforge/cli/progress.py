@@ -27,9 +27,9 @@ from rich.text import Text
 
 from flowforge import timefmt
 from flowforge.aggregates.ids import short_id
+from flowforge.app.results import TaskRunView, WorkflowRunView
 from flowforge.cli import render
 from flowforge.cli.waiting import Wait
-from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 #: ANSI: move the cursor to the start of the line N lines up, and clear to the end.
 _UP = "\x1b[{n}F"
@@ -87,7 +87,7 @@ class Progress:
         self._wait_key: tuple[str, str] | None = None
 
     def update(
-        self, run: WorkflowRunRow, tasks: Sequence[TaskRunRow], wait: Wait | None = None
+        self, run: WorkflowRunView, tasks: Sequence[TaskRunView], wait: Wait | None = None
     ) -> None:
         """Show a snapshot; ``wait``: what the run stands still for, if it does."""
         now = datetime.now(UTC)
@@ -120,7 +120,7 @@ class Progress:
             self.console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
         self._drawn_lengths = [line.cell_len for line in fitted]
 
-    def _changes(self, run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> None:
+    def _changes(self, run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> None:
         # The run's line comes before its tasks' while it runs, after them once it ends,
         # so the log reads in cause-and-effect order.
         finished = run.finished_at is not None
@@ -148,7 +148,7 @@ class Progress:
         self.stream.write(f"{timefmt.clock(now)} {label}: {change}{suffix}\n")
 
 
-def block(run: WorkflowRunRow, tasks: Sequence[TaskRunRow], now: datetime) -> list[Text]:
+def block(run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> list[Text]:
     """The live block: the run's summary line, then the task table, states coloured."""
     # The short id (its random end, aggregates/ids.py): it tells runs apart and pastes
     # back into every command, and leaves the line room for the counts.

@@ -16,8 +16,7 @@ from flowforge import timefmt
 from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.ids import short_id
-from flowforge.app.results import AuditEntry
-from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from flowforge.app.results import AuditEntry, TaskRunView, WorkflowRunView
 
 #: The width a table's lines keep to (a terminal's default).
 WIDTH = 80
@@ -43,7 +42,7 @@ def table(
     ]
 
 
-def took(run: WorkflowRunRow, now: datetime) -> str:
+def took(run: WorkflowRunView, now: datetime) -> str:
     """How long a run took, the same wherever it is shown (``run``'s last line,
     ``status``): from its submission to its end (or now), then how long it ran (from its
     first claim): ``12.2s (0.21s running)``. A run that waited for a worker took long
@@ -54,7 +53,7 @@ def took(run: WorkflowRunRow, now: datetime) -> str:
     return f"{total} ({timefmt.span(run.started_at, run.finished_at, now)} running)"
 
 
-def task_order(run: WorkflowRunRow, tasks: Sequence[TaskRunRow]) -> list[TaskRunRow]:
+def task_order(run: WorkflowRunView, tasks: Sequence[TaskRunView]) -> list[TaskRunView]:
     """The run's tasks in the definition's dependency order: the DAG read top down."""
     order = WorkflowDefinition.model_validate(run.definition).topological_order()
     rank = {key: i for i, key in enumerate(order)}
@@ -69,7 +68,7 @@ def error_line(error: dict[str, str] | None) -> str:
 RESULT_CELL = 40
 
 
-def outcome_cell(task: TaskRunRow) -> str:
+def outcome_cell(task: TaskRunView) -> str:
     """A failed or retrying task's error, a succeeded task's result."""
     if task.state in ("failed", "retrying"):
         return error_line(task.error)
@@ -78,7 +77,7 @@ def outcome_cell(task: TaskRunRow) -> str:
     return ""
 
 
-def failure_lines(tasks: Sequence[TaskRunRow]) -> list[str]:
+def failure_lines(tasks: Sequence[TaskRunView]) -> list[str]:
     """For each failed or retrying task: its error and where it was raised."""
     lines: list[str] = []
     for t in tasks:
@@ -89,12 +88,12 @@ def failure_lines(tasks: Sequence[TaskRunRow]) -> list[str]:
     return lines
 
 
-def rerun_note(run: WorkflowRunRow) -> str:
+def rerun_note(run: WorkflowRunView) -> str:
     """How a rerun names the run it reruns."""
     return f"rerun of {run.rerun_of}"
 
 
-def start_note(run: WorkflowRunRow, now: datetime) -> str | None:
+def start_note(run: WorkflowRunView, now: datetime) -> str | None:
     """When a delayed run that has not started yet starts (``now``: this machine's
     clock, good enough for a display; the database's decides); ``None`` for any other."""
     if run.state != "pending" or run.start_at is None:
@@ -105,7 +104,7 @@ def start_note(run: WorkflowRunRow, now: datetime) -> str | None:
     return f"{when} (due: a scheduler starts it on its next pass)"
 
 
-def carried_over_lines(tasks: Sequence[TaskRunRow]) -> list[str]:
+def carried_over_lines(tasks: Sequence[TaskRunView]) -> list[str]:
     """For each task whose result was carried over: the run and attempt that produced
     it (the task run's id is in --json and `flowforge history`)."""
     return [
@@ -115,7 +114,7 @@ def carried_over_lines(tasks: Sequence[TaskRunRow]) -> list[str]:
     ]
 
 
-def task_rows(tasks: Sequence[TaskRunRow], now: datetime) -> list[list[str]]:
+def task_rows(tasks: Sequence[TaskRunView], now: datetime) -> list[list[str]]:
     return [
         [
             t.task_key,
@@ -132,7 +131,7 @@ def task_rows(tasks: Sequence[TaskRunRow], now: datetime) -> list[list[str]]:
 TASK_HEADERS = ("TASK", "STATE", "ATTEMPT", "TIME", "WORKER", "RESULT OR ERROR")
 
 
-def counts(tasks: Sequence[TaskRunRow]) -> str:
+def counts(tasks: Sequence[TaskRunView]) -> str:
     """``3 succeeded, 1 running, 1 pending``, in a fixed order of states."""
     order = ("succeeded", "running", "ready", "retrying", "pending", "failed", "cancelled")
     by_state = {state: sum(t.state == state for t in tasks) for state in order}

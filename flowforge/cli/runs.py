@@ -15,7 +15,7 @@ from flowforge.aggregates import failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.ids import short_id
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
-from flowforge.app.results import StartedRun
+from flowforge.app.results import StartedRun, TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
 from flowforge.app.why import why
 from flowforge.cli import common, ids, render, stopping
@@ -25,7 +25,6 @@ from flowforge.cli.parser import UsageError
 from flowforge.cli.progress import Progress
 from flowforge.cli.waiting import Waiting
 from flowforge.processes.registry import TaskRegistry, default_registry
-from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 
 def submit(args: argparse.Namespace) -> int:
@@ -74,7 +73,7 @@ def resume_command(args: argparse.Namespace, run_id: UUID, modules: Sequence[str
     return f"{common.program(args)} run --resume {run_id}{tasks}"
 
 
-def _submitted(started: StartedRun, run: WorkflowRunRow) -> dict[str, object]:
+def _submitted(started: StartedRun, run: WorkflowRunView) -> dict[str, object]:
     return {
         "run_id": started.run_id,
         "created": started.created,
@@ -87,7 +86,7 @@ def _submitted(started: StartedRun, run: WorkflowRunRow) -> dict[str, object]:
 
 def _announce(
     started: StartedRun,
-    run: WorkflowRunRow,
+    run: WorkflowRunView,
     definition: WorkflowDefinition,
     key: str | None,
     *,
@@ -168,7 +167,7 @@ def _resume(args: argparse.Namespace) -> int:
         return report_outcome(app, final, stopped_by, args.timeout, _rerun_hint(args, final))
 
 
-def _rerun_hint(args: argparse.Namespace, run: WorkflowRunRow) -> str:
+def _rerun_hint(args: argparse.Namespace, run: WorkflowRunView) -> str:
     """What finishes a run this process left unfinished."""
     if not common.settings_from(args).embedded:
         return (
@@ -189,7 +188,7 @@ def drive(
     grace: float,
     *,
     every_run: bool = False,
-) -> tuple[WorkflowRunRow, str]:
+) -> tuple[WorkflowRunView, str]:
     """Run scheduler, publisher and workers here until the run ends, a stop signal, or
     the timeout (see :mod:`flowforge.cli.stopping`); the run as the database then holds
     it, and what stopped the wait early ('timeout', 'SIGINT', 'SIGTERM'; '' if the run
@@ -203,7 +202,7 @@ def drive(
     progress = Progress(sys.stdout)
     waiting = Waiting(lambda task_run_id: why(app, task_run_id))
 
-    def show(snapshot: WorkflowRunRow) -> None:
+    def show(snapshot: WorkflowRunView) -> None:
         tasks = app.task_runs(run_id)
         progress.update(snapshot, tasks, waiting.update(snapshot, tasks))
 
@@ -248,7 +247,7 @@ def _announce_stop(app: FlowForge, run_id: UUID, cause: str, grace: float) -> No
 
 
 def report_outcome(
-    app: FlowForge, run: WorkflowRunRow, stopped_by: str, timeout: float | None, rerun: str
+    app: FlowForge, run: WorkflowRunView, stopped_by: str, timeout: float | None, rerun: str
 ) -> int:
     """Say how the run stands in the database, and exit accordingly."""
     took = render.took(run, datetime.now(UTC))
@@ -370,10 +369,10 @@ def rerun(args: argparse.Namespace) -> int:
 
 
 def _announce_rerun(
-    old: WorkflowRunRow,
-    new: WorkflowRunRow,
+    old: WorkflowRunView,
+    new: WorkflowRunView,
     started: StartedRun,
-    tasks: Sequence[TaskRunRow],
+    tasks: Sequence[TaskRunView],
     key: str | None,
 ) -> None:
     """Say on stderr what the rerun carries over and what runs again, so stdout stays
@@ -393,7 +392,7 @@ def _announce_rerun(
     print(f"  running again: {', '.join(again)}", file=sys.stderr)
 
 
-def _follow_hint(args: argparse.Namespace, run: WorkflowRunRow) -> None:
+def _follow_hint(args: argparse.Namespace, run: WorkflowRunView) -> None:
     """What runs a detached rerun, and how to follow it."""
     if common.settings_from(args).embedded:
         definition = WorkflowDefinition.model_validate(run.definition)

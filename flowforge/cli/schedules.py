@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 
 from flowforge import timefmt
 from flowforge.aggregates.cron import Cron
+from flowforge.app.results import ScheduleView
 from flowforge.app.schedules import schedule_name
 from flowforge.cli import common, render
-from flowforge.projections.tables import ScheduleRow
 
 
 def add(args: argparse.Namespace) -> int:
@@ -39,7 +39,7 @@ def add(args: argparse.Namespace) -> int:
 
 def list_schedules(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
-    rows: list[ScheduleRow] = []
+    rows: list[ScheduleView] = []
     if not common.default_database_missing(settings):
         with common.open_app(settings) as app:
             rows = app.list_schedules()
@@ -95,7 +95,7 @@ def delete(args: argparse.Namespace) -> int:
     return 0 if deleted else 1
 
 
-def schedule_fact(row: ScheduleRow) -> dict[str, object]:
+def schedule_fact(row: ScheduleView) -> dict[str, object]:
     """A schedule as ``--json`` shows it: times in UTC, and the next in its time zone."""
     return {
         "name": row.name,
@@ -112,11 +112,11 @@ def schedule_fact(row: ScheduleRow) -> dict[str, object]:
     }
 
 
-def _when(row: ScheduleRow) -> str:
+def _when(row: ScheduleView) -> str:
     return f"{row.cron} ({row.timezone})"
 
 
-def _local(row: ScheduleRow, at: datetime | None, missing: str = "-") -> str:
+def _local(row: ScheduleView, at: datetime | None, missing: str = "-") -> str:
     """A fire time in the schedule's own time zone, as its cron expression means it."""
     if at is None:
         return missing

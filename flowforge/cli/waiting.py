@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from uuid import UUID
 
+from flowforge.app.results import TaskRunView, WorkflowRunView
 from flowforge.app.why import Explanation
-from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 #: Seconds a run must stand still before its wait is worked out: a moving run has none,
 #: and a change the next poll shows would make the line flicker.
@@ -45,7 +45,7 @@ class Wait:
     text: str
 
 
-def held_up_by(tasks: Sequence[TaskRunRow], now: datetime) -> TaskRunRow | None:
+def held_up_by(tasks: Sequence[TaskRunView], now: datetime) -> TaskRunView | None:
     """The task whose explanation says what the run waits for; ``None`` while a task
     runs on a live lease (the run is busy, not waiting) or none is left to run."""
     if any(t.state == "running" and not _expired(t, now) for t in tasks):
@@ -57,7 +57,7 @@ def held_up_by(tasks: Sequence[TaskRunRow], now: datetime) -> TaskRunRow | None:
     return None
 
 
-def _expired(task: TaskRunRow, now: datetime) -> bool:
+def _expired(task: TaskRunView, now: datetime) -> bool:
     # The display's clock, not the database's: a line a second early or late is harmless.
     return task.lease_expires_at is not None and task.lease_expires_at < now
 
@@ -86,7 +86,7 @@ class Waiting:
         self._worked_out_at: float | None = None
         self._wait: Wait | None = None
 
-    def update(self, run: WorkflowRunRow, tasks: Sequence[TaskRunRow]) -> Wait | None:
+    def update(self, run: WorkflowRunView, tasks: Sequence[TaskRunView]) -> Wait | None:
         """What the run waits for now, or ``None`` (it moves, or has not stood still
         for long enough, or it ended)."""
         now = self._clock()

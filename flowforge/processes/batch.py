@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 from flowforge import errors, tracing
 from flowforge.aggregates.dispatch import DispatchMessage
+from flowforge.app.results import TaskRunView
 from flowforge.processes import settle
 from flowforge.processes.outcome import Outcome
 from flowforge.processes.settle import Settlement
 from flowforge.processes.transport import Delivery, DispatchConsumer
-from flowforge.projections.tables import TaskRunRow
 from flowforge.tracing import AttemptSpan
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class Batch:
         self,
         index: int,
         message: DispatchMessage,
-        row: TaskRunRow | None,
+        row: TaskRunView | None,
         claimed_at: float,
         began: int,
     ) -> Settlement | None:

@@ -18,16 +18,15 @@ from typing import Any, TypeAlias
 from flowforge import metrics
 from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.aggregates.states import TaskRunState
-from flowforge.app.results import Claim
+from flowforge.app.results import Claim, TaskRunView
 from flowforge.app.service import FlowForge
 from flowforge.processes.run_cache import RunCache
-from flowforge.projections.tables import TaskRunRow
 
 # The worker's log: an operator follows a worker's lines under one logger name.
 log = logging.getLogger("flowforge.processes.worker")
 
 #: A claimed task: its row, the claim (attempt, fencing token) and its lease in seconds.
-Claimed: TypeAlias = tuple[TaskRunRow, Claim, float]
+Claimed: TypeAlias = tuple[TaskRunView, Claim, float]
 
 
 class Claimer:
@@ -50,7 +49,7 @@ class Claimer:
             self._runs.remember(run)
         return self.claimed(task_run_id, row)
 
-    def claim_all(self, messages: Sequence[DispatchMessage]) -> list[TaskRunRow | None]:
+    def claim_all(self, messages: Sequence[DispatchMessage]) -> list[TaskRunView | None]:
         """Claim a batch's tasks in one transaction: each one's claimed row, or ``None``
         (then :meth:`claimed` says what happened instead)."""
         rows, runs = self.app.claim_task_runs_and_their_runs(
@@ -62,7 +61,7 @@ class Claimer:
             self._runs.remember(run)
         return rows
 
-    def claimed(self, task_run_id: uuid.UUID, row: TaskRunRow | None) -> Claimed | str:
+    def claimed(self, task_run_id: uuid.UUID, row: TaskRunView | None) -> Claimed | str:
         """What a claim that returned ``row`` gives: the row, the claim and its lease;
         or, when nothing was claimed, what happened instead."""
         if row is not None:
@@ -87,7 +86,7 @@ class Claimer:
             return self.skipped(task, "claimed elsewhere")
         return task, claim, lease_seconds
 
-    def _task(self, task_run_id: uuid.UUID) -> TaskRunRow:
+    def _task(self, task_run_id: uuid.UUID) -> TaskRunView:
         """The task's row, when the claim claimed nothing; its run's definition and
         inputs are read in the same round trip unless the worker knows them."""
         task, run = self.app.task_run_and_its_run(task_run_id, unless_known=self._runs.latest())
@@ -95,7 +94,7 @@ class Claimer:
             self._runs.remember(run)
         return task
 
-    def skipped(self, task: TaskRunRow, why: str) -> str:
+    def skipped(self, task: TaskRunView, why: str) -> str:
         """Log a dispatch acked without running its handler; what happened."""
         log.info(
             "duplicate or stale dispatch acked without running",

@@ -6,12 +6,12 @@ import logging
 from collections.abc import Callable
 
 from flowforge import errors, metrics
+from flowforge.app.results import WakeupBell
 from flowforge.app.scope import Scope
 from flowforge.app.service import FlowForge
 from flowforge.backoff import Backoff
 from flowforge.processes.loop import LISTEN_READY_S, Stop
 from flowforge.processes.transport import DispatchPublisher
-from flowforge.projections.wakeups import Bell
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Publisher:
         self.close()
         log.info("publisher stopped", extra={"reason": self.stop.reason})
 
-    def _loop(self, outbox: Bell) -> None:
+    def _loop(self, outbox: WakeupBell) -> None:
         while not self.stop.is_set():
             try:
                 published = self.sweep()

@@ -15,8 +15,8 @@ from uuid import UUID
 
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.app.caches import DefinitionCache
+from flowforge.app.results import WorkflowRunView
 from flowforge.lru import Lru
-from flowforge.projections.tables import WorkflowRunRow
 
 #: How many runs' definitions and inputs a worker keeps in memory (at least its batch).
 RUN_CACHE_SIZE = 256
@@ -42,7 +42,7 @@ class RunCache:
         """The runs a claim or read names as known (their definitions are not sent)."""
         return self._runs.latest(KNOWN_RUNS_SENT)
 
-    def remember(self, run: WorkflowRunRow) -> None:
+    def remember(self, run: WorkflowRunView) -> None:
         self._runs.put(run.id, RunFacts(self._definitions.of(run), run.inputs))
 
     def facts(self, run_id: UUID) -> RunFacts:

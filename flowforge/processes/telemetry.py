@@ -8,12 +8,11 @@ from datetime import timedelta
 
 from flowforge import metrics, tracing
 from flowforge.aggregates.dispatch import ready_at_of, trace_context_of
-from flowforge.app.results import Claim
-from flowforge.projections.tables import TaskRunRow
+from flowforge.app.results import Claim, TaskRunView
 
 
 def attempt_started(
-    task: TaskRunRow,
+    task: TaskRunView,
     claim: Claim,
     lease_seconds: float,
     headers: Mapping[str, object],

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from flowforge import errors, metrics, tracing
 from flowforge.aggregates import failures
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
-from flowforge.app.results import Claim
+from flowforge.app.results import Claim, TaskRunView
 from flowforge.app.service import FlowForge
 from flowforge.backoff import Backoff
 from flowforge.limits import batch_size
@@ -53,7 +53,6 @@ from flowforge.processes.registry import TaskContext, TaskRegistry, default_regi
 from flowforge.processes.run_cache import RUN_CACHE_SIZE, RunCache
 from flowforge.processes.settle import Settlement
 from flowforge.processes.transport import Delivery, DispatchConsumer
-from flowforge.projections.tables import TaskRunRow
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +246,7 @@ class Worker:
 
     def attempt_started(
         self,
-        task: TaskRunRow,
+        task: TaskRunView,
         claim: Claim,
         lease_seconds: float,
         headers: Mapping[str, object],
@@ -263,7 +262,7 @@ class Worker:
 
     def _execute(
         self,
-        task: TaskRunRow,
+        task: TaskRunView,
         claim: Claim,
         lease_seconds: float,
         consumer: DispatchConsumer,
@@ -306,7 +305,7 @@ class Worker:
         )
         return _outcome(task, claim, result, error)
 
-    def _abandon(self, task: TaskRunRow, claim: Claim, call: HandlerCall) -> Outcome:
+    def _abandon(self, task: TaskRunView, claim: Claim, call: HandlerCall) -> Outcome:
         """Stop waiting for a handler whose lease is lost: it goes on on its lane, and
         the next handler gets a new one. Its outcome is stale by construction (the
         token has moved on or the task has left running), so it is written nowhere."""
@@ -342,7 +341,7 @@ class Worker:
                 f"timeout of its own (the log names each task abandoned)"
             )
 
-    def _context(self, task: TaskRunRow, claim: Claim) -> TaskContext:
+    def _context(self, task: TaskRunView, claim: Claim) -> TaskContext:
         run_id = task.workflow_run_id
         # Its own dependencies' rows only: a task of an N-task run costs O(1), not O(N);
         # a root task asks nothing.
@@ -440,7 +439,9 @@ class Worker:
         return {"worker_id": self.worker_id, **fields}
 
 
-def _outcome(task: TaskRunRow, claim: Claim, result: Any, error: dict[str, str] | None) -> Outcome:
+def _outcome(
+    task: TaskRunView, claim: Claim, result: Any, error: dict[str, str] | None
+) -> Outcome:
     return Outcome(
         task_run_id=task.id,
         task_key=task.task_key,

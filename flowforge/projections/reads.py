@@ -107,13 +107,6 @@ class Reads:
             TaskRunRow.from_mapping(r) for r in self._tx.run("select_task_runs_by_keys", params)
         ]
 
-    def run_completion(self, run_id: UUID) -> RunCompletion:
-        """``"unfinished"`` while any task of the run is not succeeded or cancelled;
-        then ``"cancelled"`` if any was cancelled, else ``"succeeded"``."""
-        (row,) = self._tx.run("select_run_completion", {"workflow_run_id": run_id})
-        completion: RunCompletion = row["completion"]
-        return completion
-
     def recent_runs(self, limit: int) -> list[WorkflowRunRow]:
         rows = self._tx.run("select_recent_runs", {"limit": limit})
         return [WorkflowRunRow.from_mapping(r) for r in rows]

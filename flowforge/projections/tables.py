@@ -16,7 +16,7 @@ from typing import Any, Self
 from uuid import UUID
 
 from flowforge.aggregates import schedule, task_run, workflow_run
-from flowforge.aggregates.states import ScheduleState, TaskRunState, WorkflowRunState
+from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 
 
 class ColumnCodec(Enum):
@@ -204,10 +204,6 @@ class ScheduleRow(_Row):
     version: int
     created_at: datetime
     updated_at: datetime
-
-    @property
-    def schedule_state(self) -> ScheduleState:
-        return ScheduleState(self.state)
 
 
 check_columns(TaskRunRow, TASK_RUN_COLUMNS)

@@ -15,9 +15,8 @@ from uuid import UUID
 from flowforge import timefmt
 from flowforge.aggregates.ids import short_id
 from flowforge.app import why
-from flowforge.app.results import AuditEntry
+from flowforge.app.results import AuditEntry, TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
-from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.ui import layout, replay
 
 #: The runs page filters and counts the most recent runs, at most this many.
@@ -64,7 +63,7 @@ def runs_page(app: FlowForge, query: RunsQuery) -> dict[str, Any]:
     }
 
 
-def _run_line(app: FlowForge, run: WorkflowRunRow) -> dict[str, Any]:
+def _run_line(app: FlowForge, run: WorkflowRunView) -> dict[str, Any]:
     tasks = app.task_runs(run.id)
     return {
         "run": run,
@@ -75,7 +74,7 @@ def _run_line(app: FlowForge, run: WorkflowRunRow) -> dict[str, Any]:
     }
 
 
-def run_page(app: FlowForge, run: WorkflowRunRow, at: datetime | None) -> dict[str, Any]:
+def run_page(app: FlowForge, run: WorkflowRunView, at: datetime | None) -> dict[str, Any]:
     """A run: header, its DAG and timeline now or as of ``at`` (replayed from the log).
 
     A large run shown now is read from its task rows alone (one query), not from its
@@ -126,7 +125,7 @@ def run_page(app: FlowForge, run: WorkflowRunRow, at: datetime | None) -> dict[s
     return context
 
 
-def _attempts_now(rows: list[TaskRunRow]) -> list[replay.Attempt]:
+def _attempts_now(rows: list[TaskRunView]) -> list[replay.Attempt]:
     """Each task's attempt as its row has it now (a large run's page reads no log): from
     its first claim to its finish, in the order they started."""
     found = [
@@ -144,7 +143,7 @@ def _attempts_now(rows: list[TaskRunRow]) -> list[replay.Attempt]:
     return sorted(found, key=lambda a: a.start)
 
 
-def _task_line(task: TaskRunRow) -> dict[str, Any]:
+def _task_line(task: TaskRunView) -> dict[str, Any]:
     """A task as the run's table shows it now: its result or its error, shortened."""
     result = to_json(task.result) if task.result is not None else ""
     error = task.error or {}
@@ -155,7 +154,7 @@ def _task_line(task: TaskRunRow) -> dict[str, Any]:
     }
 
 
-def _definition_order(run: WorkflowRunRow, rows: list[TaskRunRow]) -> list[TaskRunRow]:
+def _definition_order(run: WorkflowRunView, rows: list[TaskRunView]) -> list[TaskRunView]:
     order = {t.get("key"): i for i, t in enumerate(run.definition.get("tasks", []))}
     return sorted(rows, key=lambda t: order.get(t.task_key, len(order)))
 
@@ -167,7 +166,7 @@ def _moment_index(moments: list[datetime], at: datetime | None) -> int:
 
 
 def _timeline(
-    every: list[replay.Attempt], times: list[datetime], at: datetime, run: WorkflowRunRow
+    every: list[replay.Attempt], times: list[datetime], at: datetime, run: WorkflowRunView
 ) -> dict[str, Any]:
     """Every attempt as a bar on one time axis, from the run's creation to ``at`` (the
     moment shown, or the database's now), or to its last transition (of ``times``) if it

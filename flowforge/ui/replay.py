@@ -1,9 +1,9 @@
 """A run as it was at a past moment, replayed from its audit log (pure).
 
-The same entries ``flowforge why --at`` reads (``FlowForge.run_history``): each task's
-state and attempt as of a time is the target of its last transition at or before it;
-a task with none did not exist yet. Attempts are the spans from a claim (a transition
-into ``running``) to the transition out of it.
+The same entries and the same fold as ``flowforge why --at`` (``FlowForge.run_history``
+folded by ``app/as_of.py``): each task's state and attempt as of a time is the target of
+its last transition at or before it; a task with none did not exist yet. Attempts are
+the spans from a claim (a transition into ``running``) to the transition out of it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from flowforge.app import as_of
 from flowforge.app.results import AuditEntry
 
 
@@ -34,33 +35,26 @@ class Attempt:
     worker: str | None
 
 
-def _until(history: Sequence[AuditEntry], at: datetime | None) -> list[AuditEntry]:
-    return [e for e in history if at is None or e.at <= at]
-
-
 def task_states(history: Sequence[AuditEntry], at: datetime | None = None) -> dict[str, TaskAsOf]:
     """Each task's state and attempt as of ``at`` (``None``: the log's end), by key."""
-    found: dict[str, TaskAsOf] = {}
-    for entry in _until(history, at):
-        if entry.aggregate == "TaskRun" and entry.task_key is not None:
-            found[entry.task_key] = TaskAsOf(entry.target, entry.attempt or 1)
-    return found
+    return {
+        e.task_key: TaskAsOf(e.target, e.attempt or 1)
+        for e in as_of.fold(history, at).tasks
+        if e.task_key is not None
+    }
 
 
 def run_state(history: Sequence[AuditEntry], at: datetime | None = None) -> str | None:
     """The run's own state as of ``at``; ``None`` before it was created."""
-    state = None
-    for entry in _until(history, at):
-        if entry.aggregate == "WorkflowRun":
-            state = entry.target
-    return state
+    run = as_of.fold(history, at).run
+    return run.target if run is not None else None
 
 
 def attempts(history: Sequence[AuditEntry], at: datetime | None = None) -> list[Attempt]:
     """Every attempt of every task as of ``at``, in the order they were claimed."""
     found: list[Attempt] = []
     open_: dict[str, int] = {}  # task key -> index in found of its running attempt
-    for entry in _until(history, at):
+    for entry in as_of.fold(history, at).entries:
         key = entry.task_key
         if entry.aggregate != "TaskRun" or key is None:
             continue

@@ -61,6 +61,10 @@ _RUN_NOTICES = {
 }
 
 
+#: What a page's id can fail with: the page shows the message, as a 404.
+NOT_FOUND = (errors.UnknownRunError, errors.InvalidIdError)
+
+
 class BadQueryError(ValueError):
     """A page's query parameter is invalid; the message says which and why (a 400)."""
 
@@ -97,6 +101,8 @@ def create_app(app: FlowForge, *, token: str | None) -> Starlette:
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         middleware=[Middleware(BaseHTTPMiddleware, dispatch=_guard(token))],
+        # One answer for every page: an id that names no run (or task) is a 404.
+        exception_handlers=dict.fromkeys(NOT_FOUND, ui.not_found),
         lifespan=lifespan,
     )
     starlette.state.feed = feed  # closed by a stopping server (ui/server.py)
@@ -177,14 +183,15 @@ class _Pages:
         context = {"message": message, "status": status}
         return self._render(request, "problem.html", context, status)
 
+    async def not_found(self, request: Request, exc: Exception) -> Response:
+        """Any page whose id names no run or task (``NOT_FOUND``): its message, a 404."""
+        return self._problem(request, str(exc), 404)
+
     async def runs(self, request: Request) -> Response:
         params = request.query_params
         search = params.get("q", "").strip()
         if search:
-            try:
-                found = await run_in_threadpool(ids.resolve_run, self.app, search)
-            except (errors.UnknownRunError, errors.InvalidIdError) as exc:
-                return self._problem(request, str(exc), 404)
+            found = await run_in_threadpool(ids.resolve_run, self.app, search)
             return RedirectResponse(f"/runs/{found.id}", status_code=303)
         page = params.get("page", "1")
         query = pages.RunsQuery(
@@ -202,8 +209,6 @@ class _Pages:
             run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
         except BadQueryError as exc:
             return self._problem(request, str(exc), 400)
-        except (errors.UnknownRunError, errors.InvalidIdError) as exc:
-            return self._problem(request, str(exc), 404)
         context = await run_in_threadpool(pages.run_page, self.app, run, at)
         context["cancelled"] = request.query_params.get("cancelled") == "1"
         context["notice"] = _RUN_NOTICES.get(next(iter(request.query_params), ""), "")
@@ -218,10 +223,7 @@ class _Pages:
             return self._problem(request, str(exc), 400)
         except ValueError:
             return self._problem(request, "not a task run's id; open a task from its run", 404)
-        try:
-            context = await run_in_threadpool(pages.task_page, self.app, task_run_id, at)
-        except errors.UnknownRunError as exc:
-            return self._problem(request, str(exc), 404)
+        context = await run_in_threadpool(pages.task_page, self.app, task_run_id, at)
         context["live"] = at is None
         return self._render(request, "task.html", context)
 
@@ -236,10 +238,7 @@ class _Pages:
         """Cancel a run, as ``flowforge cancel`` does: a finished run is refused."""
         if await self._form(request) is None:
             return _csrf_refused()
-        try:
-            run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
-        except (errors.UnknownRunError, errors.InvalidIdError) as exc:
-            return self._problem(request, str(exc), 404)
+        run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
         cancelled = await run_in_threadpool(self.app.cancel_workflow_run, run.id)
         if not cancelled:
             after = await run_in_threadpool(self.app.get_workflow_run, run.id)
@@ -259,10 +258,7 @@ class _Pages:
         if form is None:
             return _csrf_refused()
         from_tasks = [form["from"]] if form.get("from") else []
-        try:
-            run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
-        except (errors.UnknownRunError, errors.InvalidIdError) as exc:
-            return self._problem(request, str(exc), 404)
+        run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
         try:
             started = await run_in_threadpool(
                 partial(self.app.rerun_workflow_run, run.id, from_tasks=from_tasks)

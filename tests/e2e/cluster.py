@@ -21,8 +21,8 @@ from uuid import UUID
 import psycopg
 
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.app.results import WorkflowRunView
 from flowforge.app.service import FlowForge
-from flowforge.projections.tables import WorkflowRunRow
 from tests import servers, topology
 from tests.helpers import wait_until
 
@@ -106,7 +106,7 @@ class Cluster:
     def submit(self, definition: dict[str, Any]) -> UUID:
         return self.app.start_workflow_run(definition)
 
-    def wait_for_run(self, run_id: UUID, timeout: float = 60) -> WorkflowRunRow:
+    def wait_for_run(self, run_id: UUID, timeout: float = 60) -> WorkflowRunView:
         try:
             return wait_until(lambda: _terminal(self.app.get_workflow_run(run_id)), timeout, "")
         except AssertionError:
@@ -187,7 +187,7 @@ def logged_since(cluster: Cluster, sizes: dict[str, int], name: str) -> str:
         return log.read().decode(errors="replace")
 
 
-def _terminal(run: WorkflowRunRow) -> WorkflowRunRow | None:
+def _terminal(run: WorkflowRunView) -> WorkflowRunView | None:
     return run if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state) else None
 
 

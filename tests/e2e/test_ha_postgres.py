@@ -21,8 +21,8 @@ import psycopg
 import pytest
 
 from flowforge import errors
+from flowforge.app.results import WorkflowRunView
 from flowforge.app.service import FlowForge
-from flowforge.projections.tables import WorkflowRunRow
 from tests import servers
 from tests.e2e import postgres_pair
 from tests.e2e.cluster import (
@@ -114,8 +114,8 @@ def _transitions(app: FlowForge, run_id: UUID) -> set[tuple[UUID, int, str, int 
     }
 
 
-def _wait_through_failover(cluster: Cluster, run_id: UUID) -> WorkflowRunRow:
-    def probe() -> WorkflowRunRow | None:
+def _wait_through_failover(cluster: Cluster, run_id: UUID) -> WorkflowRunView:
+    def probe() -> WorkflowRunView | None:
         try:
             run = cluster.app.get_workflow_run(run_id)
         except errors.DatabaseUnavailableError:

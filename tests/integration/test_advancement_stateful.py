@@ -36,8 +36,8 @@ from hypothesis.stateful import (
 
 from flowforge.aggregates.rules import derive_workflow_run_state
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.app.results import TaskRunView
 from flowforge.app.service import FlowForge
-from flowforge.projections.tables import TaskRunRow
 
 KEYS = ("a", "b", "c", "d", "e")
 MAX_RUNS = 3
@@ -130,7 +130,7 @@ class Advancement(RuleBasedStateMachine):
             for task in tasks:
                 self._check_task(task)
 
-    def _check_run(self, state: WorkflowRunState, tasks: list[TaskRunRow]) -> None:
+    def _check_run(self, state: WorkflowRunState, tasks: list[TaskRunView]) -> None:
         effective = [_effective(t) for t in tasks]
         snapshot = {t.task_key: t.state for t in tasks}
         if state in TERMINAL:
@@ -147,7 +147,7 @@ class Advancement(RuleBasedStateMachine):
         ]
         assert not stuck, f"eligible but pending: {stuck} in {snapshot}"
 
-    def _check_ended(self, tasks: list[TaskRunRow]) -> None:
+    def _check_ended(self, tasks: list[TaskRunView]) -> None:
         """What was left is cancelled; a task that failed for good stays failed."""
         alive = {
             t.task_key: t.state
@@ -156,7 +156,7 @@ class Advancement(RuleBasedStateMachine):
         }
         assert alive == {}, {t.task_key: t.state for t in tasks}
 
-    def _check_task(self, task: TaskRunRow) -> None:
+    def _check_task(self, task: TaskRunView) -> None:
         history = [entry.transition for entry in self.app.history(task.id)]
         assert history.count("dependencies_satisfied") <= 1, history
         into_ready = sum(t in INTO_READY for t in history)
@@ -164,7 +164,7 @@ class Advancement(RuleBasedStateMachine):
         assert len(self.app.dispatches_of(task.id)) == into_ready + initially_ready, history
 
 
-def _effective(task: TaskRunRow) -> TaskRunState:
+def _effective(task: TaskRunView) -> TaskRunState:
     if task.task_state is TaskRunState.FAILED and task.attempt < task.max_attempts:
         return TaskRunState.RETRYING
     return task.task_state

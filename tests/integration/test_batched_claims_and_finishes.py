@@ -18,9 +18,9 @@ from uuid import UUID, uuid4
 import pytest
 
 from flowforge import Finish, errors
+from flowforge.app.results import TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
 from flowforge.limits import MAX_BATCH
-from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from tests.helpers import (
     TASK_CREATED_TOPIC,
     RoundTrip,
@@ -55,7 +55,7 @@ def ready_tasks(app: FlowForge, definition: Mapping[str, Any], runs: int) -> lis
     return ids
 
 
-def claimed(app: FlowForge, ids: list[UUID], worker: str = "w") -> list[TaskRunRow]:
+def claimed(app: FlowForge, ids: list[UUID], worker: str = "w") -> list[TaskRunView]:
     """A worker's batched claim of ``ids``, every one won, runs parsed as a worker does."""
     rows, runs = app.claim_task_runs_and_their_runs(ids, worker)
     for run in runs:
@@ -65,7 +65,7 @@ def claimed(app: FlowForge, ids: list[UUID], worker: str = "w") -> list[TaskRunR
     return won
 
 
-def successes(rows: list[TaskRunRow]) -> list[Finish]:
+def successes(rows: list[TaskRunView]) -> list[Finish]:
     return [Finish(r.id, r.fencing_token, "succeed", {"n": i}) for i, r in enumerate(rows)]
 
 
@@ -103,7 +103,7 @@ def test_a_batched_claim_that_fails_at_a_later_task_claims_none_of_its_tasks(
     runs = [app.get_task_run(i).workflow_run_id for i in ids]
     forge_event(app.store, runs[1], 2)
 
-    def rows() -> list[tuple[TaskRunRow, WorkflowRunRow]]:
+    def rows() -> list[tuple[TaskRunView, WorkflowRunView]]:
         pairs = zip(ids, runs, strict=True)
         return [(app.get_task_run(i), app.get_workflow_run(r)) for i, r in pairs]
 

@@ -14,6 +14,7 @@ leases, it does not widen any race window.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import sqlite3
 import time
@@ -31,9 +32,9 @@ from flowforge.aggregates.machines import (
     TASK_RUN_MACHINE,
     WORKFLOW_RUN_MACHINE,
 )
+from flowforge.app.results import TaskRunView
 from flowforge.app.service import FlowForge
 from flowforge.processes.transport import InMemoryDispatchChannel
-from flowforge.projections.tables import TaskRunRow
 from tests.helpers import (
     FORGED_TOPIC,
     TASK_CREATED_TOPIC,
@@ -71,7 +72,7 @@ def _definition(max_attempts: int = 3) -> dict[str, Any]:
     }
 
 
-def start_run(app: FlowForge, *, max_attempts: int = 3) -> tuple[UUID, dict[str, TaskRunRow]]:
+def start_run(app: FlowForge, *, max_attempts: int = 3) -> tuple[UUID, dict[str, TaskRunView]]:
     """A new run of ROOT -> CHILD: ROOT is created ready, CHILD pending."""
     run_id = app.start_workflow_run(_definition(max_attempts))
     return run_id, {t.task_key: t for t in app.task_runs(run_id)}
@@ -659,7 +660,7 @@ class TestTaskRunEdges:
 
         def agrees(task_run_id: UUID) -> None:
             snapshot = app.task_run_aggregate(task_run_id).snapshot()
-            row = app.get_task_run(task_run_id).as_dict()
+            row = dataclasses.asdict(app.get_task_run(task_run_id))
             assert {k: row[k] for k in snapshot} == snapshot
 
         agrees(root)

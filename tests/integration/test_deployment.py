@@ -13,11 +13,11 @@ import pytest
 
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.app.dispatch import message_for
+from flowforge.app.results import TaskRunView
 from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
-from flowforge.projections.tables import TaskRunRow
 from tests.helpers import handle_next, one_task
 
 ONE = one_task()
@@ -101,7 +101,7 @@ def test_a_dispatch_from_before_deployments_is_still_run(
     assert app.get_task_run(task.id).state == "succeeded"
 
 
-def ready_task(app: FlowForge) -> TaskRunRow:
+def ready_task(app: FlowForge) -> TaskRunView:
     (task,) = app.task_runs(app.start_workflow_run(ONE))
     assert task.state == "ready"
     return task

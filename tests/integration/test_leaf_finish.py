@@ -11,6 +11,7 @@ general path's outcome (``advance.advance_after_finish``, whose tests are in
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -64,7 +65,7 @@ def agrees_with_its_events(app: FlowForge, run_id: UUID) -> None:
     assert (aggregate.started_at, aggregate.finished_at) == (row.started_at, row.finished_at)
     for task in app.task_runs(run_id):
         snapshot = app.task_run_aggregate(task.id).snapshot()
-        columns = task.as_dict()
+        columns = dataclasses.asdict(task)
         assert {k: columns[k] for k in snapshot} == snapshot, task.task_key
 
 

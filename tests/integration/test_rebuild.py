@@ -299,9 +299,9 @@ def assert_log_agrees_with_rows(app: FlowForge) -> None:
     assert runs
     for run in runs:
         snapshot = app.workflow_run_aggregate(run.id).snapshot()
-        assert {k: run.as_dict()[k] for k in snapshot} == snapshot
+        assert {k: dataclasses.asdict(run)[k] for k in snapshot} == snapshot
         for task in app.task_runs(run.id):
-            row = task.as_dict()
+            row = dataclasses.asdict(task)
             snapshot = app.task_run_aggregate(task.id).snapshot()
             assert {k: row[k] for k in snapshot} == snapshot
             assert (task.state == "running") == (task.lease_expires_at is not None)
@@ -811,7 +811,7 @@ def test_text_a_handler_may_produce_is_recorded_or_refused_up_front_never_lost_a
         assert app.get_task_run(task.id).state == "running"
         return
     assert won
-    row = app.get_task_run(task.id).as_dict()
+    row = dataclasses.asdict(app.get_task_run(task.id))
     assert row["state"] == ("succeeded" if field == "result" else "failed")
     snapshot = app.task_run_aggregate(task.id).snapshot()
     assert {k: row[k] for k in snapshot} == snapshot

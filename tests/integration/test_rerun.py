@@ -10,11 +10,11 @@ import pytest
 
 from flowforge import errors
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.app.results import TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
-from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes.tasks import TaskWrites
 from tests.helpers import Recorder, handle_next, states, task_id
 from tests.integration.test_contract import DirectDatabase
@@ -38,7 +38,7 @@ def worker(app: FlowForge, channel: InMemoryDispatchChannel, recorder: Recorder)
 
 def run_to_end(
     app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, run_id: UUID
-) -> WorkflowRunRow:
+) -> WorkflowRunView:
     """Publish, handle and advance, one step at a time, until the run has ended."""
     for _ in range(MAX_STEPS):
         run = app.get_workflow_run(run_id)
@@ -52,7 +52,7 @@ def run_to_end(
     raise AssertionError(f"run {run_id} did not end: {states(app, run_id)}")
 
 
-def tasks_by_key(app: FlowForge, run_id: UUID) -> dict[str, TaskRunRow]:
+def tasks_by_key(app: FlowForge, run_id: UUID) -> dict[str, TaskRunView]:
     return {t.task_key: t for t in app.task_runs(run_id)}
 
 

@@ -19,11 +19,11 @@ import pytest
 from flowforge import errors
 from flowforge.aggregates import schedule
 from flowforge.aggregates.cron import Cron
+from flowforge.app.results import ScheduleView
 from flowforge.app.scope import EVERY_RUN, Scope
 from flowforge.app.service import FlowForge
 from flowforge.cli import exits, logs
 from flowforge.cli import main as cli_main
-from flowforge.projections.tables import ScheduleRow
 from tests.helpers import race, wait_until
 from tests.integration.test_contract import DirectDatabase, _NoDatabase
 
@@ -293,7 +293,7 @@ class TestRebuild:
         assert raw.execute("SELECT * FROM workflow_runs ORDER BY id") == runs
         for row in app.list_schedules():
             snapshot = app.schedule_aggregate(row.name).snapshot()
-            assert {k: row.values()[k] for k in snapshot} == snapshot
+            assert {k: getattr(row, k) for k in snapshot} == snapshot
 
 
 @pytest.mark.postgres
@@ -316,7 +316,7 @@ class TestRaces:
         caplog: pytest.LogCaptureFixture,
     ) -> None:
         caplog.set_level(logging.DEBUG, logger="flowforge.app.schedules")
-        row: ScheduleRow = pg_app.add_schedule("race", HOURLY, WORKFLOW, catch_up=2)
+        row: ScheduleView = pg_app.add_schedule("race", HOURLY, WORKFLOW, catch_up=2)
         assert row.next_fire_at is not None
         expected: list[datetime] = []
         for round_ in range(4):

@@ -23,6 +23,7 @@ run is running (``advance.advance_after_finish``); the model follows the same ru
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -693,7 +694,7 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
     @invariant()
     def rows_log_and_outbox_agree_with_the_model(self) -> None:
         for task, expected in self.task_models.items():
-            row = self.app.get_task_run(task).as_dict()
+            row = dataclasses.asdict(self.app.get_task_run(task))
             snapshot = expected.aggregate.snapshot()
             assert {k: row[k] for k in snapshot} == snapshot
             assert (row["state"] == "running") == (row["lease_expires_at"] is not None)
@@ -711,7 +712,7 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             else:
                 assert counter is not None
                 assert counter["running"] == self.running_of(run=run)
-            row = self.app.get_workflow_run(run).as_dict()
+            row = dataclasses.asdict(self.app.get_workflow_run(run))
             snapshot = model.snapshot()
             assert {k: row[k] for k in snapshot} == snapshot
             assert self.app.workflow_run_aggregate(run).snapshot() == snapshot

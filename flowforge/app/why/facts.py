@@ -20,11 +20,11 @@ from flowforge.aggregates.base import view
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.task_run import TaskRun, TaskRunChanges, TaskRunFixed
 from flowforge.aggregates.workflow_run import WorkflowRun, WorkflowRunChanges, WorkflowRunFixed
+from flowforge.app import as_of
 from flowforge.app.limits import Hold
 from flowforge.app.ports import QueueState
-from flowforge.app.results import AuditEntry
+from flowforge.app.results import AuditEntry, DispatchView, TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
-from flowforge.projections.tables import OutboxRow, TaskRunRow, WorkflowRunRow
 
 #: The states a run ends in, from its machine.
 TERMINAL_RUN_STATES = frozenset(state.value for state in WORKFLOW_RUN_MACHINE.terminal)
@@ -42,7 +42,7 @@ class TaskView(TaskRunFixed, TaskRunChanges):
     state: str
 
     @classmethod
-    def of(cls, source: TaskRunRow | TaskRun) -> TaskView:
+    def of(cls, source: TaskRunView | TaskRun) -> TaskView:
         return cls(id=source.id, **task_run.DECLARATION.values(source))
 
     @property
@@ -58,7 +58,7 @@ class RunView(WorkflowRunFixed, WorkflowRunChanges):
     state: str
 
     @classmethod
-    def of(cls, source: WorkflowRunRow | WorkflowRun) -> RunView:
+    def of(cls, source: WorkflowRunView | WorkflowRun) -> RunView:
         return cls(id=source.id, **workflow_run.DECLARATION.values(source))
 
 
@@ -137,10 +137,9 @@ def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situatio
     """The facts at ``at``, from the log: each aggregate of the run reconstituted at its
     last version with a timestamp no later than ``at``; None if it did not exist yet."""
     row = app.get_task_run(task_run_id)
-    entries = [e for e in app.run_history(row.workflow_run_id) if e.at <= at]
-    versions: dict[UUID, int] = {}
-    for entry in entries:
-        versions[entry.aggregate_id] = entry.version
+    then = as_of.fold(app.run_history(row.workflow_run_id), at)
+    entries = then.entries
+    versions = {aggregate_id: e.version for aggregate_id, e in then.last.items()}
     if row.workflow_run_id not in versions or task_run_id not in versions:
         return None
     repository = app.events.repository
@@ -163,7 +162,7 @@ def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situatio
     )
 
 
-def _dispatch(row: OutboxRow, at: datetime | None = None) -> Dispatch:
+def _dispatch(row: DispatchView, at: datetime | None = None) -> Dispatch:
     published = row.published_at
     if at is not None and published is not None and published > at:
         published = None

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flowforge.aggregates import task_run, workflow_run
-from flowforge.app import why
+from flowforge.app import results, why
 from flowforge.app.ports import QueueState
 from flowforge.cli import inspect
 from flowforge.projections.tables import TaskRunRow
@@ -168,9 +168,10 @@ def test_why_says_a_due_retry_waits_for_a_scheduler() -> None:
 # --- every declared field reaches why and the CLI without an edit ------------------------
 
 
-def a_task_run_row() -> TaskRunRow:
+def a_task_run_row() -> results.TaskRunView:
     task = new_task()
-    return TaskRunRow.from_mapping({**task.snapshot(), "created_at": AT, "updated_at": AT})
+    row = TaskRunRow.from_mapping({**task.snapshot(), "created_at": AT, "updated_at": AT})
+    return results.task_run_view(row)
 
 
 def test_why_sees_every_declared_field_of_a_task_run_and_of_a_workflow_run() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from flowforge.app.results import TaskRunView, WorkflowRunView
 from flowforge.cli.progress import Progress
-from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 
 NOW = datetime.now(UTC)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -33,8 +33,8 @@ LONG_ERROR = {
 }
 
 
-def run(state: str = "running") -> WorkflowRunRow:
-    return WorkflowRunRow(
+def run(state: str = "running") -> WorkflowRunView:
+    return WorkflowRunView(
         id=uuid.UUID(int=1),
         workflow_name="nightly_warehouse_refresh",
         definition=DEFINITION,
@@ -52,7 +52,7 @@ def run(state: str = "running") -> WorkflowRunRow:
     )
 
 
-def task(key: str, state: str, **fields: Any) -> TaskRunRow:
+def task(key: str, state: str, **fields: Any) -> TaskRunView:
     values: dict[str, Any] = {
         "id": uuid.uuid5(uuid.NAMESPACE_DNS, key),
         "workflow_run_id": uuid.UUID(int=1),
@@ -81,10 +81,10 @@ def task(key: str, state: str, **fields: Any) -> TaskRunRow:
         "created_at": NOW,
         "updated_at": NOW,
     }
-    return TaskRunRow(**{**values, **fields})
+    return TaskRunView(**{**values, **fields})
 
 
-def snapshot_1() -> list[TaskRunRow]:
+def snapshot_1() -> list[TaskRunView]:
     return [
         task(KEYS[0], "running", lease_owner="worker-on-a-host-with-a-long-name-7f3a9c"),
         task(KEYS[1], "pending"),
@@ -92,7 +92,7 @@ def snapshot_1() -> list[TaskRunRow]:
     ]
 
 
-def snapshot_2() -> list[TaskRunRow]:
+def snapshot_2() -> list[TaskRunView]:
     return [
         task(KEYS[0], "succeeded", finished_at=NOW + timedelta(seconds=2), result={"rows": 8}),
         task(KEYS[1], "retrying", attempt=2, error=LONG_ERROR),
@@ -130,7 +130,7 @@ def _keep_moves(match: re.Match[str]) -> str:
     return code if code.endswith(("F", "J")) else ""
 
 
-def draw(*snapshots: list[TaskRunRow], color: bool = False, width: int = 80) -> str:
+def draw(*snapshots: list[TaskRunView], color: bool = False, width: int = 80) -> str:
     out = io.StringIO()
     progress = Progress(out, live=True, width=width, color=color)
     for tasks in snapshots:

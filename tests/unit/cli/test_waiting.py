@@ -9,10 +9,10 @@ import re
 from datetime import timedelta
 from uuid import UUID
 
+from flowforge.app.results import TaskRunView
 from flowforge.app.why import Explanation
 from flowforge.cli.progress import Progress
 from flowforge.cli.waiting import QUIET_S, REFRESH_S, Wait, Waiting, held_up_by
-from flowforge.projections.tables import TaskRunRow
 from tests.unit.cli.test_progress import ANSI, NOW, run, screen, snapshot_1, task
 
 #: What `why` says of a task whose dispatch no worker has taken (its headline's shape).
@@ -52,7 +52,7 @@ class Explainer:
         return explanation()
 
 
-def still() -> list[TaskRunRow]:
+def still() -> list[TaskRunView]:
     return [task("extract", "ready"), task("load", "pending", depends_on=["extract"])]
 
 
