@@ -4,13 +4,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint docs bench bench-e2e mutate bytecode
+.PHONY: demo test lint lock docs bench bench-e2e mutate bytecode
 
-$(STAMP): pyproject.toml
+# The versions CI tested: every package pinned, with its hashes, in requirements.lock;
+# then FlowForge itself, editable, without resolving anything again (docs/testing.md,
+# "The lock file").
+LOCK := requirements.lock
+
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+## requirements.lock again from pyproject.toml (after a dependency changes there), then
+## the venv from it: the newest versions pyproject's ranges allow, for every platform.
+lock: $(STAMP)
+	$(BIN)/pip install --quiet uv
+	$(BIN)/uv pip compile pyproject.toml --extra dev --generate-hashes --universal \
+		--python-version 3.11 --quiet -o $(LOCK)
+	$(BIN)/pip install --quiet --require-hashes -r $(LOCK)
 
 # Compiled once here, not in every process: where PYTHONDONTWRITEBYTECODE is set (this
 # machine and CI set it), an editable install compiles flowforge from source at each

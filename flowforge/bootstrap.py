@@ -1,15 +1,21 @@
-"""The composition root: the one place that wires FlowForge's parts together.
+"""The composition root: the one place that constructs and wires FlowForge's parts.
 
-Everything concrete is chosen here, and only here: the database (``FlowForge(url)``),
-the transport (RabbitMQ when a broker is configured, else the in-process channel), the
-handler registry, and the one thread supervisor. The long-running loops
+Everything concrete is chosen here, and only here: the database (``FlowForge(url)``,
+:func:`open_app`), the transport (RabbitMQ when a broker is configured, else the
+in-process channel), the handler registry, the one thread supervisor, and the observers
+a process reports through (traces, metrics). The long-running loops
 (``flowforge.processes``) receive what they need and construct none of it, the
-cosmicpython way: a test wires them to an in-memory channel with the same calls.
+cosmicpython way: a test wires them to an in-memory channel with the same calls. The
+command line (``flowforge/cli``) parses and prints, and asks this module for the rest:
+``open_app``, ``bootstrap(...).worker(...)``, ``embedded(...)``; the web UI receives the
+application it opened (``tests/unit/test_bootstrap.py`` keeps it so).
 
-    settings ──► FlowForge(url) ─┐
-             └─► transport_for ──┼──► Processes ──► scheduler() / publisher() / worker()
-    registry ────────────────────┘        │
-                                          └──► Supervisor (threads, watched) ◄── ProcessGroup
+    settings ──► open_app: FlowForge(url) ─┐
+             └─► transport_for ────────────┼──► Processes ──► scheduler() / publisher()
+    registry ──────────────────────────────┘        │          / worker()
+                                                    └──► Supervisor (threads, watched)
+                                           ProcessGroup (embedded) ──┘
+    start_tracing, serve_metrics: the observers, started once per process
 """
 
 from __future__ import annotations
@@ -23,14 +29,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from uuid import UUID
 
-from flowforge import errors
+from flowforge import config, errors, metrics, tracing
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import WorkflowRunView
 from flowforge.app.scope import Scope
 from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig, Settings
 from flowforge.processes import publisher as publisher_loop
-from flowforge.processes import rabbitmq
 from flowforge.processes import scheduler as scheduler_loop
 from flowforge.processes.loop import Stop
 from flowforge.processes.publisher import Publisher
@@ -70,6 +75,9 @@ class Transport:
     def rabbitmq(cls, broker: BrokerConfig, *, check: bool = True) -> Transport:
         """RabbitMQ; with ``check``, fail now (one line naming host and port) if the
         broker is unreachable, rather than in the first loop's backoff."""
+        # Imported here: pika (some 60 ms) only for a process that talks to a broker.
+        from flowforge.processes import rabbitmq  # noqa: PLC0415
+
         if check:
             rabbitmq.check_reachable(broker)
         return cls(
@@ -78,23 +86,47 @@ class Transport:
         )
 
 
-def transport_for(settings: Settings, deployment: str) -> Transport:
-    """In-process dispatch when embedded; RabbitMQ when a broker is configured, on the
-    deployment's own topology unless its names are set explicitly."""
-    if settings.broker is None:
+def transport_for(settings: Settings, deployment: str, *, in_process: bool = False) -> Transport:
+    """In-process dispatch when embedded (or asked: ``flowforge demo``, whatever the
+    settings); RabbitMQ when a broker is configured, on the deployment's own topology
+    unless its names are set explicitly. An unreachable broker fails here, in one line."""
+    if settings.broker is None or in_process:
         return Transport.in_memory()
     return Transport.rabbitmq(settings.broker.for_deployment(deployment))
 
 
 def open_app(settings: Settings, *, migrate: bool | None = None) -> FlowForge:
-    """The application service on the configured database (``migrate``: as
-    ``FlowForge``'s; the CLI opens its own through ``cli.common.open_app``)."""
+    """The application service on the configured database: every command's, process's
+    and the web UI's. ``migrate`` is ``FlowForge``'s (``None``: SQLite sets itself up).
+    ``migrate=True`` on the embedded default creates its directory, ``./.flowforge/``,
+    first: nobody should have to."""
+    if migrate and settings.database_url == config.DEFAULT_DATABASE_URL:
+        config.DEFAULT_DATABASE_FILE.parent.mkdir(parents=True, exist_ok=True)
     return FlowForge(
         settings.database_url,
         migrate=migrate,
         listen_database_url=settings.listen_database_url,
         prepared_statements=settings.prepared_statements,
     )
+
+
+# --- the observers -----------------------------------------------------------------------
+
+
+def start_tracing(service_name: str) -> None:
+    """Export this process's spans if the environment asks for it (docs/observability.md,
+    "Traces"); a ``ConfigurationError`` if it asks and OpenTelemetry is not installed."""
+    tracing.configure(service_name)
+
+
+def serve_metrics(app: FlowForge, port: int, *, backlog: bool = False) -> None:
+    """Serve this process's metrics on ``port`` (docs/observability.md), and with
+    ``backlog`` the database's (tasks by state, the outbox): one process's job, the
+    scheduler's, so that a scrape of every worker does not query the database. An
+    ``OSError`` if the port cannot be listened on."""
+    metrics.serve(port)
+    if backlog:
+        metrics.collect_database(app.backlog)
 
 
 # --- the processes -----------------------------------------------------------------------
@@ -329,3 +361,17 @@ class ProcessGroup:
 
     def __exit__(self, *_: object) -> None:
         self.shutdown()
+
+
+def embedded(
+    app: FlowForge,
+    transport: Transport,
+    *,
+    workers: int,
+    registry: TaskRegistry,
+    runs: Collection[UUID] | None,
+) -> ProcessGroup:
+    """The processes of ``flowforge run``, ``rerun`` and ``demo``: a :class:`ProcessGroup`
+    on ``transport`` (:func:`transport_for`, asked before the run exists, so that an
+    unreachable broker refuses it first)."""
+    return ProcessGroup(app, transport, workers=workers, registry=registry, runs=runs)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from pydantic import (
     BaseModel,
@@ -163,6 +164,8 @@ def _switch(environ: Mapping[str, str], variable: str, *, default: bool) -> bool
 
 #: With no configuration FlowForge runs embedded: SQLite in the working directory.
 DEFAULT_DATABASE_URL = "sqlite:///.flowforge/flowforge.db"
+#: Its file (``./.flowforge/flowforge.db``).
+DEFAULT_DATABASE_FILE = Path(unquote(urlsplit(DEFAULT_DATABASE_URL).path[1:]))
 DATABASE_URL_VARIABLE = "FLOWFORGE_DATABASE_URL"
 #: Where the wake-up listeners connect, when not through the database URL (PgBouncer).
 LISTEN_DATABASE_URL_VARIABLE = "FLOWFORGE_LISTEN_DATABASE_URL"

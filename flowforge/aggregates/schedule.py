@@ -20,13 +20,14 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from flowforge.aggregates import base
+from flowforge.aggregates import base, task_run
 from flowforge.aggregates.base import Fields, Show
 from flowforge.aggregates.machines import SCHEDULE_MACHINE
 from flowforge.aggregates.states import ScheduleState
 
-#: Who fires a schedule, in the audit log (the run's creator is ``schedule:<name>``).
-ACTOR_SCHEDULER = "scheduler"
+#: Who fires a schedule, in the audit log (the run's creator is ``schedule:<name>``):
+#: the scheduler, by the one name every aggregate's events give it.
+ACTOR_SCHEDULER = task_run.ACTOR_SCHEDULER
 #: The prefix of a fired run's idempotency key: ``schedule:<name>@<fire time, UTC>``.
 IDEMPOTENCY_PREFIX = "schedule:"
 

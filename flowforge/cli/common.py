@@ -1,7 +1,8 @@
-"""What the commands share: settings from the environment and flags, opening the
-application service, and turning command-line text into values (inputs, workflows,
-task modules). Every problem is a ``FlowForgeError`` with a one-line message, so ``main``
-prints it without a traceback."""
+"""What the commands share: settings from the environment and flags, the application
+service and the metrics as a command asks them of ``flowforge/bootstrap.py`` (the one
+place that constructs and wires), and turning command-line text into values (inputs,
+workflows, task modules). Every problem is a ``FlowForgeError`` with a one-line
+message, so ``main`` prints it without a traceback."""
 
 from __future__ import annotations
 
@@ -17,9 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
-from flowforge import config, errors, metrics
+from flowforge import bootstrap, config, errors
 from flowforge.aggregates import json_values
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.app.definition_files import load_definition
@@ -29,10 +29,6 @@ from flowforge.processes.registry import TaskRegistry
 
 #: ``package.module:attribute`` (the attribute may be dotted), as for console scripts.
 _MODULE_REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-
-
-#: The embedded default's file (``./.flowforge/flowforge.db``).
-_DEFAULT_FILE = Path(unquote(urlsplit(config.DEFAULT_DATABASE_URL).path[1:]))
 
 # --- settings and the application service --------------------------------------------
 
@@ -60,44 +56,36 @@ def settings_from(
 
 
 def serve_metrics(args: argparse.Namespace, app: FlowForge, *, backlog: bool = False) -> None:
-    """With ``--metrics-port``: serve this process's metrics (docs/observability.md), and
-    with ``backlog`` the database's (tasks by state, the outbox): one process's job, the
-    scheduler's, so that a scrape of every worker does not query the database."""
+    """With ``--metrics-port``: serve this process's metrics, and with ``backlog`` the
+    database's (``bootstrap.serve_metrics``); a port taken is a usage error."""
     port: int | None = getattr(args, "metrics_port", None)
     if port is None:
         return
     try:
-        metrics.serve(port)
+        bootstrap.serve_metrics(app, port, backlog=backlog)
     except OSError as exc:
         raise UsageError(
             f"--metrics-port {port}: cannot listen on it ({exc.strerror or exc}); choose "
             f"a free port, one per process on a machine"
         ) from None
-    if backlog:
-        metrics.collect_database(app.backlog)
 
 
 def open_app(settings: config.Settings, *, migrate: bool = False) -> FlowForge:
-    """The application service on the configured database.
+    """The application service on the configured database (``bootstrap.open_app``).
 
     Only ``db init`` / ``db migrate``, ``run`` and ``demo`` pass ``migrate=True`` (create
     the schema, apply missing migrations). Every other command only checks the schema
     version and refuses with the command to run; it never creates a SQLite file.
     """
-    if migrate and settings.database_url == config.DEFAULT_DATABASE_URL:
-        # The embedded default lives in ./.flowforge/; nobody should have to create it.
-        _DEFAULT_FILE.parent.mkdir(parents=True, exist_ok=True)
-    return FlowForge(
-        settings.database_url,
-        migrate=migrate,
-        listen_database_url=settings.listen_database_url,
-        prepared_statements=settings.prepared_statements,
-    )
+    return bootstrap.open_app(settings, migrate=migrate)
 
 
 def default_database_missing(settings: config.Settings) -> bool:
     """True if the settings name the embedded default and nothing has created it yet."""
-    return settings.database_url == config.DEFAULT_DATABASE_URL and not _DEFAULT_FILE.exists()
+    return (
+        settings.database_url == config.DEFAULT_DATABASE_URL
+        and not config.DEFAULT_DATABASE_FILE.exists()
+    )
 
 
 def program_name() -> str:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from flowforge import errors, tracing
+from flowforge import errors
 from flowforge.cli import logs, parser
 from flowforge.cli.exits import EXIT_INTERRUPTED, EXIT_OK, exit_code_for
 
@@ -26,8 +26,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(args.log_level or args.default_log_level, args.log_format or "text")
     try:
         parser.check_unicode(args)
-        tracing.configure(service_name(args.handler))
-        return _handler(args.handler)(args)
+        handler = _handler(args.handler)
+        # The composition root starts what every process reports through. Imported only
+        # now, as the handler's module already did: `--help` never loads the engine.
+        from flowforge import bootstrap  # noqa: PLC0415
+
+        bootstrap.start_tracing(service_name(args.handler))
+        return handler(args)
     except errors.FlowForgeError as exc:
         report_error(exc)
         return exit_code_for(exc)

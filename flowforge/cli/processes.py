@@ -28,9 +28,7 @@ def scheduler(args: argparse.Namespace) -> int:
     with common.open_app(settings) as app:
         common.serve_metrics(args, app, backlog=True)
         # The scheduler never touches the queue: it gets no transport to check.
-        processes = bootstrap.bootstrap(
-            settings, app=app, transport=bootstrap.Transport.in_memory()
-        )
+        processes = bootstrap.bootstrap(settings, app=app, dispatch=False)
         processes.scheduler(interval=args.interval).run()
     return 0
 

@@ -198,7 +198,7 @@ def drive(
     ``every_run`` (``--all``), every run whose task types all have a handler in
     ``registry`` too."""
     runs = None if every_run else [run_id]
-    group = bootstrap.ProcessGroup(app, transport, workers=workers, registry=registry, runs=runs)
+    group = bootstrap.embedded(app, transport, workers=workers, registry=registry, runs=runs)
     progress = Progress(sys.stdout)
     waiting = Waiting(lambda task_run_id: why(app, task_run_id))
 
@@ -299,7 +299,7 @@ def demo(args: argparse.Namespace) -> int:
         started = app.submit_workflow_run(demo_workflow.DEFINITION, demo_workflow.INPUTS)
         final, stopped_by = drive(
             app,
-            bootstrap.Transport.in_memory(),
+            bootstrap.transport_for(settings, app.deployment_id, in_process=True),
             started.run_id,
             args.workers,
             demo_workflow.REGISTRY,

@@ -1,7 +1,7 @@
 """Races on one row, decided by PostgreSQL's row locks, provoked with real threads.
 
 Every racer waits on one ``threading.Barrier`` and then makes its call, so the calls hit
-the database together; nothing sleeps to widen a window (spec/execution-model.txt, "The
+the database together; nothing sleeps to widen a window (docs/execution-model.md, "The
 transition protocol"). Each test counts winners and events, so a double win, a lost
 winner or a stray event fails it. Exceptions in a racing thread are collected and raised
 in the test's thread.

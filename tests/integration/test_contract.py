@@ -1,8 +1,8 @@
 """The execution model's contract, on both backends.
 
 Every test takes the ``app`` fixture, which runs it once on PostgreSQL and once on SQLite:
-one contract, two implementations (spec/execution-model.txt, "The transition protocol",
-"Fencing tokens", "Leases", "Retries"). The rows of the spec's contract table are
+one contract, two implementations (docs/execution-model.md, "The transition protocol",
+"Fencing tokens", "Leases and the reaper", "Retries"). The rows of the spec's contract table are
 :class:`TestTransitionContract`; the state tables, edge by edge, are
 :class:`TestTaskRunEdges` and :class:`TestWorkflowRunEdges`.
 

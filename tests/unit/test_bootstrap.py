@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,3 +93,77 @@ def test_a_worker_consumes_only_the_types_it_is_given_each_with_a_handler(
         assert every.task_types == ("extract", "train")
     finally:
         wired.app.close()
+
+
+# --- one composition root --------------------------------------------------------------
+
+#: What only the composition root constructs or starts: the application service, the
+#: transports and their adapters, the loops and their supervisor, the observers.
+WIRING = frozenset(
+    {
+        "FlowForge",
+        "Transport",
+        "Transport.in_memory",
+        "Transport.rabbitmq",
+        "InMemoryDispatchChannel",
+        "RabbitDispatchPublisher",
+        "RabbitDispatchConsumer",
+        "Processes",
+        "ProcessGroup",
+        "Scheduler",
+        "Publisher",
+        "Worker",
+        "Supervisor",
+        "metrics.serve",
+        "metrics.collect_database",
+        "tracing.configure",
+    }
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wiring_calls(source: str) -> list[str]:
+    """Each call in ``source`` that constructs or starts what :data:`WIRING` names
+    (``Transport.in_memory(...)`` as ``bootstrap.Transport.in_memory(...)``), by line."""
+    found = []
+    calls = (node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call))
+    for node in sorted(calls, key=lambda call: (call.lineno, call.col_offset)):
+        parts: list[str] = []
+        func = node.func
+        while isinstance(func, ast.Attribute):
+            parts.insert(0, func.attr)
+            func = func.value
+        if isinstance(func, ast.Name):
+            parts.insert(0, func.id)
+        if {".".join(parts[-2:]), parts[-1] if parts else ""} & WIRING:
+            found.append(f"{node.lineno}: {'.'.join(parts)}")
+    return found
+
+
+@pytest.mark.parametrize("package", ["cli", "ui"])
+def test_the_cli_and_the_ui_ask_the_composition_root_and_construct_nothing(package: str) -> None:
+    modules = sorted((ROOT / "flowforge" / package).rglob("*.py"))
+    assert len(modules) > 5
+    found = {
+        str(path.relative_to(ROOT)): calls
+        for path in modules
+        if (calls := wiring_calls(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}, "ask flowforge/bootstrap.py for them (docs/architecture.md)"
+
+
+def test_the_scan_finds_a_construction_and_passes_a_request() -> None:
+    source = textwrap.dedent("""
+        app = FlowForge(settings.database_url)
+        group = bootstrap.ProcessGroup(app, bootstrap.Transport.in_memory())
+        metrics.serve(9100)
+        opened = bootstrap.open_app(settings)
+        processes = bootstrap.bootstrap(settings, app=opened).worker("w")
+    """)
+    assert wiring_calls(source) == [
+        "2: FlowForge",
+        "3: bootstrap.ProcessGroup",
+        "3: bootstrap.Transport.in_memory",
+        "4: metrics.serve",
+    ]

@@ -18,7 +18,7 @@ from flowforge.aggregates.machines import (
 )
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 
-# A literal copy of the spec's tables (spec/execution-model.txt):
+# A literal copy of the spec's tables (docs/execution-model.md, "The two state machines"):
 # (transition, source, target, requires lease).
 SPEC_WORKFLOW_RUN_TABLE = {
     ("start", "pending", "running", False),

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from flowforge.cli import parser
+from flowforge.cli.grammar import maintenance
 from flowforge.projections.schema import SCHEMA_VERSION
 
 
 def test_the_db_examples_show_the_current_schema_version() -> None:
-    assert parser.SCHEMA_VERSION == SCHEMA_VERSION
-    examples = " ".join(command.example for command in parser.DB_ACTIONS)
+    assert maintenance.SCHEMA_VERSION == SCHEMA_VERSION
+    examples = " ".join(command.example for command in maintenance.DB_ACTIONS)
     assert examples.count(f"schema version {SCHEMA_VERSION}") == 2
 
 

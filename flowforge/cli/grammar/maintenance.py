@@ -1,0 +1,169 @@
+"""Maintenance: the commands of actions ``db``, ``broker``, ``schedule`` and ``limit``
+(their handlers: ``flowforge/cli/db.py``, ``broker.py``, ``schedules.py``,
+``limits.py``)."""
+
+from __future__ import annotations
+
+from flowforge.cli import flags
+from flowforge.cli.grammar.command import Command, Group
+from flowforge.projections.migration_files import migration_files
+
+#: The schema version a database gets from this FlowForge, for the help's examples.
+SCHEMA_VERSION = len(migration_files())
+
+DB_ACTIONS = (
+    Command(
+        "init",
+        "create the tables or apply missing migrations (idempotent)",
+        "flowforge db init\n  database sqlite .flowforge/flowforge.db: schema version "
+        f"{SCHEMA_VERSION}, deployment 3f2a6c1e0b9d",
+        "flowforge.cli.db:init",
+    ),
+    Command(
+        "migrate",
+        "apply the migrations the database lacks (the same as init; idempotent)",
+        "flowforge db migrate\n  database postgres 127.0.0.1:5432/flowforge: schema version "
+        f"{SCHEMA_VERSION}",
+        "flowforge.cli.db:migrate",
+    ),
+    Command(
+        "rebuild",
+        "rebuild the tables from the event log, then verify every row against the log",
+        """\
+        flowforge db rebuild
+          rebuilt 12 workflow runs and 60 task runs from 431 events
+          verified 72 rows against the log: all match
+        """,
+        "flowforge.cli.db:rebuild",
+    ),
+)
+
+
+BROKER_ACTIONS = (
+    Command(
+        "migrate",
+        "move the dispatches of the single queue of an older FlowForge to their types' "
+        "queues (idempotent)",
+        """\
+        flowforge broker migrate
+          moved 3 dispatches to flowforge.3f2a6c1e0b9d.tasks.extract
+          deleted flowforge.3f2a6c1e0b9d.tasks: the migration is complete
+        """,
+        "flowforge.cli.broker:migrate",
+    ),
+)
+
+
+SCHEDULE_ACTIONS = (
+    Command(
+        "add",
+        "add a schedule: a run of the workflow at each fire time",
+        """\
+        flowforge schedule add nightly --cron "30 2 * * *" --timezone Europe/Paris \\
+            examples/fan_out.toml --input rows=8
+          schedule nightly: fan_out at 30 2 * * * (Europe/Paris), next 2026-01-31 02:30:00 CET
+        """,
+        "flowforge.cli.schedules:add",
+        (
+            flags.SCHEDULE_NAME,
+            flags.CRON,
+            flags.TIMEZONE,
+            flags.CATCH_UP,
+            flags.WORKFLOW,
+            flags.INPUT,
+            flags.JSON,
+        ),
+        description="Add a schedule: at each fire time of --cron in --timezone (DST "
+        "included), the scheduler starts a run of the workflow with the --input values, "
+        "exactly once. After a scheduler downtime it runs the latest missed fire time "
+        "once, and the N newest older ones with --catch-up N.",
+    ),
+    Command(
+        "list",
+        "the schedules: state, cron, next fire, last fire and its run",
+        "flowforge schedule list",
+        "flowforge.cli.schedules:list_schedules",
+        (flags.JSON,),
+    ),
+    Command(
+        "pause",
+        "stop firing a schedule until it is resumed",
+        "flowforge schedule pause nightly",
+        "flowforge.cli.schedules:pause",
+        (flags.SCHEDULE_NAME,),
+    ),
+    Command(
+        "resume",
+        "fire a paused schedule again, from its next fire time after now",
+        "flowforge schedule resume nightly",
+        "flowforge.cli.schedules:resume",
+        (flags.SCHEDULE_NAME,),
+    ),
+    Command(
+        "delete",
+        "delete a schedule for good (its name may be used again)",
+        "flowforge schedule delete nightly",
+        "flowforge.cli.schedules:delete",
+        (flags.SCHEDULE_NAME,),
+    ),
+)
+
+
+LIMIT_ACTIONS = (
+    Command(
+        "set",
+        "at most N tasks of TYPE run at once",
+        "flowforge limit set extract 2\n  at most 2 extract tasks run at once",
+        "flowforge.cli.limits:set_limit",
+        (flags.TASK_TYPE, flags.MAX_RUNNING),
+    ),
+    Command(
+        "unset",
+        "remove the limit on TYPE (tasks' own max_running still apply)",
+        "flowforge limit unset extract",
+        "flowforge.cli.limits:unset_limit",
+        (flags.TASK_TYPE,),
+    ),
+    Command(
+        "list",
+        "every limited task type, its limit and how many of its tasks run",
+        "flowforge limit list\n  TYPE     LIMIT  RUNNING  CHANGED               BY",
+        "flowforge.cli.limits:list_limits",
+        (flags.JSON,),
+    ),
+)
+
+
+#: In the order ``flowforge --help`` lists them, before the other commands.
+GROUPS = (
+    Group(
+        "db",
+        "create, migrate or rebuild the database",
+        "Database maintenance. Only db init / db migrate (and run, demo) change the schema; "
+        "every other command checks its version.",
+        DB_ACTIONS,
+    ),
+    Group(
+        "broker",
+        "upgrade the broker's queues",
+        "Broker maintenance: `broker migrate` moves the dispatches of the one queue of a "
+        "FlowForge before routing to their task types' queues (docs/deployment.md, "
+        "'Upgrading to per-type queues').",
+        BROKER_ACTIONS,
+    ),
+    Group(
+        "schedule",
+        "start a workflow on a cron schedule",
+        "Cron schedules: each fire time of the expression, in its time zone, starts a run "
+        "of the workflow, exactly once, even with several schedulers. A deployment's "
+        "`flowforge scheduler` fires them (docs/scheduling/cron.md).",
+        SCHEDULE_ACTIONS,
+    ),
+    Group(
+        "limit",
+        "set, unset or list concurrency limits on task types",
+        "Concurrency limits: at most N tasks of a type run at once, from the next claim "
+        "on (docs/scheduling/limits.md). Each change is recorded in the audit log.",
+        LIMIT_ACTIONS,
+    ),
+)

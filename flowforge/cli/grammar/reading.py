@@ -1,0 +1,71 @@
+"""Reading what happened: ``runs``, ``status``, ``history``, ``why``, and the web UI
+(``ui``), which shows the same."""
+
+from __future__ import annotations
+
+from flowforge.cli import flags
+from flowforge.cli.grammar.command import Command
+
+RUNS = Command(
+    "runs",
+    "list recent runs with their state and duration",
+    "flowforge runs --limit 5",
+    "flowforge.cli.inspect:runs",
+    (flags.LIMIT, flags.JSON),
+)
+
+
+STATUS = Command(
+    "status",
+    "a run's tasks with state, attempt, duration and error",
+    "flowforge status 3f2a --watch",
+    "flowforge.cli.inspect:status",
+    (flags.RUN, flags.WATCH, flags.JSON),
+    description="A run's tasks with state, attempt, duration and error. Exits 1 if "
+    "the run failed or was cancelled; --watch follows it until it finishes.",
+)
+
+
+HISTORY = Command(
+    "history",
+    "the audit log: every transition of every attempt",
+    "flowforge history 3f2a            # a run and all its tasks\n"
+    "flowforge history 3f2a/enrich     # one task run (or its id)",
+    "flowforge.cli.inspect:history",
+    (flags.RUN_OR_TASK_RUN, flags.JSON),
+)
+
+
+WHY = Command(
+    "why",
+    "explain why a task is not running (or did not run)",
+    """\
+    flowforge why 3f2a/load
+      load is waiting for 1 upstream task: enrich (retrying, attempt 2 due at 12:03:05)
+    flowforge why 3f2a/load --at 2026-01-31T12:03:00Z    # as of a past moment
+    """,
+    "flowforge.cli.inspect:why",
+    (flags.TASK_RUN, flags.AT, flags.JSON),
+    description="Explain a task run's state: the upstream tasks it waits on, a retry "
+    "backoff, a dispatch not yet published or claimed, the worker holding its lease, "
+    "the run's end that cancelled it. --at answers from the event log as of a past "
+    "moment.",
+)
+
+
+UI = Command(
+    "ui",
+    "serve the web UI: runs, a run's DAG and timeline at any moment, its tasks",
+    """\
+    flowforge ui --port 8765
+      serving FlowForge's UI on http://127.0.0.1:8765/ (Ctrl-C stops)
+    """,
+    "flowforge.cli.ui:serve",
+    (flags.HOST, flags.PORT, flags.METRICS_PORT),
+    description="Serve server-rendered pages (docs/ui.md): the runs, a run's DAG and "
+    "timeline now or as of any past moment (replayed from the audit log), a task's "
+    "attempts and why; cancel a run. Loopback only unless FLOWFORGE_UI_TOKEN is set: "
+    "then any --host may be given and every request must carry the token.",
+    log_level="INFO",
+    uses_broker=False,
+)
