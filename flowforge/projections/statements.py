@@ -1,9 +1,11 @@
 """SQL as data: the ``sql/`` files rendered for one dialect, loaded once per dialect.
 
-``common.sql`` holds every statement both databases run, written once, with macros in
-braces; ``sql/<dialect>.sql`` holds only what differs: the text each macro stands for
-(``-- macro: <name>`` blocks, each commented with why it differs) and the few statements
-one database needs and the other does not (``-- name: <name>``). A name defined twice is
+``common.sql`` holds the statements both databases run, written once, with macros in
+braces, and each concept that stands alone has a file of its own (``outbox.sql``,
+``wakeups.sql``, ``limits.sql``, ``schedules.sql``: ``SHARED_FILES``).
+``sql/<dialect>.sql`` holds only what differs: the text each macro stands for (``--
+macro: <name>`` blocks, each commented with why it differs) and the few statements one
+database needs and the other does not (``-- name: <name>``). A name defined twice is
 an error at load time, so a statement cannot quietly exist in two versions.
 
 The schema is a file too: ``schema.sql`` (the current schema, the statement ``schema``)
@@ -25,6 +27,10 @@ from flowforge.projections import event_sql
 from flowforge.projections.migration_files import migration_files
 
 DIALECTS = ("postgres", "sqlite")
+#: The statements both databases run, one file per concept (as procrastinate keeps one
+#: per manager), loaded in this order after the dialect's file: a macro may use only the
+#: ones defined before it.
+SHARED_FILES = ("common.sql", "outbox.sql", "wakeups.sql", "limits.sql", "schedules.sql")
 
 _BLOCK = re.compile(r"^-- (name|macro): (\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{3})_\w+\.sql$")
@@ -206,7 +212,7 @@ def load(dialect: str) -> Mapping[str, str]:
     macros: dict[str, object] = dict(code_macros())
     raw: dict[str, str] = {}
     dialect_blocks = _blocks(_read(f"{dialect}.sql"))
-    shared = _blocks(_read("common.sql")) + _blocks(_read("schedules.sql"))
+    shared = [block for file in SHARED_FILES for block in _blocks(_read(file))]
     for kind, name, body in dialect_blocks + shared + _schema_blocks():
         if kind == "macro":
             # A macro may use the ones defined before it ({touched_at} is {now} on SQLite).

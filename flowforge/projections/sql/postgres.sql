@@ -1,6 +1,7 @@
--- What PostgreSQL needs that SQLite does not: the macros common.sql uses, and the
--- statements that exist only here. Every statement both databases run is in common.sql.
--- A "-- macro: <name>" block is the text {name} stands for in common.sql.
+-- What PostgreSQL needs that SQLite does not: the macros the shared files use, and the
+-- statements that exist only here. Every statement both databases run is in a shared
+-- file, one per concept (common.sql, outbox.sql, wakeups.sql, limits.sql,
+-- schedules.sql). A "-- macro: <name>" block is the text {name} stands for in them.
 
 -- now() is the transaction's start time: one clock (the database's) for every lease,
 -- retry due time and event timestamp.
@@ -70,7 +71,7 @@ FOR UPDATE SKIP LOCKED
 -- macro: written_by_this_transaction
 xmin::text::bigint = mod(txid_current_if_assigned(), 4294967296)
 
--- A new outbox row's dispatch id (a released hold's: limits in common.sql): random, as
+-- A new outbox row's dispatch id (a released hold's: limits.sql): random, as
 -- md5 of random() rather than gen_random_uuid(), which needs PostgreSQL 13.
 -- macro: random_uuid
 CAST(md5(random()::text || clock_timestamp()::text) AS uuid)

@@ -1,7 +1,8 @@
--- What SQLite (the embedded default) needs that PostgreSQL does not: the macros
--- common.sql uses, and the statements that exist only here. Every statement both
--- databases run is in common.sql. A "-- macro: <name>" block is the text {name} stands
--- for in common.sql.
+-- What SQLite (the embedded default) needs that PostgreSQL does not: the macros the
+-- shared files use, and the statements that exist only here. Every statement both
+-- databases run is in a shared file, one per concept (common.sql, outbox.sql,
+-- wakeups.sql, limits.sql, schedules.sql). A "-- macro: <name>" block is the text
+-- {name} stands for in them.
 
 -- Microseconds since the epoch by SQLite's clock, the unit every timestamp column
 -- stores (julianday is exact to the millisecond). SQLite's 'now' is fixed for one
