@@ -23,7 +23,7 @@ from types import MappingProxyType
 from flowforge.aggregates import schedule, task_run, workflow_run
 from flowforge.aggregates.base import Declaration
 from flowforge.aggregates.states import ScheduleState, TaskRunState, WorkflowRunState
-from flowforge.projections import event_sql
+from flowforge.projections import event_log, event_sql
 from flowforge.projections.migration_files import migration_files
 
 DIALECTS = ("postgres", "sqlite")
@@ -210,6 +210,9 @@ def load(dialect: str) -> Mapping[str, str]:
     if dialect not in DIALECTS:
         raise ValueError(f"unknown SQL dialect {dialect!r}; expected one of {DIALECTS}")
     macros: dict[str, object] = dict(code_macros())
+    # The library's table and its order of insertion (event_log.py: the seam).
+    macros["events_table"] = event_log.EVENT_TABLES[dialect]
+    macros["event_order"] = event_log.EVENT_ORDERS[dialect]
     raw: dict[str, str] = {}
     dialect_blocks = _blocks(_read(f"{dialect}.sql"))
     shared = [block for file in SHARED_FILES for block in _blocks(_read(file))]

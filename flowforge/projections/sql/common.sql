@@ -10,10 +10,11 @@
 --     {uuid_list[p]} {text_list[p]}  the parameter :p, a JSON array, as rows
 --     {seconds_or_row[p]} the same, or the row's column p where :p is NULL
 --     {uuid} {json} {timestamp} {bigint} {real}   column types
---     {events_table} {event_order}         the eventsourcing library's table
 --     {for_update} {for_update_skip_locked} row locks (PostgreSQL only)
 --     {indexed_by_retry_due} the retries' index, named where SQLite would not pick it
 --   from the code (flowforge/projections/statements.py):
+--     {events_table} {event_order}  the eventsourcing library's table and its order of
+--       insertion (flowforge/projections/event_log.py: the seam to the library)
 --     {task_run_states} {workflow_run_states}  the enums, so the CHECKs cannot drift
 --     {task_run_assignments} {workflow_run_assignments}  "col = :col, ..." for every
 --       column an event carries (the aggregates' MUTABLE_FIELDS)

@@ -45,14 +45,6 @@ coalesce(
      WHERE task ->> 'key' = task_runs.task_key),
     (run.definition ->> 'lease_seconds')::double precision)
 
--- The eventsourcing library's PostgreSQL recorder names its table after the
--- application ("FlowForge") and numbers its rows with notification_id.
--- macro: events_table
-flowforge_events
-
--- macro: event_order
-notification_id
-
 -- Row locks: the run row that serialises one run's advance, and the outbox rows that
 -- parallel publishers divide (a row another publisher holds is skipped, not waited for).
 -- macro: for_update

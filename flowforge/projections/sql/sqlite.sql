@@ -51,13 +51,6 @@ coalesce(
      WHERE json_extract(task.value, '$.key') = task_runs.task_key),
     json_extract(run.definition, '$.lease_seconds'))
 
--- The eventsourcing library's SQLite recorder: its fixed table, in insertion order.
--- macro: events_table
-stored_events
-
--- macro: event_order
-rowid
-
 -- No row locks in SQLite: BEGIN IMMEDIATE already holds the whole database's write lock
 -- for the transaction, so one advance of a run at a time and one publisher sweep at a
 -- time follow from it.
@@ -100,7 +93,7 @@ SELECT value FROM json_each(:param)
 -- macro: serial_primary_key
 integer PRIMARY KEY
 
--- No NOTIFY or LISTEN: never run (SqliteDatabase.notifies is False; the embedded mode
+-- No NOTIFY or LISTEN: never run (SqliteDatabase.notifier() does nothing; the embedded mode
 -- runs every loop in one process, woken by the store's in-process bells). Here so both
 -- dialects name the same statements.
 -- name: notify_begin

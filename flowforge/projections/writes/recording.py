@@ -17,12 +17,11 @@ from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, Transcoder
-from eventsourcing.utils import get_topic
 
 from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.base import Declaration, TransitionedEvent, event_from_row
 from flowforge.aggregates.machines import Transition
-from flowforge.projections import event_sql, projector, statements
+from flowforge.projections import event_log, event_sql, projector, statements
 from flowforge.projections.db.protocols import UNREAD_ROW, Row, Transaction
 from flowforge.projections.reads import first_row
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
@@ -187,4 +186,4 @@ def machine_and_edge(event_class: type) -> tuple[str, str]:
 
 
 def _topic(event_class: type[TransitionedEvent]) -> str:
-    return get_topic(event_class)
+    return event_log.topic_of(event_class)
