@@ -17,7 +17,6 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import Transcoder
 
 from flowforge import errors
-from flowforge.app.transcoder import UserSafeJSONTranscoder
 from flowforge.projections import event_log, schema
 from flowforge.projections.db.connect import (
     check_reachable,
@@ -25,17 +24,16 @@ from flowforge.projections.db.connect import (
     schema_creation_lock,
 )
 from flowforge.projections.db.errors import translate_errors
-from flowforge.projections.db.location import (
-    parse_database_url,
-    parse_listen_url,
-)
+from flowforge.projections.db.location import parse_database_url, parse_listen_url
 from flowforge.projections.store import Store
 
 
 class EventStore(Application[UUID]):
     """The ``eventsourcing`` application that owns the event log (mapper, recorder,
     repository, notification log). FlowForge never calls its ``save``: every append
-    goes through the store, in the transaction of its transition."""
+    goes through the store, in the transaction of its transition, in the stored form
+    ``projections/event_log.py`` describes (the seam to the library: its name, its
+    table, the state's encoding by the transcoder below)."""
 
     # The PostgreSQL recorder names its table after the application (event_log.py).
     name = event_log.APPLICATION_NAME
@@ -48,7 +46,7 @@ class EventStore(Application[UUID]):
         self._open = True
 
     def construct_transcoder(self) -> Transcoder:
-        transcoder = UserSafeJSONTranscoder()
+        transcoder = event_log.UserSafeJSONTranscoder()
         self.register_transcodings(transcoder)
         return transcoder
 

@@ -9,11 +9,11 @@ mutable fields, plus ``timestamp`` (the row's ``updated_at``), ``source`` and ``
 encoded as the ``eventsourcing`` library's JSON transcoder encodes them
 (``{"_type_": "datetime_iso", "_data_": ...}`` for a timestamp, ``uuid_hex`` for a UUID)
 so the library reads it back as the same event (what FlowForge assumes of the library's
-stored form is in ``event_log.py``). The SQL is generated here from the
-aggregate's field declaration, so a field added to the aggregate is in its SQL events too.
+stored form is in ``event_log.py``). The SQL is generated here from the aggregate's field
+declaration, so a field added to the aggregate is in its SQL events too.
 
-User JSON (a result, an error) must be escaped as ``app/transcoder.py`` escapes it: an
-object with exactly the library's two reserved keys becomes ``{"_type_":
+User JSON (a result, an error) must be escaped as ``event_log.UserSafeJSONTranscoder``
+escapes it: an object with exactly the library's two reserved keys becomes ``{"_type_":
 "flowforge_dict", "_data_": [[key, value], ...]}``. A value the statement itself writes
 (a finish's result and error) comes escaped, by that transcoder, as the parameter
 ``event_<field>``. A value carried from the row is used as it is when its text has no

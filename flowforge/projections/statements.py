@@ -136,6 +136,9 @@ POSTGRES_ONLY_STATEMENTS = frozenset(
 FREEING_STATEMENTS = frozenset({"task_finish", "task_time_out", "task_reclaim"})
 RECORDED_SUFFIX = "_recorded"
 _RECORDING_DIALECTS = frozenset({"postgres"})
+#: How each driver takes a named parameter, as the replacement of ``:name``: psycopg's
+#: ``%(name)s``; sqlite3 reads ``:name`` itself.
+_PARAMETER_STYLES: Mapping[str, str] = MappingProxyType({"postgres": r"%(\1)s", "sqlite": r":\1"})
 
 
 def recorded_name(statement: str) -> str:
@@ -237,14 +240,9 @@ def load(dialect: str) -> Mapping[str, str]:
             raw[recorded_name(name)] = event_sql.recorded(
                 update, declaration, "{events_table}", also
             )
-    rendered = {name: _render(body.format_map(macros), dialect) for name, body in raw.items()}
+    style = _PARAMETER_STYLES[dialect]
+    rendered = {name: _PARAMETER.sub(style, body.format_map(macros)) for name, body in raw.items()}
     return MappingProxyType(rendered)
-
-
-def _render(statement: str, dialect: str) -> str:
-    if dialect == "postgres":
-        return _PARAMETER.sub(r"%(\1)s", statement)
-    return statement
 
 
 def statements(block: str) -> list[str]:

@@ -149,11 +149,12 @@ LOCK TABLE schedules IN EXCLUSIVE MODE;
 -- name: schema_table_exists
 SELECT 1 AS present WHERE to_regclass('flowforge_schema') IS NOT NULL;
 
--- A transition event's user JSON (a result, an error) escaped as app/transcoder.py
--- escapes it when the event is built in Python: an object with exactly the library's two
--- reserved keys becomes {"_type_": "flowforge_dict", "_data_": [[key, value], ...]},
--- innermost first, so the library reads the user's object back as it was. The events
--- a transition's statement stores (projections/event_sql.py) call it. Recursive: its
+-- A transition event's user JSON (a result, an error) escaped as the transcoder
+-- (UserSafeJSONTranscoder, flowforge/projections/event_log.py) escapes it when the event
+-- is built in Python: an object with exactly the library's two reserved keys becomes
+-- {"_type_": "flowforge_dict", "_data_": [[key, value], ...]}, innermost first, so the
+-- library reads the user's object back as it was. The events a transition's statement
+-- stores (projections/event_sql.py) call it. Recursive: its
 -- body names itself, which PostgreSQL could not check before the function exists.
 -- macro: create_event_json_function
 SET LOCAL check_function_bodies = off;

@@ -103,7 +103,7 @@ class LimitWrites:
             ("clear_run_claim_mark", own),
             ("clear_type_claim_mark", own),
         ]
-        unread = [_START] if self._recording.events_in_sql else []
+        unread = self._recording.unread_where_stored([_START])
         rows = self._tx.run_each(statements, commit=self._recording.commits(True), unread=unread)
         row = self._recording.recorded(TaskRunRow, rows[_CLAIM], claim)
         self._recording.recorded(WorkflowRunRow, rows[_START], start)

@@ -143,6 +143,12 @@ class Recording:
                 self.append([event.built_from(row)])
         return row
 
+    def unread_where_stored(self, positions: list[int]) -> list[int]:
+        """``positions`` (of transition statements in a ``run_each``) as its ``unread``:
+        where the statement stores its event nobody needs its rows; where the event is
+        built from the row it returns (SQLite), every row is read."""
+        return positions if self.events_in_sql else []
+
     def commits(self, last: bool) -> bool:
         """Whether a transaction's last statement may carry its COMMIT: not when the
         event is built in Python, which is appended after the statement."""
