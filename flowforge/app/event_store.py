@@ -17,29 +17,26 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import Transcoder
 
 from flowforge import errors
-from flowforge.app.transcoder import UserSafeJSONTranscoder
-from flowforge.projections import schema
+from flowforge.projections import event_log, schema
 from flowforge.projections.db.connect import (
     check_reachable,
     make_database,
     schema_creation_lock,
 )
 from flowforge.projections.db.errors import translate_errors
-from flowforge.projections.db.location import (
-    DatabaseLocation,
-    parse_database_url,
-    parse_listen_url,
-)
+from flowforge.projections.db.location import parse_database_url, parse_listen_url
 from flowforge.projections.store import Store
 
 
 class EventStore(Application[UUID]):
     """The ``eventsourcing`` application that owns the event log (mapper, recorder,
     repository, notification log). FlowForge never calls its ``save``: every append
-    goes through the store, in the transaction of its transition."""
+    goes through the store, in the transaction of its transition, in the stored form
+    ``projections/event_log.py`` describes (the seam to the library: its name, its
+    table, the state's encoding by the transcoder below)."""
 
-    # The PostgreSQL recorder names its table after the application: flowforge_events.
-    name = "FlowForge"
+    # The PostgreSQL recorder names its table after the application (event_log.py).
+    name = event_log.APPLICATION_NAME
 
     #: Set once the library's constructor has returned: only a whole store is closed.
     _open = False
@@ -49,7 +46,7 @@ class EventStore(Application[UUID]):
         self._open = True
 
     def construct_transcoder(self) -> Transcoder:
-        transcoder = UserSafeJSONTranscoder()
+        transcoder = event_log.UserSafeJSONTranscoder()
         self.register_transcodings(transcoder)
         return transcoder
 
@@ -78,12 +75,6 @@ class Persistence:
         self.events.close()
 
 
-def migrates_by_default(location: DatabaseLocation) -> bool:
-    """The embedded default (SQLite) sets itself up; a shared server is migrated on
-    purpose (``flowforge db migrate``), never as a side effect of a start."""
-    return location.dialect == "sqlite"
-
-
 def open_persistence(
     database_url: str,
     *,
@@ -96,7 +87,7 @@ def open_persistence(
     ``prepared_statements``: False behind a pooler that cannot keep them (PgBouncer)."""
     location = parse_database_url(database_url)
     listen_url = listen_database_url and parse_listen_url(listen_database_url, location)
-    migrating = migrates_by_default(location) if migrate is None else migrate
+    migrating = location.migrates_by_default if migrate is None else migrate
     if migrating:
         location.require_directory()
     else:
@@ -117,7 +108,7 @@ def open_persistence(
             raise
         try:
             database = make_database(
-                events.recorder.datastore,  # type: ignore[attr-defined]
+                event_log.datastore_of(events.recorder),
                 location,
                 listen_url,
             )

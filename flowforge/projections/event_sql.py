@@ -8,11 +8,12 @@ t``). No row matched (a lost race, a stale token): no event either. The event is
 mutable fields, plus ``timestamp`` (the row's ``updated_at``), ``source`` and ``actor``,
 encoded as the ``eventsourcing`` library's JSON transcoder encodes them
 (``{"_type_": "datetime_iso", "_data_": ...}`` for a timestamp, ``uuid_hex`` for a UUID)
-so the library reads it back as the same event. The SQL is generated here from the
-aggregate's field declaration, so a field added to the aggregate is in its SQL events too.
+so the library reads it back as the same event (what FlowForge assumes of the library's
+stored form is in ``event_log.py``). The SQL is generated here from the aggregate's field
+declaration, so a field added to the aggregate is in its SQL events too.
 
-User JSON (a result, an error) must be escaped as ``app/transcoder.py`` escapes it: an
-object with exactly the library's two reserved keys becomes ``{"_type_":
+User JSON (a result, an error) must be escaped as ``event_log.UserSafeJSONTranscoder``
+escapes it: an object with exactly the library's two reserved keys becomes ``{"_type_":
 "flowforge_dict", "_data_": [[key, value], ...]}``. A value the statement itself writes
 (a finish's result and error) comes escaped, by that transcoder, as the parameter
 ``event_<field>``. A value carried from the row is used as it is when its text has no
@@ -24,20 +25,17 @@ tests/integration/projections/test_event_sql.py proves the two encodings read ba
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import cache
 
 from flowforge.aggregates.base import Declaration, Kind
+from flowforge.projections import event_log
 
 #: The row alias the UPDATE's CTE is named by, and the event CTE's.
 ROW = "t"
 #: The prefix of the parameter that carries a JSON field's escaped value (NULL: the row's).
 ESCAPED_PARAMETER_PREFIX = "event_"
 #: The library's encoding of a non-JSON value: its ``_type_`` name per kind.
-_LIBRARY_TYPES: Mapping[Kind, str] = {
-    Kind.TIMESTAMP: "datetime_iso",
-    Kind.UUID: "uuid_hex",
-}
+_LIBRARY_TYPES = event_log.LIBRARY_TYPES
 
 
 def _library_value(kind: Kind, column: str) -> str:

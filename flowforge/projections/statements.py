@@ -1,9 +1,11 @@
 """SQL as data: the ``sql/`` files rendered for one dialect, loaded once per dialect.
 
-``common.sql`` holds every statement both databases run, written once, with macros in
-braces; ``sql/<dialect>.sql`` holds only what differs: the text each macro stands for
-(``-- macro: <name>`` blocks, each commented with why it differs) and the few statements
-one database needs and the other does not (``-- name: <name>``). A name defined twice is
+``common.sql`` holds the statements both databases run, written once, with macros in
+braces, and each concept that stands alone has a file of its own (``outbox.sql``,
+``wakeups.sql``, ``limits.sql``, ``schedules.sql``: ``SHARED_FILES``).
+``sql/<dialect>.sql`` holds only what differs: the text each macro stands for (``--
+macro: <name>`` blocks, each commented with why it differs) and the few statements one
+database needs and the other does not (``-- name: <name>``). A name defined twice is
 an error at load time, so a statement cannot quietly exist in two versions.
 
 The schema is a file too: ``schema.sql`` (the current schema, the statement ``schema``)
@@ -21,10 +23,14 @@ from types import MappingProxyType
 from flowforge.aggregates import schedule, task_run, workflow_run
 from flowforge.aggregates.base import Declaration
 from flowforge.aggregates.states import ScheduleState, TaskRunState, WorkflowRunState
-from flowforge.projections import event_sql
+from flowforge.projections import event_log, event_sql
 from flowforge.projections.migration_files import migration_files
 
 DIALECTS = ("postgres", "sqlite")
+#: The statements both databases run, one file per concept (as procrastinate keeps one
+#: per manager), loaded in this order after the dialect's file: a macro may use only the
+#: ones defined before it.
+SHARED_FILES = ("common.sql", "outbox.sql", "wakeups.sql", "limits.sql", "schedules.sql")
 
 _BLOCK = re.compile(r"^-- (name|macro): (\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{3})_\w+\.sql$")
@@ -130,6 +136,9 @@ POSTGRES_ONLY_STATEMENTS = frozenset(
 FREEING_STATEMENTS = frozenset({"task_finish", "task_time_out", "task_reclaim"})
 RECORDED_SUFFIX = "_recorded"
 _RECORDING_DIALECTS = frozenset({"postgres"})
+#: How each driver takes a named parameter, as the replacement of ``:name``: psycopg's
+#: ``%(name)s``; sqlite3 reads ``:name`` itself.
+_PARAMETER_STYLES: Mapping[str, str] = MappingProxyType({"postgres": r"%(\1)s", "sqlite": r":\1"})
 
 
 def recorded_name(statement: str) -> str:
@@ -204,9 +213,12 @@ def load(dialect: str) -> Mapping[str, str]:
     if dialect not in DIALECTS:
         raise ValueError(f"unknown SQL dialect {dialect!r}; expected one of {DIALECTS}")
     macros: dict[str, object] = dict(code_macros())
+    # The library's table and its order of insertion (event_log.py: the seam).
+    macros["events_table"] = event_log.EVENT_TABLES[dialect]
+    macros["event_order"] = event_log.EVENT_ORDERS[dialect]
     raw: dict[str, str] = {}
     dialect_blocks = _blocks(_read(f"{dialect}.sql"))
-    shared = _blocks(_read("common.sql")) + _blocks(_read("schedules.sql"))
+    shared = [block for file in SHARED_FILES for block in _blocks(_read(file))]
     for kind, name, body in dialect_blocks + shared + _schema_blocks():
         if kind == "macro":
             # A macro may use the ones defined before it ({touched_at} is {now} on SQLite).
@@ -228,14 +240,9 @@ def load(dialect: str) -> Mapping[str, str]:
             raw[recorded_name(name)] = event_sql.recorded(
                 update, declaration, "{events_table}", also
             )
-    rendered = {name: _render(body.format_map(macros), dialect) for name, body in raw.items()}
+    style = _PARAMETER_STYLES[dialect]
+    rendered = {name: _PARAMETER.sub(style, body.format_map(macros)) for name, body in raw.items()}
     return MappingProxyType(rendered)
-
-
-def _render(statement: str, dialect: str) -> str:
-    if dialect == "postgres":
-        return _PARAMETER.sub(r"%(\1)s", statement)
-    return statement
 
 
 def statements(block: str) -> list[str]:

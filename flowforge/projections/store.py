@@ -19,7 +19,7 @@ from eventsourcing.persistence import Mapper
 from flowforge import metrics
 from flowforge.projections.db.protocols import Database, Transaction
 from flowforge.projections.reads import Reads
-from flowforge.projections.wakeups import PostgresListener, PostgresNotifier, Wakeups
+from flowforge.projections.wakeups import Wakeups
 from flowforge.projections.writes import Writes
 
 #: The rebuild's first statements: the tables' exclusive locks, task_runs' with a bound
@@ -44,14 +44,12 @@ class Store:
         self._events_in_sql = database.builds_events and not (mapper.compressor or mapper.cipher)
         #: This process's bells, rung after a commit that left work for a loop.
         self.wakeups = Wakeups()
-        #: Other processes' bells, rung by a NOTIFY after such a commit (PostgreSQL).
-        self._notifier = (
-            PostgresNotifier(database.notify_connection) if database.notifies else None
-        )
+        #: Other processes' bells, rung after such a commit (PostgreSQL's NOTIFY; the
+        #: backend's own no-op where it has none).
+        self._notifier = database.notifier()
 
     def close(self) -> None:
-        if self._notifier is not None:
-            self._notifier.close()
+        self._notifier.close()
 
     @property
     def events_in_sql(self) -> bool:
@@ -95,22 +93,17 @@ class Store:
         metrics.count_transitions(writes.recording.taken)
         if writes.marks.made:
             self.wakeups.runs.ring()
-            if self._notifier is not None:
-                self._notifier.request("notify_run_wakeups")
+            self._notifier.request("notify_run_wakeups")
         if writes.outbox.enqueued:
             self.wakeups.outbox.ring()
-            if self._notifier is not None:
-                self._notifier.request("notify_outbox")
+            self._notifier.request("notify_outbox")
 
     @contextmanager
     def listening(self, *, ready_timeout: float = 0.0) -> Iterator[Wakeups]:
         """This process's bells, also rung by other processes' commits while open
         (PostgreSQL's LISTEN on a dedicated connection; on SQLite only this process's
         commits ring them). ``ready_timeout``: wait that long for LISTEN to be in place."""
-        if not self.database.notifies:
-            yield self.wakeups
-            return
-        listener = PostgresListener(self.database.listen_connection, self.wakeups).start()
+        listener = self.database.listener(self.wakeups)
         try:
             if ready_timeout:
                 listener.wait_listening(ready_timeout)

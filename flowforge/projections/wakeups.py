@@ -260,3 +260,18 @@ class PostgresNotifier:
         finally:
             if conn is not None:
                 conn.close()
+
+
+class InProcessOnly:
+    """The notifier and the listener of a backend with no notifications (SQLite: one
+    process, whose own commits ring its bells through the store): nothing to send,
+    nothing to hear. The one place that says the embedded backend lacks them."""
+
+    def request(self, statement: str) -> None:
+        pass
+
+    def wait_listening(self, timeout: float) -> bool:
+        return True  # every commit that can ring a bell here is this process's own
+
+    def close(self) -> None:
+        pass

@@ -11,17 +11,17 @@ import select
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
-import psycopg
 import pytest
 
 from flowforge import errors
 from flowforge.app.service import FlowForge
-from flowforge.projections.db.protocols import Database
+from flowforge.projections.db.protocols import Database, Listener, Notifier, Transaction
+from flowforge.projections.wakeups import Wakeups
 from tests.e2e.cluster import admin
 from tests.helpers import claim, race, wait_until
 
@@ -149,24 +149,23 @@ class _KillBeforeCommit:
         self._dbname = dbname
         self.dialect = inner.dialect
         self.location = inner.location
-        self.notifies = inner.notifies
         self.builds_events = inner.builds_events
         self.bodies_run = 0
 
-    def notify_connection(self) -> psycopg.Connection[Any]:
-        return self._inner.notify_connection()
+    def notifier(self) -> Notifier:
+        return self._inner.notifier()
 
-    def listen_connection(self) -> psycopg.Connection[Any]:
-        return self._inner.listen_connection()
+    def listener(self, wakeups: Wakeups) -> Listener:
+        return self._inner.listener(wakeups)
 
     @contextmanager
-    def transaction(self) -> Iterator[Any]:
+    def transaction(self) -> Iterator[Transaction]:
         with self._inner.transaction() as tx:
             yield tx
             self.bodies_run += 1
             assert _kill_backends(self._dbname, state="idle in transaction") == 1
 
-    def read(self) -> Any:
+    def read(self) -> AbstractContextManager[Transaction]:
         return self._inner.read()
 
 

@@ -7,7 +7,9 @@ as plain dicts of Python values. Everything that differs between the backends (p
 and value encoding, how a write transaction begins, driver errors) is in this package,
 side by side; no other module branches on the dialect.
 
-- ``protocols.py``: the interface both backends offer.
+- ``protocols.py``: the interface both backends implement in full. What SQLite lacks
+  is answered there, once: ``builds_events``, and a notifier and a listener that do
+  nothing (``wakeups.InProcessOnly``), so no caller asks which backend it is on.
 - ``postgres.py``: PostgreSQL's transactions and reads, and how a dead pooled connection
   is found and replaced; ``pipeline.py``: its round trip, one libpq pipeline.
 - ``sqlite.py``: the embedded backend.

@@ -43,6 +43,13 @@ class DatabaseLocation:
             PREPARED_STATEMENTS: "y" if prepared_statements else "n",
         }
 
+    @property
+    def migrates_by_default(self) -> bool:
+        """Whether opening it migrates unless told otherwise: the embedded default
+        (SQLite, one file, one process) sets itself up; a shared server is migrated on
+        purpose (``flowforge db migrate``), never as a side effect of a start."""
+        return self.dialect == "sqlite"
+
     def require_directory(self) -> None:
         """Refuse to create a SQLite database in a directory that does not exist."""
         directory = Path(self.display).parent

@@ -6,7 +6,7 @@ and reconnects")."""
 from __future__ import annotations
 
 import select
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any, TypeVar
 
@@ -18,7 +18,8 @@ from flowforge import metrics
 from flowforge.projections import statements
 from flowforge.projections.db.errors import translate_errors
 from flowforge.projections.db.pipeline import Statement, roll_back, send_batch
-from flowforge.projections.db.protocols import Named, Row
+from flowforge.projections.db.protocols import Named, Params, Row
+from flowforge.projections.wakeups import PostgresListener, PostgresNotifier, Wakeups
 
 #: How the wake-up connections show in ``pg_stat_activity`` (and PgBouncer's SHOW CLIENTS).
 LISTENER_APPLICATION_NAME = "flowforge-listener"
@@ -59,9 +60,7 @@ class _PostgresStatements:
         self._conn: psycopg.Connection[Any] | None = None
         self._committed = False
 
-    def run(
-        self, name: str, params: Mapping[str, Any] | None = None, *, commit: bool = False
-    ) -> list[Row]:
+    def run(self, name: str, params: Params | None = None, *, commit: bool = False) -> list[Row]:
         (rows,) = self._round_trip([(name, params)], commit=commit)
         return rows
 
@@ -130,7 +129,7 @@ class _PostgresTransaction(_PostgresStatements):
     def __init__(self, datastore: PostgresDatastore, stack: ExitStack, *, prepared: bool) -> None:
         super().__init__(datastore, stack, prepared=prepared, begins=True)
 
-    def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+    def defer(self, name: str, params: Params | None = None) -> None:
         self._refuse_after_commit(name)
         self._pending.append((name, params))
 
@@ -259,7 +258,7 @@ class _PostgresRead(_PostgresStatements):
     def __init__(self, datastore: PostgresDatastore, stack: ExitStack, *, prepared: bool) -> None:
         super().__init__(datastore, stack, prepared=prepared, begins=False)
 
-    def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+    def defer(self, name: str, params: Params | None = None) -> None:
         raise TypeError(f"a read defers no write ({name}); open a transaction")
 
     def run_script(self, name: str) -> None:
@@ -268,7 +267,6 @@ class _PostgresRead(_PostgresStatements):
 
 class PostgresDatabase:
     dialect = "postgres"
-    notifies = True
     builds_events = True
 
     def __init__(
@@ -300,10 +298,20 @@ class PostgresDatabase:
         with translate_errors(self.location), ExitStack() as stack:
             yield _PostgresRead(self._datastore, stack, prepared=self._prepared)
 
-    def notify_connection(self) -> psycopg.Connection[Any]:
+    def notifier(self) -> PostgresNotifier:
+        return PostgresNotifier(self._notify_connection)
+
+    def listener(self, wakeups: Wakeups) -> PostgresListener:
+        return PostgresListener(self._listen_connection, wakeups).start()
+
+    def _notify_connection(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection outside the pool, to send NOTIFY."""
         return self._pool_settings_connection(NOTIFIER_APPLICATION_NAME)
 
-    def listen_connection(self) -> psycopg.Connection[Any]:
+    def _listen_connection(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection outside the pool, to LISTEN on: to the listen URL
+        when one is set (a LISTEN needs a session of its own on the server, which a
+        transaction-pooling PgBouncer cannot give)."""
         if self._listen_url is None:
             return self._pool_settings_connection(LISTENER_APPLICATION_NAME)
         # The URL's own connect_timeout, if it has one, wins over the default here.

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-import psycopg
 from eventsourcing.sqlite import SQLiteDatastore
 
 from flowforge.projections import statements
 from flowforge.projections.db.errors import translate_errors
-from flowforge.projections.db.protocols import UNREAD_ROW, Named, Row
+from flowforge.projections.db.protocols import UNREAD_ROW, Named, Params, Row
 from flowforge.projections.tables import COLUMN_CODECS, ColumnCodec
+from flowforge.projections.wakeups import InProcessOnly, Wakeups
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -28,9 +28,7 @@ class _SqliteTransaction:
         self._cursor = cursor
         self._queries = statements.load("sqlite")
 
-    def run(
-        self, name: str, params: Mapping[str, Any] | None = None, *, commit: bool = False
-    ) -> list[Row]:
+    def run(self, name: str, params: Params | None = None, *, commit: bool = False) -> list[Row]:
         # ``commit``: a round trip's worth only on PostgreSQL; SQLite commits at the end.
         encoded = {k: _encode_sqlite(k, v) for k, v in (params or {}).items()}
         self._cursor.execute(self._queries[name], encoded)
@@ -44,7 +42,7 @@ class _SqliteTransaction:
             [UNREAD_ROW] * len(found) if i in unread else found for i, found in enumerate(rows)
         ]
 
-    def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+    def defer(self, name: str, params: Params | None = None) -> None:
         # In-process: no round trip to save.
         self.run(name, params)
 
@@ -62,7 +60,7 @@ _SQLITE_ENCODERS: dict[ColumnCodec, Callable[[Any], Any]] = {
 }
 
 
-def _encode_sqlite(name: str, value: Any) -> Any:
+def _encode_sqlite(name: str, value: object) -> object:
     kind = COLUMN_CODECS.get(name)
     if value is None or kind is None:
         return value
@@ -86,8 +84,6 @@ def _decode_sqlite(row: sqlite3.Row) -> Row:
 
 class SqliteDatabase:
     dialect = "sqlite"
-    # One process: the store's in-process bells are the whole story.
-    notifies = False
     # No data-modifying CTE: a transition's event is built in Python (writes.py).
     builds_events = False
 
@@ -101,11 +97,12 @@ class SqliteDatabase:
         # writer committed in between, instead of waiting its turn.
         return self._begin("BEGIN IMMEDIATE", writer=True)
 
-    def notify_connection(self) -> psycopg.Connection[Any]:
-        raise NotImplementedError("SQLite has no notifications; the bells are in-process")
+    def notifier(self) -> InProcessOnly:
+        # One process: the store's in-process bells are the whole story.
+        return InProcessOnly()
 
-    def listen_connection(self) -> psycopg.Connection[Any]:
-        raise NotImplementedError("SQLite has no notifications; the bells are in-process")
+    def listener(self, wakeups: Wakeups) -> InProcessOnly:
+        return InProcessOnly()
 
     def read(self) -> AbstractContextManager[_SqliteTransaction]:
         # A deferred transaction: a consistent snapshot that does not block writers.

@@ -1,6 +1,7 @@
--- What PostgreSQL needs that SQLite does not: the macros common.sql uses, and the
--- statements that exist only here. Every statement both databases run is in common.sql.
--- A "-- macro: <name>" block is the text {name} stands for in common.sql.
+-- What PostgreSQL needs that SQLite does not: the macros the shared files use, and the
+-- statements that exist only here. Every statement both databases run is in a shared
+-- file, one per concept (common.sql, outbox.sql, wakeups.sql, limits.sql,
+-- schedules.sql). A "-- macro: <name>" block is the text {name} stands for in them.
 
 -- now() is the transaction's start time: one clock (the database's) for every lease,
 -- retry due time and event timestamp.
@@ -44,14 +45,6 @@ coalesce(
      WHERE task ->> 'key' = task_runs.task_key),
     (run.definition ->> 'lease_seconds')::double precision)
 
--- The eventsourcing library's PostgreSQL recorder names its table after the
--- application ("FlowForge") and numbers its rows with notification_id.
--- macro: events_table
-flowforge_events
-
--- macro: event_order
-notification_id
-
 -- Row locks: the run row that serialises one run's advance, and the outbox rows that
 -- parallel publishers divide (a row another publisher holds is skipped, not waited for).
 -- macro: for_update
@@ -70,7 +63,7 @@ FOR UPDATE SKIP LOCKED
 -- macro: written_by_this_transaction
 xmin::text::bigint = mod(txid_current_if_assigned(), 4294967296)
 
--- A new outbox row's dispatch id (a released hold's: limits in common.sql): random, as
+-- A new outbox row's dispatch id (a released hold's: limits.sql): random, as
 -- md5 of random() rather than gen_random_uuid(), which needs PostgreSQL 13.
 -- macro: random_uuid
 CAST(md5(random()::text || clock_timestamp()::text) AS uuid)
@@ -156,11 +149,12 @@ LOCK TABLE schedules IN EXCLUSIVE MODE;
 -- name: schema_table_exists
 SELECT 1 AS present WHERE to_regclass('flowforge_schema') IS NOT NULL;
 
--- A transition event's user JSON (a result, an error) escaped as app/transcoder.py
--- escapes it when the event is built in Python: an object with exactly the library's two
--- reserved keys becomes {"_type_": "flowforge_dict", "_data_": [[key, value], ...]},
--- innermost first, so the library reads the user's object back as it was. The events
--- a transition's statement stores (projections/event_sql.py) call it. Recursive: its
+-- A transition event's user JSON (a result, an error) escaped as the transcoder
+-- (UserSafeJSONTranscoder, flowforge/projections/event_log.py) escapes it when the event
+-- is built in Python: an object with exactly the library's two reserved keys becomes
+-- {"_type_": "flowforge_dict", "_data_": [[key, value], ...]}, innermost first, so the
+-- library reads the user's object back as it was. The events a transition's statement
+-- stores (projections/event_sql.py) call it. Recursive: its
 -- body names itself, which PostgreSQL could not check before the function exists.
 -- macro: create_event_json_function
 SET LOCAL check_function_bodies = off;

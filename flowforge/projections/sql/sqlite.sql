@@ -1,7 +1,8 @@
--- What SQLite (the embedded default) needs that PostgreSQL does not: the macros
--- common.sql uses, and the statements that exist only here. Every statement both
--- databases run is in common.sql. A "-- macro: <name>" block is the text {name} stands
--- for in common.sql.
+-- What SQLite (the embedded default) needs that PostgreSQL does not: the macros the
+-- shared files use, and the statements that exist only here. Every statement both
+-- databases run is in a shared file, one per concept (common.sql, outbox.sql,
+-- wakeups.sql, limits.sql, schedules.sql). A "-- macro: <name>" block is the text
+-- {name} stands for in them.
 
 -- Microseconds since the epoch by SQLite's clock, the unit every timestamp column
 -- stores (julianday is exact to the millisecond). SQLite's 'now' is fixed for one
@@ -50,13 +51,6 @@ coalesce(
      WHERE json_extract(task.value, '$.key') = task_runs.task_key),
     json_extract(run.definition, '$.lease_seconds'))
 
--- The eventsourcing library's SQLite recorder: its fixed table, in insertion order.
--- macro: events_table
-stored_events
-
--- macro: event_order
-rowid
-
 -- No row locks in SQLite: BEGIN IMMEDIATE already holds the whole database's write lock
 -- for the transaction, so one advance of a run at a time and one publisher sweep at a
 -- time follow from it.
@@ -99,7 +93,7 @@ SELECT value FROM json_each(:param)
 -- macro: serial_primary_key
 integer PRIMARY KEY
 
--- No NOTIFY or LISTEN: never run (SqliteDatabase.notifies is False; the embedded mode
+-- No NOTIFY or LISTEN: never run (SqliteDatabase.notifier() does nothing; the embedded mode
 -- runs every loop in one process, woken by the store's in-process bells). Here so both
 -- dialects name the same statements.
 -- name: notify_begin

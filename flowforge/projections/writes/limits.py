@@ -2,7 +2,7 @@
 held dispatches a freed slot sends again, and an operator's change of a limit.
 
 Every step is a conditional write on a counter row (``task_type_limits``,
-``run_limits``; the statements and the race argument are in ``sql/common.sql`` and
+``run_limits``; the statements and the race argument are in ``sql/limits.sql`` and
 docs/scheduling/limits.md). A task without a limit never comes here on its claim: its
 claim is ``task_claim``, which matches only a task with no counter row. What every
 edge that leaves ``running`` adds (:meth:`LimitWrites.free`) is sent with the
@@ -103,7 +103,7 @@ class LimitWrites:
             ("clear_run_claim_mark", own),
             ("clear_type_claim_mark", own),
         ]
-        unread = [_START] if self._recording.events_in_sql else []
+        unread = self._recording.unread_where_stored([_START])
         rows = self._tx.run_each(statements, commit=self._recording.commits(True), unread=unread)
         row = self._recording.recorded(TaskRunRow, rows[_CLAIM], claim)
         self._recording.recorded(WorkflowRunRow, rows[_START], start)

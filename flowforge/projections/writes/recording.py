@@ -17,12 +17,11 @@ from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import Mapper, Transcoder
-from eventsourcing.utils import get_topic
 
 from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.base import Declaration, TransitionedEvent, event_from_row
 from flowforge.aggregates.machines import Transition
-from flowforge.projections import event_sql, projector, statements
+from flowforge.projections import event_log, event_sql, projector, statements
 from flowforge.projections.db.protocols import UNREAD_ROW, Row, Transaction
 from flowforge.projections.reads import first_row
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
@@ -144,6 +143,12 @@ class Recording:
                 self.append([event.built_from(row)])
         return row
 
+    def unread_where_stored(self, positions: list[int]) -> list[int]:
+        """``positions`` (of transition statements in a ``run_each``) as its ``unread``:
+        where the statement stores its event nobody needs its rows; where the event is
+        built from the row it returns (SQLite), every row is read."""
+        return positions if self.events_in_sql else []
+
     def commits(self, last: bool) -> bool:
         """Whether a transaction's last statement may carry its COMMIT: not when the
         event is built in Python, which is appended after the statement."""
@@ -187,4 +192,4 @@ def machine_and_edge(event_class: type) -> tuple[str, str]:
 
 
 def _topic(event_class: type[TransitionedEvent]) -> str:
-    return get_topic(event_class)
+    return event_log.topic_of(event_class)

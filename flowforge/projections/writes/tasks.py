@@ -311,7 +311,7 @@ class TaskWrites:
         """The positions of the runs' starts among ``claims`` claims' statements, whose
         rows nobody reads where the statement stored the event (SQLite builds it from
         the row)."""
-        return [2 * i + 1 for i in range(claims)] if self._recording.events_in_sql else []
+        return self._recording.unread_where_stored([2 * i + 1 for i in range(claims)])
 
     def _task(
         self, name: str, params: dict[str, Any], event: EventRecipe, *, last: bool = False

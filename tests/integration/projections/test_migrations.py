@@ -25,7 +25,7 @@ import pytest
 from flowforge.app.definition_files import load_definition
 from flowforge.app.event_store import EventStore
 from flowforge.app.service import FlowForge
-from flowforge.projections import schema
+from flowforge.projections import event_log, schema
 from flowforge.projections.db.connect import make_database
 from flowforge.projections.db.location import parse_database_url
 from tests import servers
@@ -58,7 +58,7 @@ def open_at_version(url: str, version: int) -> None:
     location = parse_database_url(url)
     events = EventStore(env=location.eventsourcing_env(create_tables=True))
     try:
-        database = make_database(events.recorder.datastore, location)  # type: ignore[attr-defined]
+        database = make_database(event_log.datastore_of(events.recorder), location)
         assert schema.migrate_to(database, version) == version
     finally:
         events.close()

@@ -12,8 +12,8 @@ from flowforge.projections.db.location import parse_database_url
 
 
 def test_the_embedded_sqlite_default_migrates_and_postgres_is_migrated_on_purpose() -> None:
-    assert event_store.migrates_by_default(parse_database_url("sqlite:///x.db"))
-    assert not event_store.migrates_by_default(parse_database_url("postgresql://h/db"))
+    assert parse_database_url("sqlite:///x.db").migrates_by_default
+    assert not parse_database_url("postgresql://h/db").migrates_by_default
 
 
 def test_a_read_only_open_of_a_missing_sqlite_file_creates_nothing(tmp_path: Path) -> None:

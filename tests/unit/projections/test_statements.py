@@ -1,4 +1,5 @@
-"""SQL as data: common.sql rendered per dialect, each statement once (pure: no database)."""
+"""SQL as data: the shared files (common.sql and one per concept) rendered per dialect, each
+statement once (pure: no database)."""
 
 from __future__ import annotations
 
@@ -148,3 +149,22 @@ def test_no_module_outside_the_store_names_a_sql_statement() -> None:
             if isinstance(node, ast.Constant) and node.value in names:
                 leaks.append(f"{path.relative_to(package)}: {node.value!r}")
     assert leaks == []
+
+
+def _names_in(file: str) -> set[str]:
+    text = (Path(statements.__file__).parent / "sql" / file).read_text()
+    return set(re.findall(r"^-- name: (\w+)\s*$", text, re.MULTILINE))
+
+
+def test_each_concept_has_its_own_sql_file() -> None:
+    # One file per concept (as procrastinate keeps one per manager): the limits'
+    # statements are in limits.sql, none of them left in common.sql.
+    limits = _names_in("limits.sql")
+    assert {"take_run_slot", "task_claim_limited", "change_task_type_limit"} <= limits
+    assert not limits & _names_in("common.sql")
+    assert "insert_schedule" in _names_in("schedules.sql")
+    assert {"insert_outbox", "select_pending_outbox"} <= _names_in("outbox.sql")
+    assert {"mark_run_wakeup", "select_woken_runs"} <= _names_in("wakeups.sql")
+    loaded = set(statements.load("sqlite"))
+    for file in statements.SHARED_FILES:
+        assert _names_in(file) <= loaded, file

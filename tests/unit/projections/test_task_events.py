@@ -25,7 +25,7 @@ from eventsourcing.persistence import (
 
 from flowforge.aggregates.machines import TASK_RUN_MACHINE
 from flowforge.aggregates.task_run import TaskRun
-from flowforge.app.transcoder import UserSafeJSONTranscoder
+from flowforge.projections import event_log
 from flowforge.projections.writes import Writes
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -94,7 +94,7 @@ class FakeTransaction:
 
 
 def mapper() -> Mapper[UUID]:
-    transcoder = UserSafeJSONTranscoder()
+    transcoder = event_log.UserSafeJSONTranscoder()
     for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
         transcoder.register(transcoding)
     return Mapper(transcoder=transcoder)

@@ -1,5 +1,5 @@
 """The event log's transcoder gives back every user JSON value exactly, look-alikes of
-the library's own encoding included, at any depth (``app/transcoder.py``)."""
+the library's own encoding included, at any depth (``projections/event_log.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowforge.app.transcoder import UserSafeJSONTranscoder
+from flowforge.projections.event_log import UserSafeJSONTranscoder
 
 #: Keys that make a user dict look like the library's encoding, beside ordinary ones.
 KEYS = st.sampled_from(["_type_", "_data_", "a", "b"])

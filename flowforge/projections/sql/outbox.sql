@@ -1,0 +1,56 @@
+-- The dispatch outbox's statements (a dispatch waiting to be published), for both
+-- databases, with the macros of common.sql; flowforge.projections.statements loads them
+-- with it.
+
+-- name: insert_outbox
+INSERT INTO dispatch_outbox (dispatch_id, task_run_id, task_key, task_type, fencing_token,
+                             created_at)
+VALUES (:dispatch_id, :task_run_id, :task_key, :task_type, :fencing_token,
+        coalesce(:created_at, {now}));
+
+-- What a sweep publishes of each pending row: the row, and its run's trace context
+-- (docs/observability.md, "Traces"), which the dispatch carries in its headers. Read
+-- by primary keys in a subquery, not joined: the row lock ({for_update_skip_locked})
+-- takes the outbox rows only, never a task row a worker is claiming.
+-- macro: pending_outbox
+SELECT o.*, (SELECT r.trace_context FROM task_runs t JOIN workflow_runs r
+             ON r.id = t.workflow_run_id WHERE t.id = o.task_run_id) AS trace_context
+FROM dispatch_outbox o WHERE o.published_at IS NULL
+
+-- Parallel publishers divide the pending rows (see {for_update_skip_locked}).
+-- name: select_pending_outbox
+{pending_outbox}
+ORDER BY o.created_at LIMIT :limit {for_update_skip_locked};
+
+-- Only the dispatches of the task types a runner's workers have handlers for (the
+-- embedded runner, ProcessGroup in flowforge/bootstrap.py): the others wait for theirs.
+-- name: select_pending_outbox_of_types
+{pending_outbox}
+AND o.task_type IN ({text_list[task_types]})
+ORDER BY o.created_at LIMIT :limit {for_update_skip_locked};
+
+-- Only the dispatches of some runs (a runner scoped to its own run: flowforge/app/
+-- scope.py), found through their task rows. A semi-join, not a JOIN: the row lock
+-- ({for_update_skip_locked}) then takes the outbox rows only, never a task row a
+-- worker is claiming.
+-- name: select_pending_outbox_of_runs
+{pending_outbox}
+AND o.task_run_id IN (SELECT id FROM task_runs WHERE workflow_run_id IN ({uuid_list[run_ids]}))
+ORDER BY o.created_at LIMIT :limit {for_update_skip_locked};
+
+-- A sweep's whole batch in one statement (one per row was most of a sweep's server time).
+-- name: mark_outbox_published
+UPDATE dispatch_outbox SET published_at = {now} WHERE dispatch_id IN ({uuid_list[dispatch_ids]});
+
+-- name: select_outbox_of_task_run
+SELECT * FROM dispatch_outbox WHERE task_run_id = :task_run_id ORDER BY created_at;
+
+-- name: count_pending_outbox
+SELECT count(*) AS pending FROM dispatch_outbox WHERE published_at IS NULL;
+
+-- The metrics' backlog (flowforge/metrics.py): the pending dispatches and the oldest's
+-- creation time. The unfinished tasks by state: postgres.sql and sqlite.sql (each
+-- through the unfinished tasks' partial index, not the whole table).
+-- name: outbox_backlog
+SELECT count(*) AS pending, min(created_at) AS created_at, {now} AS db_now
+FROM dispatch_outbox WHERE published_at IS NULL;
