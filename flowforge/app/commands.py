@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from flowforge import errors, tracing
-from flowforge.aggregates import idempotency, json_values, rerun, start_time
+from flowforge.aggregates import idempotency, json_values, rerun, run_plan, start_time
 from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS, WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE, Transition
-from flowforge.aggregates.rerun import RerunPlan
+from flowforge.aggregates.run_plan import RunPlan
 from flowforge.aggregates.states import TaskRunState
 from flowforge.aggregates.task_run import (
     ACTOR_REAPER,
@@ -89,15 +89,15 @@ class Commands:
         checked = load_definition(definition)
         run_inputs = json_values.checked_json(dict(inputs or {}), "inputs")
         start = start_time.checked(start_at)
+        plan = run_plan.submitted_run(
+            checked,
+            run_inputs,
+            idempotency_key=text(idempotency_key, "idempotency_key"),
+            actor=text(actor, "actor"),
+            start_at=start,
+        )
         with self._core.writes() as writes:
-            run_id, created = create_run(
-                writes,
-                checked,
-                run_inputs,
-                idempotency_key=text(idempotency_key, "idempotency_key"),
-                actor=text(actor, "actor"),
-                start_at=start,
-            )
+            run_id, created = create_run(writes, plan)
         if not created:
             self._check_same_submission(run_id, checked, run_inputs, idempotency_key)
         log.info(
@@ -161,21 +161,17 @@ class Commands:
                 for task in writes.task_runs_of(old.id)
                 if task.task_state is TaskRunState.SUCCEEDED
             }
-            plan = rerun.plan(old.id, old.run_state, definition, succeeded, keys)
-            new_run_id, created = create_run(
-                writes,
-                definition,
-                old.inputs,
-                idempotency_key=idempotency_key,
-                actor=actor,
-                rerun=plan,
+            rerun_plan = rerun.plan(old.id, old.run_state, definition, succeeded, keys)
+            plan = run_plan.rerun_run(
+                definition, old.inputs, rerun_plan, idempotency_key=idempotency_key, actor=actor
             )
+            new_run_id, created = create_run(writes, plan)
         log.info(
             "workflow run rerun",
             extra={
                 "workflow_run_id": str(new_run_id),
                 "rerun_of": str(old.id),
-                "carried_over": len(plan.carried),
+                "carried_over": len(rerun_plan.carried),
                 "run_created": created,
             },
         )
@@ -202,13 +198,9 @@ class Commands:
             json_values.checked_json(dict(each or {}), f"inputs[{index}]")
             for index, each in enumerate(inputs)
         ]
+        plans = run_plan.submitted_runs(checked, run_inputs, actor=actor, start_at=start)
         with self._core.writes() as writes:
-            run_ids = [
-                create_run(
-                    writes, checked, each, idempotency_key=None, actor=actor, start_at=start
-                )[0]
-                for each in run_inputs
-            ]
+            run_ids = [create_run(writes, plan)[0] for plan in plans]
         log.info("workflow runs submitted", extra={"runs": len(run_ids)})
         return run_ids
 
@@ -480,28 +472,12 @@ class Commands:
         return self.transition_task_run(task_run_id, "retry_ready", actor=actor)
 
 
-def create_run(
-    writes: Writes,
-    definition: WorkflowDefinition,
-    inputs: dict[str, Any],
-    *,
-    idempotency_key: str | None,
-    actor: str,
-    rerun: RerunPlan | None = None,
-    start_at: start_time.StartAt = None,
-) -> tuple[UUID, bool]:
-    """``writes.runs.create`` inside the run's creation span, whose context the run
-    stores for its dispatches to carry (``flowforge.tracing``)."""
+def create_run(writes: Writes, plan: RunPlan) -> tuple[UUID, bool]:
+    """``writes.runs.create`` of ``plan`` inside the run's creation span, whose context
+    the run stores for its dispatches to carry (``flowforge.tracing``)."""
+    definition, actor = plan.definition, plan.actor
     with tracing.run_trace(definition.name, actor) as trace:
-        run_id, created = writes.runs.create(
-            definition,
-            inputs,
-            idempotency_key=idempotency_key,
-            actor=actor,
-            rerun=rerun,
-            start_at=start_at,
-            trace_context=trace.context,
-        )
+        run_id, created = writes.runs.create(plan.traced(trace.context))
         trace.created(run_id, created)
     return run_id, created
 
