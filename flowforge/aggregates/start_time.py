@@ -66,5 +66,10 @@ def waits(start_at: datetime | None, now: datetime) -> bool:
 def initial_state(dependency_count: int, start_at: datetime | None) -> TaskRunState:
     """A task's state at its run's creation: ``pending`` for every task of a delayed
     run, else the usual rule (``ready`` without dependencies)."""
-    state = initial_task_run_state(dependency_count)
+    return held_until_start(initial_task_run_state(dependency_count), start_at)
+
+
+def held_until_start(state: TaskRunState, start_at: datetime | None) -> TaskRunState:
+    """The state a task planned to start in ``state`` is created in by a run with this
+    start time: ``pending`` if the run is delayed (nothing is dispatched before it)."""
     return TaskRunState.PENDING if start_at is not None else state

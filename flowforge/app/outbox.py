@@ -7,7 +7,7 @@ from uuid import UUID
 
 from flowforge.aggregates.definition import MAX_SECONDS
 from flowforge.app import dispatch
-from flowforge.app.commands import non_negative
+from flowforge.app.arguments import non_negative
 from flowforge.app.core import ServiceCore
 from flowforge.app.ports import DispatchPublisher
 from flowforge.app.queries import REAP_BATCH

@@ -28,7 +28,7 @@ from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import SCHEDULE_MACHINE
 from flowforge.aggregates.schedule import Schedule
 from flowforge.aggregates.task_run import ACTOR_USER
-from flowforge.app.commands import text
+from flowforge.app.arguments import text
 from flowforge.app.core import ServiceCore
 from flowforge.app.definition_files import load_definition
 from flowforge.app.results import FiredRun

@@ -11,12 +11,10 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from flowforge.aggregates import start_time, task_run, workflow_run
-from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.ids import new_id
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE, Transition
-from flowforge.aggregates.rerun import RerunPlan
-from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.aggregates.run_plan import RunPlan
+from flowforge.aggregates.states import WorkflowRunState
 from flowforge.projections import projector
 from flowforge.projections.reads import RunCompletion, first_row
 from flowforge.projections.tables import WorkflowRunRow
@@ -55,86 +53,30 @@ class RunWrites:
         self._marks = marks
         self._tasks = tasks
 
-    def create(
-        self,
-        definition: WorkflowDefinition,
-        inputs: dict[str, Any],
-        *,
-        idempotency_key: str | None,
-        actor: str,
-        rerun: RerunPlan | None = None,
-        start_at: start_time.StartAt = None,
-        trace_context: dict[str, str] | None = None,
-    ) -> tuple[UUID, bool]:
-        """Create the run and its task runs; ``(id, False)`` and nothing written if a
-        run already has the idempotency key.
-
-        ``rerun``: the run reruns ``rerun.rerun_of``; each task in ``rerun.carried``
-        is created pending and takes its carried-over result (``carry_over``) here,
-        and the others start as the plan says (ready once their dependencies are all
-        carried over).
-
-        ``start_at`` (checked by ``start_time.checked``): a delayed run records its
-        start time from the database's clock, and every task is created pending
-        (``flowforge.aggregates.start_time``). ``trace_context``: the run's creation
-        span's (``flowforge.tracing``), stored for its dispatches to carry."""
+    def create(self, plan: RunPlan) -> tuple[UUID, bool]:
+        """Write ``plan``: the run and its task runs (and a rerun's carried-over
+        results), as the plan's events say (``flowforge.aggregates.run_plan`` decides
+        them all); ``(id, False)`` and nothing written if a run already has the plan's
+        idempotency key. A delayed run is marked, so that a scheduler sets its timer."""
         # A carry-over event holds its time twice (its own and finished_at), which the
         # stand-in for the transaction's clock cannot (projector.TRANSACTION_NOW holds
         # it once): a rerun asks the clock first, one round trip, as SQLite always does.
         # So does a start time, which is compared with (or counted from) that clock.
-        asks_clock = rerun is not None or start_at is not None
+        asks_clock = plan.rerun_of is not None or plan.start_at is not None
         at = self._now() if asks_clock else self._recording.creation_time(self._now)
-        starts = start_time.start_time(start_at, at)
-        run_id = new_id()
-        created = workflow_run.created_event(
-            run_id,
-            at=at,
-            workflow_name=definition.name,
-            definition=definition.to_dict(),
-            inputs=inputs,
-            idempotency_key=idempotency_key,
-            actor=actor,
-            rerun_of=None if rerun is None else rerun.rerun_of,
-            start_at=starts,
-            trace_context=trace_context,
-        )
+        created = plan.run_created(new_id(), at)
         if not projector.apply_event(self._tx, created):
-            assert idempotency_key is not None  # only a key can conflict
-            return self.id_by_idempotency_key(idempotency_key), False
+            assert plan.idempotency_key is not None  # only a key can conflict
+            return self.id_by_idempotency_key(plan.idempotency_key), False
         self._recording.append([created])
         # Before any task row is written: it may take task_runs' lock (limits.py).
-        self._limits.ensure_counters([t.type for t in definition.tasks if t.max_running])
-        for task in definition.tasks:
-            carried = None if rerun is None else rerun.carried.get(task.key)
-            if carried is not None:
-                state = TaskRunState.PENDING
-            elif rerun is not None:
-                state = rerun.initial_state(task)
-            else:
-                state = start_time.initial_state(len(task.depends_on), starts)
-            new = task_run.new_task_run(
-                new_id(),
-                at=at,
-                workflow_run_id=run_id,
-                task_key=task.key,
-                task_type=task.type,
-                depends_on=list(task.depends_on),
-                max_attempts=definition.retry_policy_for(task.key).max_attempts,
-                lease_seconds=definition.lease_seconds_for(task.key),
-                timeout_seconds=definition.timeout_seconds_for(task.key),
-                max_running=task.max_running,
-                state=state,
-                actor=actor,
-            )
-            if carried is not None:
-                new.carry_over(carried.result, carried.source, at=at, actor=actor)
-            creation, *carry_over = new.collect_events()
-            assert isinstance(creation, task_run.TaskRun.Created)
+        self._limits.ensure_counters(plan.limited_task_types)
+        for creation, carry_over in plan.task_events(created):
             self._tasks.create(creation)
-            for event in carry_over:
-                assert isinstance(event, task_run.TaskRun.ResultCarriedOver)
-                self._tasks.carry_over(event)
-        if starts is not None:
+            if carry_over is not None:
+                self._tasks.carry_over(carry_over)
+        run_id = created.originator_id
+        if created.start_at is not None:
             # Wakes the schedulers, whose advance of it finds it waiting and sets their
             # timer to its start time: on time even when it comes before their next pass.
             self._marks.mark(run_id)

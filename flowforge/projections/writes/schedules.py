@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from flowforge.aggregates import schedule
+from flowforge.aggregates import run_plan, schedule
 from flowforge.aggregates.cron import Cron, Fire
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.ids import new_id
@@ -116,15 +116,16 @@ class ScheduleWrites:
         """Create the run of ``fire`` and move the schedule past it (``schedule_fire``),
         in this transaction; ``FireLost`` (roll it back) when the schedule no longer
         next fires at ``row.next_fire_at``: another scheduler fired it, or it was
-        paused or deleted. ``trace_context``: the run's (``RunWrites.create``)."""
+        paused or deleted. ``trace_context``: the run's (``run_plan.RunPlan``)."""
         definition = WorkflowDefinition.model_validate(row.definition)
-        run_id, _ = self._runs.create(
+        plan = run_plan.submitted_run(
             definition,
             row.inputs,
             idempotency_key=schedule.idempotency_key(row.name, fire.fire_at),
             actor=schedule.run_actor(row.name),
             trace_context=trace_context,
         )
+        run_id, _ = self._runs.create(plan)
         params = {
             "id": row.id,
             "due_at": row.next_fire_at,

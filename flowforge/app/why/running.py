@@ -1,0 +1,98 @@
+"""``why``'s cases of a task under way: running (its lease, its timeout) and retrying
+(in backoff, or due).
+"""
+
+from __future__ import annotations
+
+from flowforge import timefmt
+from flowforge.app.why.facts import Situation
+from flowforge.app.why.sentences import (
+    SCHEDULER_RUNNING,
+    Answer,
+    ago,
+    clock,
+    error_text,
+    iso,
+    until,
+    who_runs,
+)
+
+
+def running(s: Situation) -> Answer:
+    task, key = s.task, s.task.task_key
+    owner, expires = task.lease_owner or "?", task.lease_expires_at
+    heartbeats = [e for e in s.task_log if e.transition == "renew_lease"]
+    beat = [f"last heartbeat at {iso(heartbeats[-1].at)}"] if heartbeats else []
+    if expires is not None and expires < s.at:
+        return (
+            "lease_expired",
+            f"{key} is running on {owner}, but its lease expired at {clock(expires)} "
+            f"({ago(expires, s.at)}): the reaper will reclaim it",
+            [
+                *beat,
+                f"{owner} died or stalled. The reaper (in `flowforge scheduler`) moves the "
+                f"task back to ready with fencing token {task.fencing_token + 1} and it is "
+                f"dispatched again; a late write by {owner} carries token "
+                f"{task.fencing_token} and is refused",
+            ],
+        )
+    deadline = task.deadline_at
+    if deadline is not None and deadline < s.at:
+        return (
+            "timed_out",
+            f"{key} is running on {owner} past its timeout of "
+            f"{timefmt.duration(task.timeout_seconds)}: its deadline was {clock(deadline)} "
+            f"({ago(deadline, s.at)}), and a scheduler fails it on its next pass",
+            [
+                *beat,
+                f"the failure takes fencing token {task.fencing_token}'s attempt: "
+                f"{owner}'s finish, if it ever comes, is stale; the retry policy applies",
+                who_runs(s, SCHEDULER_RUNNING),
+            ],
+        )
+    return (
+        "running",
+        f"{key} is running: attempt {task.attempt} of {task.max_attempts} on {owner}, "
+        f"lease held until {clock(expires)} ({until(expires, s.at)})",
+        [
+            *beat,
+            f"started at {iso(task.started_at)}; the worker's heartbeat renews the lease",
+            _time_limit(s),
+        ],
+    )
+
+
+def _time_limit(s: Situation) -> str:
+    """When the attempt in hand times out; or, with no timeout, how long it has run."""
+    task = s.task
+    if task.deadline_at is not None:
+        return (
+            f"it times out at {clock(task.deadline_at)} ({until(task.deadline_at, s.at)}; "
+            f"timeout {timefmt.duration(task.timeout_seconds)})"
+        )
+    claims = [e.at for e in s.task_log if e.transition == "claim"]
+    claimed = claims[-1] if claims else task.started_at
+    ran = timefmt.duration((s.at - claimed).total_seconds()) if claimed else "?"
+    return (
+        f"attempt {task.attempt} has run for {ran} and no timeout is set: a handler that "
+        f"hangs keeps it running (set timeout_seconds on the task or the workflow)"
+    )
+
+
+def retrying(s: Situation) -> Answer:
+    task, key = s.task, s.task.task_key
+    due, failed = task.retry_due_at, error_text(task.error)
+    cause = f"attempt {task.attempt - 1} failed ({failed})"
+    if due is not None and due > s.at:
+        return (
+            "retry_backoff",
+            f"{key} is in retry backoff: {cause}; attempt {task.attempt} of "
+            f"{task.max_attempts} is due at {clock(due)} ({until(due, s.at)})",
+            ["when it is due, a scheduler makes it ready and it is dispatched again"],
+        )
+    return (
+        "retry_due",
+        f"{key} is retrying: {cause}; attempt {task.attempt} was due at {clock(due)} "
+        f"({ago(due, s.at)}): a scheduler makes it ready on its next pass",
+        [who_runs(s, SCHEDULER_RUNNING)],
+    )

@@ -1,0 +1,130 @@
+"""The pieces of sentences ``why``'s cases are made of: times, upstream tasks,
+attempts, errors, counts, and the advice on what moves a task on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from flowforge import timefmt
+from flowforge.aggregates import failures, task_run
+from flowforge.app.results import AuditEntry
+from flowforge.app.why.facts import Situation, TaskView
+
+SCHEDULER_RUNNING = "is `flowforge scheduler` (or `flowforge run`) running against this database?"
+
+#: (reason, headline, details) of one case.
+Answer = tuple[str, str, list[str]]
+#: A time not known reads as "?" in a sentence (a duration not known is left out).
+iso = partial(timefmt.iso, missing="?")
+clock = partial(timefmt.clock, missing="?")
+ago = partial(timefmt.ago, missing="?")
+until = partial(timefmt.until, missing="?")
+between = partial(timefmt.between, missing="")
+
+
+def who_runs(s: Situation, deployed: str) -> str:
+    """The advice on what moves a task on: ``deployed`` with a broker; without one,
+    only a `flowforge run` does (a scheduler, publisher and workers as its threads)."""
+    if not s.embedded:
+        return deployed
+    return (
+        f"no broker is configured, so only a `flowforge run` runs tasks, in its own "
+        f"process: unless one is running this run now, `flowforge run --resume "
+        f"{s.run.id} --tasks MODULE` runs it here (MODULE: the module of its @task "
+        f"handlers)"
+    )
+
+
+def run_end(s: Situation) -> str:
+    """Why the run ended, e.g. 'its run was cancelled by user at 12:03:04'."""
+    end = s.run_log[-1] if s.run_log else None
+    when = f" at {clock(end.at)}" if end else ""
+    if s.run.state == "cancelled":
+        return f"its run was cancelled by {end.actor if end else '?'}{when}"
+    if s.run.state == "failed":
+        failed = [t.task_key for t in s.siblings.values() if t.failed_for_good]
+        return (
+            f"its run failed{when} ({', '.join(failed) or 'a task'} failed for good, so "
+            f"what depends on it could never run)"
+        )
+    return f"its run {s.run.state}{when}"
+
+
+def phrase(t: TaskView, at: datetime) -> str:
+    """One upstream task in a few words: 'extract (running, attempt 2, lease held by
+    worker-1 until 12:03:04)'."""
+    if t.state == "running":
+        expired = t.lease_expires_at is not None and t.lease_expires_at < at
+        lease = f"lease held by {t.lease_owner} until {clock(t.lease_expires_at)}"
+        detail = f"running, attempt {t.attempt}, {lease}{' (expired)' if expired else ''}"
+    elif t.state == "retrying":
+        detail = f"retrying, attempt {t.attempt} due at {clock(t.retry_due_at)}"
+    elif t.state == "failed":
+        detail = (
+            f"failed for good after {count(t.attempt, 'attempt')}: {error_text(t.error)}"
+            if t.failed_for_good
+            else f"failed attempt {t.attempt} of {t.max_attempts}, retry to be scheduled"
+        )
+    elif t.state == "ready":
+        detail = "ready, waiting for a worker"
+    else:
+        detail = t.state
+    return f"{t.task_key} ({detail})"
+
+
+def upstream_fact(t: TaskView) -> dict[str, Any]:
+    """What ``why --json`` says of each upstream task: the declared brief fields."""
+    return {"task_run_id": t.id, **task_run.DECLARATION.shown_values(t, brief=True)}
+
+
+def attempt_lines(log: Sequence[AuditEntry]) -> list[str]:
+    """'attempt 1: claimed by worker-1 at ..., failed at ...: ConnectionError: ...'."""
+    lines: list[str] = []
+    for e in log:
+        if e.transition == "claim":
+            lines.append(
+                f"attempt {e.attempt}: claimed by {e.actor} at {iso(e.at)} "
+                f"(fencing token {e.fencing_token})"
+            )
+        elif lines and e.transition in _OUTCOMES:
+            lines[-1] += f", {_OUTCOMES[e.transition]} at {iso(e.at)}"
+            if e.transition == "fail":
+                lines[-1] += f": {error_text(e.error)}"
+                lines.extend(f"  at {frame}" for frame in failures.last_frames(e.error))
+            elif e.transition == "succeed" and e.result is not None:
+                lines[-1] += f", result {failures.short_value(e.result)}"
+    return lines
+
+
+_OUTCOMES = {
+    "succeed": "succeeded",
+    "fail": "failed",
+    "cancel_running": "cancelled",
+    "reap_lease": "lease expired and reaped",
+}
+
+
+def context_lines(s: Situation) -> list[str]:
+    task, source = s.task, "the event log" if not s.live else "the database's clock"
+    return [
+        f"task run {task.id}: {task.task_key} (type {task.task_type}), attempt "
+        f"{task.attempt} of {task.max_attempts}, fencing token {task.fencing_token}",
+        f"run {s.run.id}: {s.run.workflow_name}, {s.run.state}",
+        f"as of {iso(s.at)} ({source})",
+    ]
+
+
+def error_text(error: Mapping[str, str] | None) -> str:
+    return failures.summary(error) or "no error recorded"
+
+
+def all_upstream(n: int) -> str:
+    return "its upstream task" if n == 1 else f"all {n} upstream tasks"
+
+
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
