@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 
-from flowforge import errors, tracing
+from flowforge import errors, observe
 from flowforge.aggregates import idempotency, json_values, rerun, start_time
 from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS, WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE, Transition
@@ -492,7 +492,7 @@ def create_run(
 ) -> tuple[UUID, bool]:
     """``writes.runs.create`` inside the run's creation span, whose context the run
     stores for its dispatches to carry (``flowforge.tracing``)."""
-    with tracing.run_trace(definition.name, actor) as trace:
+    with observe.announce.run_creation(definition.name, actor) as trace:
         run_id, created = writes.runs.create(
             definition,
             inputs,

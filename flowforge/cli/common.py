@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from flowforge import config, errors, metrics
+from flowforge import config, errors, observers
 from flowforge.aggregates import json_values
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.app.definition_files import load_definition
@@ -67,14 +67,12 @@ def serve_metrics(args: argparse.Namespace, app: FlowForge, *, backlog: bool = F
     if port is None:
         return
     try:
-        metrics.serve(port)
+        observers.install(metrics_port=port, backlog=app.backlog if backlog else None)
     except OSError as exc:
         raise UsageError(
             f"--metrics-port {port}: cannot listen on it ({exc.strerror or exc}); choose "
             f"a free port, one per process on a machine"
         ) from None
-    if backlog:
-        metrics.collect_database(app.backlog)
 
 
 def open_app(settings: config.Settings, *, migrate: bool = False) -> FlowForge:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from flowforge import errors, tracing
+from flowforge import errors, observers
 from flowforge.cli import logs, parser
 from flowforge.cli.exits import EXIT_INTERRUPTED, EXIT_OK, exit_code_for
 
@@ -26,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(args.log_level or args.default_log_level, args.log_format or "text")
     try:
         parser.check_unicode(args)
-        tracing.configure(service_name(args.handler))
+        observers.install(traces_for=service_name(args.handler))
         return _handler(args.handler)(args)
     except errors.FlowForgeError as exc:
         report_error(exc)

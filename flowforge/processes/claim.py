@@ -2,10 +2,9 @@
 
 The claim itself needs no read first: it takes the row's own lease, and brings the run's
 definition and inputs back in its round trip the first time the worker meets the run.
-When it claims nothing, the fallback reads the row to say why (a duplicate or stale
-dispatch, a claim lost to another worker), and claims a ready row created before tasks
-recorded their lease (schema version 4) with its definition's lease. Either way the
-dispatch is then acked without running; the log line says which.
+When it claims nothing, the row is read to say why (a duplicate or stale dispatch, a
+claim lost to another worker, a concurrency limit's hold); the dispatch is then acked
+without running, and the log line says which.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
-from flowforge import metrics
+from flowforge import observe
 from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.aggregates.states import TaskRunState
 from flowforge.app.results import Claim
@@ -68,24 +67,16 @@ class Claimer:
         if row is not None:
             assert row.lease_seconds is not None  # the claim took the row's own lease
             return row, Claim.of(row), row.lease_seconds
-        # Not claimed: a duplicate or stale dispatch, a claim lost to another worker,
-        # or a row created before tasks recorded their lease (schema version 4). Its row
-        # says which; a ready one is claimed with its definition's lease.
+        # Not claimed: a duplicate or stale dispatch, or a claim lost to another worker
+        # (the row is no longer ready); or, still ready, a concurrency limit refused it
+        # and holds its dispatch (docs/scheduling/limits.md): a freed slot sends it
+        # again, and claiming again here would only be refused again. Every ready row
+        # has its lease (migration 5 and the rebuild fill the rows from before it), so a
+        # ready row the claim passed over is a held one.
         task = self._task(task_run_id)
         if task.task_state is not TaskRunState.READY:
             return self.skipped(task, "not ready")
-        if task.lease_seconds is not None:
-            # Ready with a lease of its own, yet not claimed: a concurrency limit
-            # refused it and holds its dispatch (docs/scheduling/limits.md); a freed
-            # slot sends it again. Claiming again here would only be refused again.
-            return self.skipped(task, "held by a concurrency limit")
-        lease_seconds = self._runs.facts(task.workflow_run_id).definition.lease_seconds_for(
-            task.task_key
-        )
-        claim = self.app.claim_task_run(task.id, self.worker_id, lease_seconds)
-        if claim is None:
-            return self.skipped(task, "claimed elsewhere")
-        return task, claim, lease_seconds
+        return self.skipped(task, "held by a concurrency limit")
 
     def _task(self, task_run_id: uuid.UUID) -> TaskRunRow:
         """The task's row, when the claim claimed nothing; its run's definition and
@@ -101,7 +92,7 @@ class Claimer:
             "duplicate or stale dispatch acked without running",
             extra=self._extra(task_run_id=str(task.id), state=task.state, reason=why),
         )
-        metrics.CLAIMS_SKIPPED.labels(why).inc()
+        observe.announce.claim_skipped(why)
         return "skipped"
 
     def duplicate(self, message: DispatchMessage) -> str:
@@ -111,7 +102,7 @@ class Claimer:
             "duplicate or stale dispatch acked without running",
             extra=self._extra(task_run_id=str(message.task_run_id), reason="twice in a batch"),
         )
-        metrics.CLAIMS_SKIPPED.labels("twice in a batch").inc()
+        observe.announce.claim_skipped("twice in a batch")
         return "skipped"
 
     def _extra(self, **fields: Any) -> dict[str, Any]:
