@@ -76,7 +76,7 @@ def worker_step(headers: dict[str, str]) -> Callable[[], object]:
 
     def step() -> None:
         watch = telemetry.attempt_started(
-            task, claim, headers, worker_id="w1", began_ns=time.time_ns()
+            task, claim, 30.0, headers, worker_id="w1", began_ns=time.time_ns()
         )
         with watch.current():
             pass

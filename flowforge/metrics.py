@@ -95,9 +95,9 @@ TRANSITIONS = _counter(
 )
 CLAIMS_SKIPPED = _counter(
     "flowforge_claims_skipped",
-    "Dispatches this worker acked without running a handler, by reason: the task was not "
-    "ready (a lost race, a stale or duplicate dispatch), held by a concurrency limit, "
-    "twice in one batch, or its lease lost while it waited in its batch.",
+    "Dispatches this worker acked without running a handler, by reason: the task was "
+    "claimed elsewhere (a lost race), not ready (a stale or duplicate dispatch), held by a "
+    "concurrency limit, twice in one batch, or its lease lost while it waited in its batch.",
     ["reason"],
 )
 STALE_FINISHES = _counter(

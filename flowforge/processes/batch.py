@@ -120,7 +120,7 @@ class Batch:
         ):
             return settle.ack(steps.claimer.skipped(task, "lease lost while waiting in its batch"))
         headers = self.deliveries[index].headers
-        span = steps.attempt_started(task, claim, headers, began)
+        span = steps.attempt_started(task, claim, lease_seconds, headers, began)
         try:
             outcome = steps.execute(
                 task, claim, lease_seconds, self.consumer, self._flush_if_due, watch=span

@@ -2,9 +2,10 @@
 
 The claim itself needs no read first: it takes the row's own lease, and brings the run's
 definition and inputs back in its round trip the first time the worker meets the run.
-When it claims nothing, the row is read to say why (a duplicate or stale dispatch, a
-claim lost to another worker, a concurrency limit's hold); the dispatch is then acked
-without running, and the log line says which.
+When it claims nothing, the fallback reads the row to say why (a duplicate or stale
+dispatch, a claim lost to another worker), and claims a ready row created before tasks
+recorded their lease (schema version 4) with its definition's lease. Either way the
+dispatch is then acked without running; the log line says which.
 """
 
 from __future__ import annotations
@@ -67,16 +68,27 @@ class Claimer:
         if row is not None:
             assert row.lease_seconds is not None  # the claim took the row's own lease
             return row, Claim.of(row), row.lease_seconds
-        # Not claimed: a duplicate or stale dispatch, or a claim lost to another worker
-        # (the row is no longer ready); or, still ready, a concurrency limit refused it
-        # and holds its dispatch (docs/scheduling/limits.md): a freed slot sends it
-        # again, and claiming again here would only be refused again. Every ready row
-        # has its lease (migration 5 and the rebuild fill the rows from before it), so a
-        # ready row the claim passed over is a held one.
+        # Not claimed: a duplicate or stale dispatch, a claim lost to another worker,
+        # or a row without a lease of its own. Its row says which; a ready one without a
+        # lease is claimed with its definition's lease. Such a row is still written in
+        # a rolling upgrade past schema version 5: a FlowForge before 5 checks the schema
+        # when it opens the database only, so one started before `db migrate` goes on
+        # creating tasks without the column's value (docs/data-model.md, lease_seconds).
         task = self._task(task_run_id)
         if task.task_state is not TaskRunState.READY:
             return self.skipped(task, "not ready")
-        return self.skipped(task, "held by a concurrency limit")
+        if task.lease_seconds is not None:
+            # Ready with a lease of its own, yet not claimed: a concurrency limit
+            # refused it and holds its dispatch (docs/scheduling/limits.md); a freed
+            # slot sends it again. Claiming again here would only be refused again.
+            return self.skipped(task, "held by a concurrency limit")
+        lease_seconds = self._runs.facts(task.workflow_run_id).definition.lease_seconds_for(
+            task.task_key
+        )
+        claim = self.app.claim_task_run(task.id, self.worker_id, lease_seconds)
+        if claim is None:
+            return self.skipped(task, "claimed elsewhere")
+        return task, claim, lease_seconds
 
     def _task(self, task_run_id: uuid.UUID) -> TaskRunRow:
         """The task's row, when the claim claimed nothing; its run's definition and

@@ -143,16 +143,21 @@ class Steps:
         if isinstance(claimed, str):
             return claimed
         task, claim, lease_seconds = claimed
-        with self.attempt_started(task, claim, headers, began) as watch:
+        with self.attempt_started(task, claim, lease_seconds, headers, began) as watch:
             outcome = self.execute(task, claim, lease_seconds, consumer, watch=watch)
             return watch.end(self._write(outcome, consumer), outcome.error)
 
     def attempt_started(
-        self, task: TaskRunRow, claim: Claim, headers: Mapping[str, object], began_ns: int
+        self,
+        task: TaskRunRow,
+        claim: Claim,
+        lease_seconds: float,
+        headers: Mapping[str, object],
+        began_ns: int,
     ) -> observe.AttemptWatch:
         """The attempt announced, from ``began_ns`` (before its claim): what watches it."""
         return telemetry.attempt_started(
-            task, claim, headers, worker_id=self.worker_id, began_ns=began_ns
+            task, claim, lease_seconds, headers, worker_id=self.worker_id, began_ns=began_ns
         )
 
     # --- running a task ---------------------------------------------------------------

@@ -5,6 +5,7 @@ says what each observer makes of it (the dispatch's wait, the attempt's span).""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 
 from flowforge import observe
 from flowforge.aggregates.dispatch import ready_at_of, trace_context_of
@@ -15,6 +16,7 @@ from flowforge.projections.tables import TaskRunRow
 def attempt_started(
     task: TaskRunRow,
     claim: Claim,
+    lease_seconds: float,
     headers: Mapping[str, object],
     *,
     worker_id: str,
@@ -34,9 +36,10 @@ def attempt_started(
         worker_id=worker_id,
         trace_context=trace_context_of(headers),
         ready_at=ready_at_of(headers),
-        # The claimed row's own time of the claim, by the database's clock: its last
-        # write was the claim (the claim's UPDATE returned it).
-        claimed_at=task.updated_at,
+        # The claim's own time, by the database's clock: the claim wrote its lease as
+        # that clock's now plus the lease. (Not the row's updated_at: the claim
+        # fallback's row is the one read before its claim.)
+        claimed_at=claim.lease_expires_at - timedelta(seconds=lease_seconds),
         started_ns=began_ns,
     )
     return observe.announce.attempt_started(attempt)

@@ -7,12 +7,15 @@ RabbitMQ path is covered by tests/e2e/test_faults.py.
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import uuid
 from collections.abc import Sequence
+from contextlib import closing
 from typing import Any
 from uuid import UUID
 
+import psycopg
 import pytest
 
 from flowforge.aggregates import failures
@@ -95,16 +98,31 @@ def test_a_handler_that_returns_within_a_pump_interval_never_wakes_the_heartbeat
     assert f"heartbeat-{worker.worker_id}" not in names
 
 
-def test_the_claim_takes_the_lease_the_row_recorded_from_its_definition(
+def forget_task_leases(request: pytest.FixtureRequest) -> None:
+    """Task rows as a FlowForge before schema version 5 left them: no lease of their own."""
+    statement = "UPDATE task_runs SET lease_seconds = NULL"
+    if request.node.callspec.params["app"] == "postgres":
+        with psycopg.connect(request.getfixturevalue("postgres_url"), autocommit=True) as pg:
+            pg.execute(statement)
+    else:
+        path = request.getfixturevalue("sqlite_url").removeprefix("sqlite:///")
+        with closing(sqlite3.connect(path)) as lite, lite:
+            lite.execute(statement)
+
+
+@pytest.mark.parametrize("row_has_lease", [True, False], ids=["own-lease", "older-row"])
+def test_the_claim_takes_the_definitions_lease_with_or_without_one_on_the_row(
+    request: pytest.FixtureRequest,
     app: FlowForge,
     channel: InMemoryDispatchChannel,
     worker: Worker,
     recorder: Recorder,
+    row_has_lease: bool,
 ) -> None:
-    # (A row without a lease, as schema version 4 left them, no longer exists: migration
-    # 5 and the rebuild fill them, and a FlowForge before 5 refuses a newer database.)
     leased = {"name": "leased", "tasks": [{"key": "only", "type": "work", "lease_seconds": 600}]}
     run_id = app.start_workflow_run(leased)
+    if not row_has_lease:
+        forget_task_leases(request)
     remaining: list[float] = []
 
     def lease_left(ctx: TaskContext) -> None:
