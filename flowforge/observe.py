@@ -82,18 +82,25 @@ class RunCreation:
     run_id: UUID | None = None
     #: False: an idempotency key found an earlier run (its own context stays).
     was_created: bool = False
-    _stack: ExitStack | None = None
+    _parts: list[AbstractContextManager[object]] = field(
+        default_factory=list, init=False, repr=False
+    )
 
     def created(self, run_id: UUID, created: bool) -> None:
         self.run_id, self.was_created = run_id, created
 
     def __enter__(self) -> RunCreation:
-        if self.observers:
-            self._stack = ExitStack()
+        # Not an ExitStack: one part (the traces observer's) is the usual case, and this
+        # is the run's creation path. A part that fails to enter leaves the ones before.
+        try:
             for observer in self.observers:
                 part = observer.run_creation(self)
                 if part is not None:
-                    self._stack.enter_context(part)
+                    part.__enter__()
+                    self._parts.append(part)
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     def __exit__(
@@ -102,8 +109,13 @@ class RunCreation:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._stack is not None:
-            self._stack.__exit__(kind, exc, tb)  # an observer never swallows an error
+        # Each part is left, the last entered first; none swallows the error.
+        while self._parts:
+            self._parts.pop().__exit__(kind, exc, tb)
+
+
+#: The context of an attempt nobody watches (nullcontext is reusable and reentrant).
+_NOTHING: AbstractContextManager[None] = nullcontext()
 
 
 class AttemptWatch:
@@ -117,7 +129,9 @@ class AttemptWatch:
         self._parts = parts
 
     def current(self) -> AbstractContextManager[None]:
-        return self._current() if self._parts else nullcontext()
+        if len(self._parts) == 1:  # the usual case, the traces observer's alone
+            return self._parts[0].current()
+        return self._current() if self._parts else _NOTHING
 
     @contextmanager
     def _current(self) -> Iterator[None]:
