@@ -1,14 +1,15 @@
-"""What the metrics and traces add to each task's hot path, in CPU per task
-(docs/observability.md, "What it costs").
+"""What the observer seam, the metrics and the traces add to each task's hot path, in
+CPU per task (docs/observability.md, "What it costs").
 
     python -m bench.telemetry_cost [--n 20000]
 
 End-to-end throughput on this 2-core machine moves by more than the cost being measured
 from one run to the next, so this measures the added work itself: each step a worker,
 the publisher and a committing writer add per task, timed in a loop in this process
-(``time.process_time``, the median of five rounds), with metrics off and on, and traces
-off (OpenTelemetry's no-op tracer, as with the extra installed and nothing configured)
-and on (an SDK provider recording into the in-memory exporter). Then the pending-outbox
+(``time.process_time``, the median of five rounds), through the seam
+(``flowforge.observe``) as the domain calls it: with no observer installed (metrics and
+traces off: each hook an empty call), with the metrics observer, and with the traces
+observer too (an SDK provider recording into the in-memory exporter). Then the pending-outbox
 read with its subquery for the runs' trace context against the read without it, on
 PostgreSQL (a fresh database ``bench_telemetry``, 500 pending dispatches).
 """
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flowforge import metrics, tracing
+from flowforge import metrics, observe
 from flowforge.aggregates.dispatch import dispatch_headers
 from flowforge.app import results
 from flowforge.app.results import Claim
@@ -67,20 +68,22 @@ def task_row() -> results.TaskRunView:
 
 
 def worker_step(headers: dict[str, str]) -> Callable[[], object]:
-    """What a worker adds per attempt: the latency observation, the span opened, made
-    current around the handler, ended; one handler duration; the transitions counted."""
+    """What a worker adds per attempt: the attempt announced (the latency observation,
+    the span opened), made current around the handler, ended; one handler duration; the
+    transitions counted."""
     task = task_row()
     claim = Claim.of(task)
+    announce = observe.announce
 
     def step() -> None:
-        span = telemetry.attempt_started(
-            task, claim, 30.0, headers, worker_id="w1", began_ns=tracing.now_ns()
+        watch = telemetry.attempt_started(
+            task, claim, 30.0, headers, worker_id="w1", began_ns=time.time_ns()
         )
-        with span.current():
+        with watch.current():
             pass
-        metrics.HANDLER_SECONDS.labels("noop", "succeed").observe(0.001)
-        metrics.count_transitions([("task_run", "claim"), ("task_run", "succeed")])
-        span.end("succeed")
+        announce.handler_returned("noop", "succeed", 0.001)
+        announce.transitions_committed([("task_run", "claim"), ("task_run", "succeed")])
+        watch.end("succeed")
 
     return step
 
@@ -91,15 +94,15 @@ def publisher_step(context: dict[str, str] | None) -> Callable[[], object]:
 
     def step() -> None:
         dispatch_headers(at, context)
-        metrics.DISPATCHES.labels("published").inc()
-        metrics.DISPATCHES.labels("confirmed").inc()
+        observe.announce.dispatches_published(1)
+        observe.announce.dispatches_confirmed(1)
 
     return step
 
 
 def run_span_step() -> object:
     """What a run's creation adds: its span, and the context it stores."""
-    with tracing.run_trace("bench", "user") as trace:
+    with observe.announce.run_creation("bench", "user") as trace:
         trace.created(uuid.uuid4(), True)
     return trace.context
 
@@ -116,7 +119,7 @@ def python_costs(n: int) -> None:
     print(f"  worker, metrics on, traces off:  {cpu_us(worker_step(ready), n):7.1f}")
     print(f"  publisher, metrics on:           {cpu_us(publisher_step(None), n):7.1f}")
     with recorded() as spans:
-        with tracing.run_trace("bench", "user") as trace:
+        with observe.announce.run_creation("bench", "user") as trace:
             context = trace.context
         assert context is not None
         traced = dispatch_headers(datetime.now(UTC), context)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from uuid import UUID
 
-from flowforge import config, errors, metrics, tracing
+from flowforge import config, errors, observers
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import WorkflowRunView
 from flowforge.app.scope import Scope
@@ -116,7 +116,7 @@ def open_app(settings: Settings, *, migrate: bool | None = None) -> FlowForge:
 def start_tracing(service_name: str) -> None:
     """Export this process's spans if the environment asks for it (docs/observability.md,
     "Traces"); a ``ConfigurationError`` if it asks and OpenTelemetry is not installed."""
-    tracing.configure(service_name)
+    observers.install(traces_for=service_name)
 
 
 def serve_metrics(app: FlowForge, port: int, *, backlog: bool = False) -> None:
@@ -124,9 +124,7 @@ def serve_metrics(app: FlowForge, port: int, *, backlog: bool = False) -> None:
     ``backlog`` the database's (tasks by state, the outbox): one process's job, the
     scheduler's, so that a scrape of every worker does not query the database. An
     ``OSError`` if the port cannot be listened on."""
-    metrics.serve(port)
-    if backlog:
-        metrics.collect_database(app.backlog)
+    observers.install(metrics_port=port, backlog=app.backlog if backlog else None)
 
 
 # --- the processes -----------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """Prometheus metrics: what every FlowForge process counts, defined once
-(docs/observability.md lists each with its meaning and an alert worth setting).
+(docs/observability.md lists each with its meaning and an alert worth setting), and the
+observer that counts them (:class:`Metrics`, an observer of ``flowforge.observe``).
 
 Each process counts what it did itself (Prometheus sums across processes); label values
 are bounded: a machine, an edge, a task type, a server kind, never an id. A process
 serves them on ``/metrics`` when started with ``--metrics-port`` (:func:`serve`). Until
-then (:func:`enable`) every instrument does nothing and ``prometheus_client`` is not even
-imported: a process without metrics pays a method call per count, and a CLI command's
-start-up nothing.
+then (:func:`enable`) the observer is not installed, every instrument does nothing and
+``prometheus_client`` is not even imported: a process without metrics pays an empty
+hook call per event, and a CLI command's start-up nothing. Only this module imports
+``prometheus_client`` (an import-linter contract).
 
 The database's own figures (tasks by state, the outbox's backlog) are read at scrape
 time by :class:`DatabaseCollector`, in the scheduler only: one cheap query per scrape,
@@ -16,8 +18,11 @@ not one per worker.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol
+
+from flowforge import observe
 
 #: Handler durations and write latencies: from a millisecond to ten minutes.
 SECONDS_BUCKETS = (
@@ -139,11 +144,73 @@ READY_TO_CLAIMED = _histogram(
 )
 
 
+class Metrics(observe.Observer):
+    """Counts what the seam announces into the instruments above (real by then)."""
+
+    def transitions_committed(self, taken: Sequence[tuple[str, str]]) -> None:
+        for machine, edge in taken:
+            TRANSITIONS.labels(machine, edge).inc()
+
+    def reconnected(self, server: str) -> None:
+        RECONNECTS.labels(server).inc()
+
+    def leases_reaped(self, count: int) -> None:
+        LEASES_REAPED.inc(count)
+
+    def attempts_timed_out(self, count: int) -> None:
+        TIMED_OUT.inc(count)
+
+    def dispatches_published(self, count: int) -> None:
+        DISPATCHES.labels("published").inc(count)
+
+    def dispatches_confirmed(self, count: int) -> None:
+        DISPATCHES.labels("confirmed").inc(count)
+
+    def dispatches_returned(self, count: int) -> None:
+        DISPATCHES.labels("returned").inc(count)
+
+    def claim_skipped(self, reason: str) -> None:
+        CLAIMS_SKIPPED.labels(reason).inc()
+
+    def attempt_started(self, attempt: observe.Attempt) -> None:
+        """How long its dispatch waited, from its outbox row to its claim, both by the
+        database's clock (one clock, no worker's skew)."""
+        waited = ready_to_claimed(attempt.ready_at, attempt.claimed_at)
+        if waited is not None:
+            READY_TO_CLAIMED.labels(attempt.task_type).observe(waited)
+
+    def handler_returned(self, task_type: str, outcome: str, seconds: float) -> None:
+        HANDLER_SECONDS.labels(task_type, outcome).observe(seconds)
+
+    def stale_finish(self) -> None:
+        STALE_FINISHES.inc()
+
+    def dead_lettered(self) -> None:
+        DEAD_LETTERED.inc()
+
+    def heartbeat_failed(self) -> None:
+        HEARTBEAT_FAILURES.inc()
+
+
+def ready_to_claimed(ready_at: datetime | None, claimed_at: datetime | None) -> float | None:
+    """Seconds from a dispatch's outbox row to its claim (never negative), or None where
+    either time is unknown (a dispatch from a FlowForge without the header)."""
+    if ready_at is None or claimed_at is None:
+        return None
+    return max((claimed_at - ready_at).total_seconds(), 0.0)
+
+
+#: The one Metrics observer a process installs.
+OBSERVER = Metrics()
+
+
 def enable() -> None:
-    """Make every instrument real (idempotent): from now on this process counts."""
+    """Make every instrument real and install the observer (idempotent): from now on
+    this process counts."""
     with _ENABLING:
         for instrument in INSTRUMENTS:
             instrument.make_real()
+    observe.install(OBSERVER)
 
 
 def serve(port: int, host: str = "0.0.0.0") -> None:  # noqa: S104  (Prometheus scrapes from afar)
@@ -200,12 +267,3 @@ def collect_database(read: Callable[[], Backlog]) -> None:
     from prometheus_client import REGISTRY  # noqa: PLC0415
 
     REGISTRY.register(DatabaseCollector(read))
-
-
-def count_transitions(taken: Iterable[tuple[str, str]]) -> None:
-    """Count committed transitions, each ``(machine, edge)``: after every commit, so
-    nothing at all while metrics are off."""
-    if TRANSITIONS.real is None:
-        return
-    for machine, edge in taken:
-        TRANSITIONS.labels(machine, edge).inc()

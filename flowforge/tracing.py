@@ -1,9 +1,10 @@
 """OpenTelemetry traces (docs/observability.md, "Traces"): a run is one trace across
-processes.
+processes, recorded by :class:`Traces`, an observer of ``flowforge.observe``.
 
-Optional: ``pip install 'flowforge[otel]'``. Without OpenTelemetry installed every
-function here does nothing (one import attempt per process), and with it installed but
-no tracer provider configured, OpenTelemetry's own no-op tracer does nothing.
+Optional: ``pip install 'flowforge[otel]'``. A process installs the observer only when
+traces are asked for (:func:`configure`) or a tracer provider was set before it started
+(:func:`provider_set`); without it nothing here runs. Installed without OpenTelemetry,
+it records nothing.
 
 - A run's creation is a span (:class:`RunTrace`); its context (W3C ``traceparent``, as
   the configured propagator writes it) is stored with the run, in its creation event.
@@ -11,7 +12,8 @@ no tracer provider configured, OpenTelemetry's own no-op tracer does nothing.
   (``flowforge.app.dispatch.headers_for``).
 - Each attempt is a span from its claim to its finish (:class:`AttemptSpan`), a child of
   the run's span, with the task key, attempt and fencing token as attributes; the handler
-  runs with it as the current span, so the handler's own spans nest inside.
+  runs with it as the current span, so the handler's own spans nest inside, and it ends
+  even when the handler or the outcome's write raises (``observe.AttemptWatch``).
 
 Only this module imports ``opentelemetry`` (an import-linter contract).
 """
@@ -20,15 +22,13 @@ from __future__ import annotations
 
 import functools
 import os
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+import sys
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from types import ModuleType, TracebackType
-from typing import Any
-from uuid import UUID
+from typing import Any, cast
 
-from flowforge import errors
+from flowforge import errors, observe
 
 #: The instrumentation scope every FlowForge span is recorded under.
 TRACER_NAME = "flowforge"
@@ -47,7 +47,7 @@ WORKER_ID = "flowforge.worker_id"
 #: How the attempt ended: succeed, fail, stale (its lease was lost), or unwritten (its
 #: outcome's write failed; the worker keeps it for the dispatch's redelivery).
 OUTCOME = "flowforge.outcome"
-UNWRITTEN = "unwritten"
+UNWRITTEN = observe.UNWRITTEN
 
 #: The exporters :func:`configure` sets up from ``OTEL_TRACES_EXPORTER``.
 EXPORTERS = ("otlp", "console")
@@ -89,38 +89,51 @@ def _inject(span: Any) -> dict[str, str] | None:
     return carrier or None
 
 
+# --- the observer -----------------------------------------------------------------------
+
+
+class Traces(observe.Observer):
+    """A run's creation and each attempt as spans (an observer of ``flowforge.observe``);
+    without OpenTelemetry installed it records nothing."""
+
+    def run_creation(self, creation: observe.RunCreation) -> RunTrace | None:
+        return RunTrace(creation) if installed() else None
+
+    def attempt_started(self, attempt: observe.Attempt) -> AttemptSpan | None:
+        return AttemptSpan(attempt) if installed() else None
+
+
+#: The one Traces observer a process installs.
+TRACES = Traces()
+
+
+def provider_set() -> bool:
+    """Whether a tracer provider was set before FlowForge starts (by
+    ``opentelemetry-instrument``, or a program that embeds FlowForge): it imported
+    OpenTelemetry then, so a process that did not pays no import to find out."""
+    if "opentelemetry.trace" not in sys.modules:
+        return False
+    api = _api()
+    return api is not None and not isinstance(api.get_tracer_provider(), api.ProxyTracerProvider)
+
+
 # --- a run's creation -------------------------------------------------------------------
 
 
 class RunTrace:
-    """The span of a run's creation (``with run_trace(...) as trace``): ``context`` is
-    what the run stores, None when nothing records (or OpenTelemetry is not installed).
-    It is the child of the caller's current span, if any (a request that submits)."""
+    """The span of a run's creation: the run stores its context (``creation.context``,
+    None when nothing records). It is the child of the caller's current span, if any (a
+    request that submits); an exception of ``creation.lost_races`` ends it as a run not
+    created (another process created it), not as an error."""
 
-    def __init__(
-        self,
-        workflow_name: str,
-        actor: str,
-        lost_races: tuple[type[BaseException], ...] = (),
-    ) -> None:
-        #: What, raised in the block, means another process created the run: not an error.
-        self._lost_races = lost_races
-        self._span: Any = None
-        self.context: dict[str, str] | None = None
-        if installed():
-            self._span = _tracer().start_span(
-                f"workflow {workflow_name}",
-                kind=_api().SpanKind.PRODUCER,  # type: ignore[union-attr]
-                attributes={WORKFLOW: workflow_name, ACTOR: actor},
-            )
-            self.context = _inject(self._span)
-
-    def created(self, run_id: UUID, created: bool) -> None:
-        """The run's id; ``created`` False: an idempotency key found an earlier run,
-        whose own context stays the one its tasks carry."""
-        if self._span is not None:
-            self._span.set_attribute(WORKFLOW_RUN_ID, str(run_id))
-            self._span.set_attribute(RUN_CREATED, created)
+    def __init__(self, creation: observe.RunCreation) -> None:
+        self._creation = creation
+        self._span = _tracer().start_span(
+            f"workflow {creation.workflow_name}",
+            kind=_api().SpanKind.PRODUCER,  # type: ignore[union-attr]
+            attributes={WORKFLOW: creation.workflow_name, ACTOR: creation.actor},
+        )
+        creation.context = _inject(self._span)
 
     def __enter__(self) -> RunTrace:
         return self
@@ -131,116 +144,69 @@ class RunTrace:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._span is None:
-            return
-        if isinstance(exc, self._lost_races):
+        creation = self._creation
+        if creation.run_id is not None:
+            # ``was_created`` False: an idempotency key found an earlier run, whose own
+            # context stays the one its tasks carry.
+            self._span.set_attribute(WORKFLOW_RUN_ID, str(creation.run_id))
+            self._span.set_attribute(RUN_CREATED, creation.was_created)
+        if isinstance(exc, creation.lost_races):
             self._span.set_attribute(RUN_CREATED, False)
         elif exc is not None:
             _failed(self._span, type(exc).__name__, str(exc))
         self._span.end()
 
 
-def run_trace(
-    workflow_name: str, actor: str, lost_races: tuple[type[BaseException], ...] = ()
-) -> RunTrace:
-    """The span of a run's creation (:class:`RunTrace`); an exception of ``lost_races``
-    ends it as a run not created (another process created it), not as an error."""
-    return RunTrace(workflow_name, actor, lost_races)
-
-
 # --- an attempt -------------------------------------------------------------------------
 
 
-def now_ns() -> int:
-    """A span's start time, taken before the claim it may belong to."""
-    return time.time_ns()
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
+def attributes(attempt: observe.Attempt) -> dict[str, str | int]:
     """What an attempt's span says of it."""
-
-    task_run_id: UUID
-    workflow_run_id: UUID
-    task_key: str
-    task_type: str
-    attempt: int
-    fencing_token: int
-    worker_id: str
-
-    def attributes(self) -> dict[str, str | int]:
-        return {
-            TASK_RUN_ID: str(self.task_run_id),
-            WORKFLOW_RUN_ID: str(self.workflow_run_id),
-            TASK_KEY: self.task_key,
-            TASK_TYPE: self.task_type,
-            ATTEMPT: self.attempt,
-            FENCING_TOKEN: self.fencing_token,
-            WORKER_ID: self.worker_id,
-        }
+    return {
+        TASK_RUN_ID: str(attempt.task_run_id),
+        WORKFLOW_RUN_ID: str(attempt.workflow_run_id),
+        TASK_KEY: attempt.task_key,
+        TASK_TYPE: attempt.task_type,
+        ATTEMPT: attempt.attempt,
+        FENCING_TOKEN: attempt.fencing_token,
+        WORKER_ID: attempt.worker_id,
+    }
 
 
 class AttemptSpan:
-    """One attempt, from its claim to its finish: a child of its run's span (from the
-    dispatch's ``trace_context``), or a root where the dispatch carries none."""
+    """One attempt, from just before its claim (``attempt.started_ns``) to its end: a
+    child of its run's span (from the dispatch's trace context), or a root where the
+    dispatch carries none. The seam's ``AttemptWatch`` ends it once."""
 
-    def __init__(
-        self, trace_context: Mapping[str, str], attempt: Attempt, *, started_ns: int
-    ) -> None:
-        self._span: Any = None
-        if not installed():
-            return
+    def __init__(self, attempt: observe.Attempt) -> None:
         from opentelemetry import propagate  # noqa: PLC0415
 
+        context = attempt.trace_context
         self._span = _tracer().start_span(
             f"task {attempt.task_key}",
-            context=propagate.extract(dict(trace_context)) if trace_context else None,
+            context=propagate.extract(dict(context)) if context else None,
             kind=_api().SpanKind.CONSUMER,  # type: ignore[union-attr]
-            attributes=attempt.attributes(),
-            start_time=started_ns,
+            attributes=attributes(attempt),
+            start_time=attempt.started_ns,
         )
 
-    @contextmanager
-    def current(self) -> Iterator[None]:
+    def current(self) -> AbstractContextManager[None]:
         """This span as the current one (in the thread that runs the handler): the
         handler's own spans are its children."""
-        if self._span is None:
-            yield
-            return
         api = _api()
         assert api is not None
-        with api.use_span(self._span, end_on_exit=False, record_exception=False):
-            yield
+        return cast(
+            "AbstractContextManager[None]",
+            api.use_span(self._span, end_on_exit=False, record_exception=False),
+        )
 
-    def end(self, outcome: str, error: Mapping[str, str] | None = None) -> str:
-        """The attempt finished: ``outcome`` succeed, fail or stale (returned, for the
-        caller's own use); ``error`` a failure's type and message (never its
-        traceback: it may hold data). Only the first end counts."""
-        span, self._span = self._span, None
-        if span is not None:
-            span.set_attribute(OUTCOME, outcome)
-            if error is not None:
-                _failed(span, error.get("type", "error"), error.get("message", ""))
-            span.end()
-        return outcome
-
-    def __enter__(self) -> AttemptSpan:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Ends a span nothing ended: an error went up before its outcome was written."""
-        self.unwritten(exc)
-
-    def unwritten(self, exc: BaseException | None) -> None:
-        """End it: the outcome was not written (``exc``: why), and is kept for the
-        dispatch's redelivery."""
-        error = None if exc is None else {"type": type(exc).__name__, "message": str(exc)}
-        self.end(UNWRITTEN, error)
+    def end(self, outcome: str, error: Mapping[str, str] | None = None) -> None:
+        """The attempt ended: ``outcome`` succeed, fail, stale or unwritten; ``error`` a
+        failure's type and message (never its traceback: it may hold data)."""
+        self._span.set_attribute(OUTCOME, outcome)
+        if error is not None:
+            _failed(self._span, error.get("type", "error"), error.get("message", ""))
+        self._span.end()
 
 
 def _failed(span: Any, error_type: str, message: str) -> None:

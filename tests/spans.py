@@ -1,5 +1,6 @@
 """Recording OpenTelemetry spans in a test: an SDK tracer provider with the SDK's
-in-memory exporter, set as the process's global one for the test only."""
+in-memory exporter, set as the process's global one, and the traces observer installed
+(``flowforge.observe``), for the test only."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 
-from flowforge import tracing
+from flowforge import observe, tracing
 
 
 def _reset_global_provider() -> None:
@@ -33,7 +34,8 @@ def recorded() -> Iterator[InMemorySpanExporter]:
     _reset_global_provider()
     trace.set_tracer_provider(provider)
     try:
-        yield exporter
+        with observe.installed(tracing.TRACES):
+            yield exporter
     finally:
         provider.shutdown()
         _reset_global_provider()

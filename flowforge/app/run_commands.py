@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
-from flowforge import errors, tracing
+from flowforge import errors, observe
 from flowforge.aggregates import idempotency, json_values, rerun, run_plan, start_time
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
@@ -226,9 +226,9 @@ class RunCommands:
 
 def create_run(writes: Writes, plan: RunPlan) -> tuple[UUID, bool]:
     """``writes.runs.create`` of ``plan`` inside the run's creation span, whose context
-    the run stores for its dispatches to carry (``flowforge.tracing``)."""
+    the run stores for its dispatches to carry (``flowforge.observe``)."""
     definition, actor = plan.definition, plan.actor
-    with tracing.run_trace(definition.name, actor) as trace:
+    with observe.announce.run_creation(definition.name, actor) as trace:
         run_id, created = writes.runs.create(plan.traced(trace.context))
         trace.created(run_id, created)
     return run_id, created

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from flowforge import errors, tracing
+from flowforge import errors, observe
 from flowforge.aggregates import cron as cron_rules
 from flowforge.aggregates import json_values, schedule
 from flowforge.aggregates.definition import WorkflowDefinition
@@ -186,7 +186,7 @@ class Schedules:
             actor = schedule.run_actor(row.name)
             try:
                 with (
-                    tracing.run_trace(row.workflow_name, actor, (FireLost,)) as trace,
+                    observe.announce.run_creation(row.workflow_name, actor, (FireLost,)) as trace,
                     self._core.writes() as writes,
                 ):
                     row = writes.schedules.fire(

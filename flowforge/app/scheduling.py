@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable
 from uuid import UUID
 
-from flowforge import metrics
+from flowforge import observe
 from flowforge.app import advance
 from flowforge.app.commands import Commands
 from flowforge.app.core import ServiceCore
@@ -161,7 +161,7 @@ class Scheduling:
             if self._core.covers(scope, task.workflow_run_id)
             and self._commands.time_out_task_run(task.task_run_id, task.fencing_token)
         ]
-        metrics.TIMED_OUT.inc(len(timed_out))
+        observe.announce.attempts_timed_out(len(timed_out))
         return timed_out
 
     def reap_expired_leases(self, *, scope: Scope | None = None) -> list[UUID]:
@@ -174,5 +174,5 @@ class Scheduling:
             for task_run_id in candidates
             if self._commands.reclaim_task_run(task_run_id)
         ]
-        metrics.LEASES_REAPED.inc(len(reaped))
+        observe.announce.leases_reaped(len(reaped))
         return reaped

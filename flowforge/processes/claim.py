@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
-from flowforge import metrics
+from flowforge import observe
 from flowforge.aggregates.dispatch import DispatchMessage
 from flowforge.aggregates.states import TaskRunState
 from flowforge.app.results import Claim, TaskRunView
@@ -68,8 +68,11 @@ class Claimer:
             assert row.lease_seconds is not None  # the claim took the row's own lease
             return row, Claim.of(row), row.lease_seconds
         # Not claimed: a duplicate or stale dispatch, a claim lost to another worker,
-        # or a row created before tasks recorded their lease (schema version 4). Its row
-        # says which; a ready one is claimed with its definition's lease.
+        # or a row without a lease of its own. Its row says which; a ready one without a
+        # lease is claimed with its definition's lease. Such a row is still written in
+        # a rolling upgrade past schema version 5: a FlowForge before 5 checks the schema
+        # when it opens the database only, so one started before `db migrate` goes on
+        # creating tasks without the column's value (docs/data-model.md, lease_seconds).
         task = self._task(task_run_id)
         if task.task_state is not TaskRunState.READY:
             return self.skipped(task, "not ready")
@@ -100,7 +103,7 @@ class Claimer:
             "duplicate or stale dispatch acked without running",
             extra=self._extra(task_run_id=str(task.id), state=task.state, reason=why),
         )
-        metrics.CLAIMS_SKIPPED.labels(why).inc()
+        observe.announce.claim_skipped(why)
         return "skipped"
 
     def duplicate(self, message: DispatchMessage) -> str:
@@ -110,7 +113,7 @@ class Claimer:
             "duplicate or stale dispatch acked without running",
             extra=self._extra(task_run_id=str(message.task_run_id), reason="twice in a batch"),
         )
-        metrics.CLAIMS_SKIPPED.labels("twice in a batch").inc()
+        observe.announce.claim_skipped("twice in a batch")
         return "skipped"
 
     def _extra(self, **fields: Any) -> dict[str, Any]:

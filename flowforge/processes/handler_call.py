@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import threading
 import traceback
-from contextlib import nullcontext
 from typing import Any
 
+from flowforge import observe
 from flowforge.aggregates import json_values
 from flowforge.processes.lane import Lane
 from flowforge.processes.registry import Handler, TaskContext
-from flowforge.tracing import AttemptSpan
 
 
 def error_details(exc: BaseException) -> dict[str, str]:
@@ -35,12 +34,13 @@ class HandlerCall:
         context: TaskContext,
         lane: Lane | None = None,
         *,
-        span: AttemptSpan | None = None,
+        watch: observe.AttemptWatch | None = None,
     ) -> None:
         self._handler = handler
         self._context = context
-        #: The attempt's span, current while the handler runs (its spans nest in it).
-        self._span = span
+        #: What watches the attempt: current while the handler runs (its span the
+        #: current one, so the handler's spans nest in it).
+        self._watch = watch or observe.AttemptWatch()
         self._lane = lane or Lane(f"handler-{context.task_key}")
         self._result: Any = None
         self._error: BaseException | None = None
@@ -56,7 +56,7 @@ class HandlerCall:
 
     def _run(self) -> None:
         try:
-            with self._span.current() if self._span is not None else nullcontext():
+            with self._watch.current():
                 self._result = self._handler(self._context)
         except BaseException as exc:  # noqa: BLE001 - any failure of user code fails the task
             # Drop this frame: the traceback a user reads starts in their handler.

@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Protocol
 from uuid import UUID
 
-from flowforge import errors, metrics
+from flowforge import errors, observe
 from flowforge.app.results import Claim
 from flowforge.processes.lane import Lane
 
@@ -137,7 +137,7 @@ class Heartbeat:
                     actor=self._worker_id,
                 )
             except Exception as exc:
-                metrics.HEARTBEAT_FAILURES.inc()
+                observe.announce.heartbeat_failed()
                 if renewal_retryable(exc):
                     # The lease may still be ours; the next beat tries again.
                     log.warning("lease renewal failed", extra=self._extra(error=str(exc)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from flowforge import errors, metrics
+from flowforge import errors, observe
 from flowforge.app.results import WakeupBell
 from flowforge.app.scope import Scope
 from flowforge.app.service import FlowForge
@@ -92,7 +92,7 @@ class Publisher:
                 raise
             except (errors.BrokerError, errors.PersistenceError) as exc:
                 server = "broker" if isinstance(exc, errors.BrokerError) else "database"
-                metrics.RECONNECTS.labels(server).inc()
+                observe.announce.reconnected(server)
                 delay = self.backoff.next_delay()
                 log.log(
                     logging.WARNING if self.backoff.worth_a_warning else logging.INFO,

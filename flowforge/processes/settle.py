@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from flowforge import errors, metrics
+from flowforge import errors, observe
 from flowforge.processes.transport import Delivery, SettleAction
 
 
@@ -80,4 +80,4 @@ def perform(delivery: Delivery, action: SettleAction) -> None:
         delivery.requeue()
     else:
         delivery.dead_letter()
-        metrics.DEAD_LETTERED.inc()
+        observe.announce.dead_lettered()

@@ -1,12 +1,13 @@
-"""What a worker reports of an attempt: how long its dispatch waited to be claimed (a
-metric), and the attempt's span (a trace). docs/observability.md says what each means."""
+"""A claimed attempt announced to the observers (``flowforge.observe``): the attempt as
+they see it, from its row, its claim and its dispatch's headers. docs/observability.md
+says what each observer makes of it (the dispatch's wait, the attempt's span)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
 
-from flowforge import metrics, tracing
+from flowforge import observe
 from flowforge.aggregates.dispatch import ready_at_of, trace_context_of
 from flowforge.app.results import Claim, TaskRunView
 
@@ -19,11 +20,12 @@ def attempt_started(
     *,
     worker_id: str,
     began_ns: int,
-) -> tracing.AttemptSpan:
-    """Count the dispatch's wait and open the attempt's span (from ``began_ns``, taken
-    before the claim), a child of the run's span its headers carry."""
-    observe_ready_to_claimed(task.task_type, claim, lease_seconds, headers)
-    attempt = tracing.Attempt(
+) -> observe.AttemptWatch:
+    """Announce the attempt (its span starts at ``began_ns``, taken before the claim):
+    what watches it from here to its end. Unwatched, nothing is read from the headers."""
+    if not observe.announce.watched:
+        return observe.AttemptWatch()
+    attempt = observe.Attempt(
         task_run_id=task.id,
         workflow_run_id=task.workflow_run_id,
         task_key=task.task_key,
@@ -31,20 +33,12 @@ def attempt_started(
         attempt=claim.attempt,
         fencing_token=claim.fencing_token,
         worker_id=worker_id,
+        trace_context=trace_context_of(headers),
+        ready_at=ready_at_of(headers),
+        # The claim's own time, by the database's clock: the claim wrote its lease as
+        # that clock's now plus the lease. (Not the row's updated_at: the claim
+        # fallback's row is the one read before its claim.)
+        claimed_at=claim.lease_expires_at - timedelta(seconds=lease_seconds),
+        started_ns=began_ns,
     )
-    return tracing.AttemptSpan(trace_context_of(headers), attempt, started_ns=began_ns)
-
-
-def observe_ready_to_claimed(
-    task_type: str, claim: Claim, lease_seconds: float, headers: Mapping[str, object]
-) -> None:
-    """From the dispatch's outbox row to its claim, both by the database's clock: the
-    claim's time is its lease's expiry less the lease (one clock, no worker's skew)."""
-    if metrics.READY_TO_CLAIMED.real is None:
-        return
-    ready_at = ready_at_of(headers)
-    if ready_at is None:  # a dispatch from a FlowForge without the header
-        return
-    claimed_at = claim.lease_expires_at - timedelta(seconds=lease_seconds)
-    waited = (claimed_at - ready_at).total_seconds()
-    metrics.READY_TO_CLAIMED.labels(task_type).observe(max(waited, 0.0))
+    return observe.announce.attempt_started(attempt)

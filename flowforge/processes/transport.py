@@ -32,7 +32,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from flowforge import errors, metrics
+from flowforge import errors, observe
 from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage
 from flowforge.app.ports import DispatchPublisher as DispatchPublisher  # noqa: PLC0414 - re-export
 from flowforge.limits import batch_size
@@ -362,8 +362,8 @@ class InMemoryDispatchPublisher:
             ]
         )
         # On the queue once appended: published and confirmed at once.
-        metrics.DISPATCHES.labels("published").inc(len(messages))
-        metrics.DISPATCHES.labels("confirmed").inc(len(messages))
+        observe.announce.dispatches_published(len(messages))
+        observe.announce.dispatches_confirmed(len(messages))
 
     def close(self) -> None:
         """Nothing to release."""

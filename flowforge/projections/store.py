@@ -16,7 +16,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import Mapper
 
-from flowforge import metrics
+from flowforge import observe
 from flowforge.projections.db.protocols import Database, Transaction
 from flowforge.projections.reads import Reads
 from flowforge.projections.wakeups import Wakeups
@@ -90,7 +90,7 @@ class Store:
             yield writes
         # Committed: count what it did, wake this process's loops, and other processes'
         # by a NOTIFY.
-        metrics.count_transitions(writes.recording.taken)
+        observe.announce.transitions_committed(writes.recording.taken)
         if writes.marks.made:
             self.wakeups.runs.ring()
             self._notifier.request("notify_run_wakeups")

@@ -207,7 +207,7 @@ def test_an_unexpected_error_requeues_the_batch_and_keeps_its_outcomes(
     def broken(*_: Any) -> str:
         raise RuntimeError("a bug after the outcomes' write")
 
-    monkeypatch.setattr(worker, "_written", broken)
+    monkeypatch.setattr(worker.steps, "written", broken)
     with pytest.raises(RuntimeError, match="a bug"):
         worker.handle_batch(taken(app, channel, consumer), consumer)
     assert (channel.ready_count, channel.unsettled_count) == (BATCH, 0)

@@ -89,3 +89,48 @@ def test_importing_every_pure_core_module_loads_no_driver() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_the_no_cycle_contract_breaks_on_two_modules_that_import_each_other(
+    tmp_path: Path,
+) -> None:
+    # The project's own contract, pointed at a scratch package: a worker and its batch
+    # that import each other, as processes/worker.py and batch.py once did (even when one
+    # side's import is for type checking only).
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts: list[dict[str, Any]] = config["tool"]["importlinter"]["contracts"]
+    contract = next(c for c in contracts if c["type"] == "acyclic_siblings")
+    assert contract["ancestors"] == ["flowforge"]
+    scratch = tmp_path / "importlinter.toml"
+    scratch.write_text(
+        textwrap.dedent(f"""
+            [tool.importlinter]
+            root_packages = ["probe"]
+
+            [[tool.importlinter.contracts]]
+            name = {json.dumps(contract["name"])}
+            type = "acyclic_siblings"
+            ancestors = ["probe"]
+        """),
+        encoding="utf-8",
+    )
+    processes = tmp_path / "probe" / "processes"
+    processes.mkdir(parents=True)
+    for init in (tmp_path / "probe" / "__init__.py", processes / "__init__.py"):
+        init.write_text("", encoding="utf-8")
+    (processes / "steps.py").write_text("", encoding="utf-8")
+    (processes / "batch.py").write_text("from probe.processes import steps\n", encoding="utf-8")
+    (processes / "worker.py").write_text(
+        "from probe.processes import batch, steps\n", encoding="utf-8"
+    )
+    clean = lint(scratch, cwd=tmp_path)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+
+    (processes / "batch.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from probe.processes import worker\n",
+        encoding="utf-8",
+    )
+    broken = lint(scratch, cwd=tmp_path)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "No cycles are allowed in probe.processes" in broken.stdout

@@ -1,21 +1,25 @@
-"""Traces (flowforge/tracing.py): a run's creation span and the context it stores, an
-attempt's span as its child with the handler's spans nested in it, what a failure shows,
-and a process without OpenTelemetry (or without a provider) recording nothing."""
+"""Traces (flowforge/tracing.py, the traces observer), through the seam
+(``flowforge.observe``) as the domain calls it: a run's creation span and the context it
+stores, an attempt's span as its child with the handler's spans nested in it, what a
+failure shows, and a process without OpenTelemetry (or without a provider) recording
+nothing."""
 
 from __future__ import annotations
 
 import re
+import time
+from dataclasses import replace
 from uuid import uuid4
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
-from flowforge import errors, tracing
+from flowforge import errors, observe, tracing
 from tests.spans import recorded
 
 RUN_ID = uuid4()
-ATTEMPT = tracing.Attempt(
+ATTEMPT = observe.Attempt(
     task_run_id=uuid4(),
     workflow_run_id=RUN_ID,
     task_key="extract",
@@ -24,11 +28,16 @@ ATTEMPT = tracing.Attempt(
     fencing_token=7,
     worker_id="w1",
 )
+announce = observe.announce
+
+
+def attempt(trace_context: dict[str, str] | None = None, started_ns: int = 0) -> observe.Attempt:
+    return replace(ATTEMPT, trace_context=trace_context or {}, started_ns=started_ns)
 
 
 def test_a_runs_creation_is_a_span_whose_w3c_context_the_run_stores() -> None:
     with recorded() as spans:
-        with tracing.run_trace("etl", "user") as run:
+        with announce.run_creation("etl", "user") as run:
             run.created(RUN_ID, True)
         (span,) = spans.get_finished_spans()
     assert span.name == "workflow etl"
@@ -50,11 +59,11 @@ class LostError(Exception):
 
 def test_a_run_another_process_created_is_not_an_error_but_an_error_is() -> None:
     with recorded() as spans:
-        with pytest.raises(LostError), tracing.run_trace("etl", "scheduler", (LostError,)):
+        with pytest.raises(LostError), announce.run_creation("etl", "scheduler", (LostError,)):
             raise LostError
         with (
             pytest.raises(ValueError, match="bad"),
-            tracing.run_trace("etl", "user", (LostError,)),
+            announce.run_creation("etl", "user", (LostError,)),
         ):
             raise ValueError("bad inputs")
         lost, failed = spans.get_finished_spans()
@@ -68,7 +77,7 @@ def test_a_run_submitted_inside_a_callers_span_is_its_child() -> None:
     with recorded() as spans:
         with (
             trace.get_tracer("app").start_as_current_span("request"),
-            tracing.run_trace("etl", "user"),
+            announce.run_creation("etl", "user"),
         ):
             pass
         request, run = sorted(spans.get_finished_spans(), key=lambda s: s.name)
@@ -77,13 +86,13 @@ def test_a_run_submitted_inside_a_callers_span_is_its_child() -> None:
 
 def test_an_attempt_is_its_runs_child_and_the_handlers_spans_nest_in_it() -> None:
     with recorded() as spans:
-        with tracing.run_trace("etl", "user") as run:
+        with announce.run_creation("etl", "user") as run:
             assert run.context is not None
-        began = tracing.now_ns()
-        attempt = tracing.AttemptSpan(run.context, ATTEMPT, started_ns=began)
-        with attempt.current(), trace.get_tracer("handler").start_as_current_span("fetch page"):
+        began = time.time_ns()
+        watch = announce.attempt_started(attempt(run.context, began))
+        with watch.current(), trace.get_tracer("handler").start_as_current_span("fetch page"):
             pass
-        assert attempt.end("succeed") == "succeed"
+        assert watch.end("succeed") == "succeed"
         handler_span, attempt_span, run_span = sorted(
             spans.get_finished_spans(), key=lambda s: s.name
         )
@@ -109,14 +118,14 @@ def test_an_attempt_is_its_runs_child_and_the_handlers_spans_nest_in_it() -> Non
 
 def test_a_dispatch_without_a_context_starts_a_trace_of_its_own() -> None:
     with recorded() as spans:
-        tracing.AttemptSpan({}, ATTEMPT, started_ns=tracing.now_ns()).end("succeed")
+        announce.attempt_started(attempt(started_ns=time.time_ns())).end("succeed")
         (span,) = spans.get_finished_spans()
     assert span.parent is None
 
 
 def test_a_failed_attempt_is_an_error_naming_its_type_and_never_its_traceback() -> None:
     with recorded() as spans:
-        span = tracing.AttemptSpan({}, ATTEMPT, started_ns=tracing.now_ns())
+        span = announce.attempt_started(attempt(started_ns=time.time_ns()))
         error = {"type": "ValueError", "message": "bad row", "traceback": "password=hunter2"}
         span.end("fail", error)
         span.end("succeed")  # only the first end counts
@@ -132,7 +141,7 @@ def test_an_attempt_an_error_left_is_ended_as_unwritten() -> None:
     with recorded() as spans:
         with (
             pytest.raises(errors.DatabaseUnavailableError),
-            tracing.AttemptSpan({}, ATTEMPT, started_ns=tracing.now_ns()),
+            announce.attempt_started(attempt(started_ns=time.time_ns())),
         ):
             raise errors.DatabaseUnavailableError("the database went away")
         (span,) = spans.get_finished_spans()
@@ -141,7 +150,7 @@ def test_an_attempt_an_error_left_is_ended_as_unwritten() -> None:
 
 
 def test_without_a_tracer_provider_nothing_is_stored() -> None:
-    with tracing.run_trace("etl", "user") as run:
+    with observe.installed(tracing.TRACES), announce.run_creation("etl", "user") as run:
         run.created(RUN_ID, True)
     assert run.context is None
 
@@ -153,13 +162,14 @@ def test_without_opentelemetry_installed_every_call_does_nothing(
     monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
-    with tracing.run_trace("etl", "user") as run:
-        run.created(RUN_ID, True)
-    assert run.context is None
-    span = tracing.AttemptSpan({"traceparent": "00-x-y-01"}, ATTEMPT, started_ns=0)
-    with span.current():
-        pass
-    assert span.end("succeed") == "succeed"
+    with observe.installed(tracing.TRACES):
+        with announce.run_creation("etl", "user") as run:
+            run.created(RUN_ID, True)
+        assert run.context is None
+        span = announce.attempt_started(attempt({"traceparent": "00-x-y-01"}))
+        with span.current():
+            pass
+        assert span.end("succeed") == "succeed"
     assert tracing.configure("flowforge-worker") is False
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
     with pytest.raises(errors.ConfigurationError, match=re.escape("flowforge[otel]")):

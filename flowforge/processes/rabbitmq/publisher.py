@@ -10,7 +10,7 @@ from typing import Final
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
-from flowforge import errors, metrics
+from flowforge import errors, observe
 from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage
 from flowforge.config import BrokerConfig
 from flowforge.processes.rabbitmq import topology, translate
@@ -120,7 +120,7 @@ class RabbitDispatchPublisher:
         except translate.UNAVAILABLE as exc:
             translate.raise_unavailable(config, "publish to", exc)
         self._check_settled(confirms, len(messages))
-        metrics.DISPATCHES.labels("confirmed").inc(len(messages))
+        observe.announce.dispatches_confirmed(len(messages))
         logger.debug(
             "dispatches published",
             extra={"action": "publish", "dispatch_count": len(messages)},
@@ -164,12 +164,12 @@ class RabbitDispatchPublisher:
                 mandatory=True,
             )
             confirms.sent(message_id)
-            metrics.DISPATCHES.labels("published").inc()
+            observe.announce.dispatches_published(1)
 
     def _check_settled(self, confirms: Confirms, count: int) -> None:
         config = self._config
         if confirms.returned:
-            metrics.DISPATCHES.labels("returned").inc(len(confirms.returned))
+            observe.announce.dispatches_returned(len(confirms.returned))
             self._declared.clear()  # a queue went away: declare them all again
             raise errors.UnroutableDispatchError(
                 f"RabbitMQ returned {len(confirms.returned)} of {count} dispatches "

@@ -14,7 +14,7 @@ import psycopg
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from flowforge import metrics
+from flowforge import observe
 from flowforge.projections import statements
 from flowforge.projections.db.errors import translate_errors
 from flowforge.projections.db.pipeline import Statement, roll_back, send_batch
@@ -204,7 +204,7 @@ def _on_live_connection(
                 stack.push(attempt_stack.pop_all())
                 return conn, probed
         # Out of the attempt's block: the dead connection went back, and was discarded.
-        metrics.RECONNECTS.labels("database").inc()
+        observe.announce.reconnected("database")
         datastore.pool.check()
     raise AssertionError("unreachable: the last attempt returns or raises")
 

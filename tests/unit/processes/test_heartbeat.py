@@ -16,7 +16,7 @@ from flowforge import errors
 from flowforge.app.results import Claim
 from flowforge.processes.heartbeat import Heartbeat, renewal_retryable
 from flowforge.processes.lane import Lane
-from flowforge.processes.worker import PUMP_INTERVAL_S, heartbeat_start_after
+from flowforge.processes.steps import PUMP_INTERVAL_S, heartbeat_start_after
 
 #: Beats every LEASE_S / 3 seconds: fast, and the test waits on events, not on time.
 LEASE_S = 0.03
