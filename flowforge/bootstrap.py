@@ -35,10 +35,10 @@ from flowforge.app.results import WorkflowRunView
 from flowforge.app.scope import Scope
 from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig, Settings
-from flowforge.processes import publisher as publisher_loop
+from flowforge.processes import outbox_publisher
 from flowforge.processes import scheduler as scheduler_loop
 from flowforge.processes.loop import Stop
-from flowforge.processes.publisher import Publisher
+from flowforge.processes.outbox_publisher import Publisher
 from flowforge.processes.registry import TaskRegistry, default_registry
 from flowforge.processes.scheduler import Scheduler
 from flowforge.processes.supervisor import Supervisor
@@ -151,8 +151,8 @@ class Processes:
     def publisher(
         self,
         *,
-        batch_size: int = publisher_loop.DEFAULT_BATCH_SIZE,
-        interval: float = publisher_loop.DEFAULT_INTERVAL_S,
+        batch_size: int = outbox_publisher.DEFAULT_BATCH_SIZE,
+        interval: float = outbox_publisher.DEFAULT_INTERVAL_S,
         scope: Scope | None = None,
     ) -> Publisher:
         return Publisher(

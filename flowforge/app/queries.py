@@ -21,7 +21,7 @@ from flowforge.app.results import (
     WorkflowRunView,
 )
 from flowforge.app.scope import EVERY_RUN, Scope
-from flowforge.limits import row_limit
+from flowforge.bounds import row_limit
 
 #: How many expired leases (or stalled ready tasks) one pass handles at most.
 REAP_BATCH = 500

@@ -76,7 +76,7 @@ class ScheduleSummary:
     redispatched: int = 0
     #: Delayed runs advanced before their start time (a new one: a new timer).
     waiting_to_start: int = 0
-    #: Runs started by cron schedules (``app/schedules.py``).
+    #: Runs started by cron schedules (``app/cron_schedules.py``).
     fired: int = 0
 
     def add(self, result: AdvanceResult) -> None:

@@ -3,8 +3,8 @@
 One part per concept, composed over one :class:`~flowforge.app.core.ServiceCore` (the
 event store, the store, this process's caches): :class:`Queries` (``app/queries.py``),
 :class:`Commands` (``app/commands.py``), :class:`Outbox` (``app/outbox.py``),
-:class:`Schedules` (``app/schedules.py``), :class:`Limits` (``app/limits.py``) and
-:class:`Scheduling` (``app/scheduling.py``). ``FlowForge`` opens persistence
+:class:`Schedules` (``app/cron_schedules.py``), :class:`Limits` (``app/concurrency_limits.py``) and
+:class:`Scheduling` (``app/scheduler_pass.py``). ``FlowForge`` opens persistence
 (``app/event_store.py``), adds the rebuild (``app/rebuild.py``), and names each public
 method once, below, with the part that implements it.
 """
@@ -20,14 +20,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 from flowforge.app import rebuild, results
 from flowforge.app.caches import ClaimCache, DefinitionCache
 from flowforge.app.commands import Commands
+from flowforge.app.concurrency_limits import Limits
 from flowforge.app.core import ServiceCore
+from flowforge.app.cron_schedules import Schedules
 from flowforge.app.event_store import EventStore, open_persistence
-from flowforge.app.limits import Limits
 from flowforge.app.outbox import Outbox
 from flowforge.app.queries import REAP_BATCH, Queries
 from flowforge.app.results import RebuildReport
-from flowforge.app.schedules import Schedules
-from flowforge.app.scheduling import REDISPATCH_AFTER_S, Scheduling
+from flowforge.app.scheduler_pass import REDISPATCH_AFTER_S, Scheduling
 from flowforge.projections.db.protocols import Database
 from flowforge.projections.store import Store
 
@@ -120,7 +120,7 @@ class FlowForge:
             self.core, self.queries, self.commands, self.outbox, self.cron_schedules
         )
 
-    # --- persistence ---------------------------------------------------------------------
+    # --- persistence ----------------------------------------------------------------------
 
     @property
     def events(self) -> EventStore:
@@ -221,19 +221,19 @@ class FlowForge:
     schedule_retry = _on("commands", Commands.schedule_retry)
     retry_ready = _on("commands", Commands.retry_ready)
 
-    # --- concurrency limits (app/limits.py) -------------------------------------------------
+    # --- concurrency limits (app/concurrency_limits.py) -----------------------------------
 
     set_task_type_limit = _on("limits", Limits.set_task_type_limit)
     unset_task_type_limit = _on("limits", Limits.unset_task_type_limit)
     task_type_limits = _on("limits", Limits.task_type_limits)
     hold_of = _on("limits", Limits.hold_of)
 
-    # --- the outbox (app/outbox.py) --------------------------------------------------------
+    # --- the outbox (app/outbox.py) -------------------------------------------------------
 
     publish_pending_dispatches = _on("outbox", Outbox.publish_pending_dispatches)
     redispatch_stalled = _on("outbox", Outbox.redispatch_stalled)
 
-    # --- the scheduler's pass (app/scheduling.py) ------------------------------------------
+    # --- the scheduler's pass (app/scheduler_pass.py) -------------------------------------
 
     schedule_once = _on("scheduling", Scheduling.schedule_once)
     advance_woken_runs = _on("scheduling", Scheduling.advance_woken_runs)
@@ -243,7 +243,7 @@ class FlowForge:
     reap_expired_leases = _on("scheduling", Scheduling.reap_expired_leases)
     time_out_overdue_tasks = _on("scheduling", Scheduling.time_out_overdue_tasks)
 
-    # --- cron schedules (app/schedules.py) ---------------------------------------------------
+    # --- cron schedules (app/cron_schedules.py) -------------------------------------------
 
     add_schedule = _on("cron_schedules", Schedules.add_schedule, results.schedule_view)
     get_schedule = _on("cron_schedules", Schedules.get_schedule, results.schedule_view)

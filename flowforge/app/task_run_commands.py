@@ -30,7 +30,7 @@ from flowforge.app import advance
 from flowforge.app.arguments import non_negative, positive, text
 from flowforge.app.core import ServiceCore
 from flowforge.app.results import Claim
-from flowforge.limits import batch_of_ids
+from flowforge.bounds import batch_of_ids
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import LeafSuccess
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from flowforge.bounds import MAX_BATCH, MAX_ROWS
 from flowforge.cli import start_times
 from flowforge.cli.logs import FORMATS, LEVELS
-from flowforge.limits import MAX_BATCH, MAX_ROWS
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from typing import Literal, Protocol, runtime_checkable
 from flowforge import errors, observe
 from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage
 from flowforge.app.ports import DispatchPublisher as DispatchPublisher  # noqa: PLC0414 - re-export
-from flowforge.limits import batch_size
+from flowforge.bounds import batch_size
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from flowforge import errors, observe
 from flowforge.app.service import FlowForge
 from flowforge.backoff import Backoff
-from flowforge.limits import batch_size
+from flowforge.bounds import batch_size
 from flowforge.processes.batch import Batch
 from flowforge.processes.loop import Stop
 from flowforge.processes.outcome import OUTCOME_WRITE_PATIENCE_S

@@ -17,9 +17,9 @@ from uuid import UUID
 from eventsourcing.domain import DomainEventProtocol
 
 from flowforge import errors
-from flowforge.aggregates import schedule, task_run, task_type_limit, workflow_run
+from flowforge.aggregates import cron_schedule, task_run, task_type_limit, workflow_run
+from flowforge.aggregates.cron_schedule import Schedule
 from flowforge.aggregates.machines import SCHEDULE_MACHINE, WORKFLOW_RUN_MACHINE
-from flowforge.aggregates.schedule import Schedule
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.projections.db.protocols import Transaction
@@ -81,12 +81,14 @@ def _apply_schedule_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> 
     """A cron schedule's event (migration 11): False for a creation whose name a live
     schedule has. Any other event has no projection: the log is corrupt."""
     if isinstance(event, Schedule.Created):
-        params = _created_params(event, schedule.STATIC_FIELDS, SCHEDULE_MACHINE.initial.value)
+        params = _created_params(
+            event, cron_schedule.STATIC_FIELDS, SCHEDULE_MACHINE.initial.value
+        )
         params["next_fire_at"] = event.next_fire_at
         return bool(tx.run("insert_schedule", params))
     if isinstance(event, Schedule.Transitioned):
-        schedule.check_replayable(event)
-        _update(tx, "apply_schedule_event", event, schedule.DECLARATION.carried(event))
+        cron_schedule.check_replayable(event)
+        _update(tx, "apply_schedule_event", event, cron_schedule.DECLARATION.carried(event))
         return True
     raise errors.CorruptEventLogError(f"no projection for event {type(event).__qualname__}")
 

@@ -20,7 +20,7 @@ from functools import cache
 from importlib import resources
 from types import MappingProxyType
 
-from flowforge.aggregates import schedule, task_run, workflow_run
+from flowforge.aggregates import cron_schedule, task_run, workflow_run
 from flowforge.aggregates.base import Declaration
 from flowforge.aggregates.states import ScheduleState, TaskRunState, WorkflowRunState
 from flowforge.projections import event_log, event_sql
@@ -160,12 +160,12 @@ def code_macros() -> dict[str, str]:
         # The column lists an event fills, from the aggregates' field declarations.
         "task_run_assignments": _assignments(task_run.MUTABLE_FIELDS),
         "workflow_run_assignments": _assignments(workflow_run.MUTABLE_FIELDS),
-        "schedule_assignments": _assignments(schedule.MUTABLE_FIELDS),
+        "schedule_assignments": _assignments(cron_schedule.MUTABLE_FIELDS),
     }
     for name, fields in (
         ("task_run", task_run.STATIC_FIELDS),
         ("workflow_run", workflow_run.STATIC_FIELDS),
-        ("schedule", schedule.STATIC_FIELDS),
+        ("schedule", cron_schedule.STATIC_FIELDS),
     ):
         macros[f"{name}_static_columns"] = ", ".join(fields)
         macros[f"{name}_static_values"] = ", ".join(f":{f}" for f in fields)

@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any, Self
 from uuid import UUID
 
-from flowforge.aggregates import schedule, task_run, workflow_run
+from flowforge.aggregates import cron_schedule, task_run, workflow_run
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 
 
@@ -88,7 +88,7 @@ def row_columns(static: tuple[str, ...], mutable: tuple[str, ...]) -> tuple[str,
 #: ``MUTABLE_FIELDS``: the one place a column is declared.
 TASK_RUN_COLUMNS = row_columns(task_run.STATIC_FIELDS, task_run.MUTABLE_FIELDS)
 WORKFLOW_RUN_COLUMNS = row_columns(workflow_run.STATIC_FIELDS, workflow_run.MUTABLE_FIELDS)
-SCHEDULE_COLUMNS = row_columns(schedule.STATIC_FIELDS, schedule.MUTABLE_FIELDS)
+SCHEDULE_COLUMNS = row_columns(cron_schedule.STATIC_FIELDS, cron_schedule.MUTABLE_FIELDS)
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}

@@ -125,11 +125,11 @@ def run_page(app: FlowForge, run: WorkflowRunView, at: datetime | None) -> dict[
     return context
 
 
-def _attempts_now(rows: list[TaskRunView]) -> list[replay.Attempt]:
+def _attempts_now(rows: list[TaskRunView]) -> list[replay.TimelineBar]:
     """Each task's attempt as its row has it now (a large run's page reads no log): from
     its first claim to its finish, in the order they started."""
     found = [
-        replay.Attempt(
+        replay.TimelineBar(
             t.task_key,
             t.attempt,
             t.started_at,
@@ -166,7 +166,7 @@ def _moment_index(moments: list[datetime], at: datetime | None) -> int:
 
 
 def _timeline(
-    every: list[replay.Attempt], times: list[datetime], at: datetime, run: WorkflowRunView
+    every: list[replay.TimelineBar], times: list[datetime], at: datetime, run: WorkflowRunView
 ) -> dict[str, Any]:
     """Every attempt as a bar on one time axis, from the run's creation to ``at`` (the
     moment shown, or the database's now), or to its last transition (of ``times``) if it

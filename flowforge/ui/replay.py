@@ -23,7 +23,7 @@ class TaskAsOf:
 
 
 @dataclass(frozen=True, slots=True)
-class Attempt:
+class TimelineBar:
     """One attempt of one task: claimed at ``start``; ``end`` and ``outcome`` are
     ``None`` while it runs (as of the moment shown)."""
 
@@ -50,9 +50,9 @@ def run_state(history: Sequence[AuditEntry], at: datetime | None = None) -> str 
     return run.target if run is not None else None
 
 
-def attempts(history: Sequence[AuditEntry], at: datetime | None = None) -> list[Attempt]:
+def attempts(history: Sequence[AuditEntry], at: datetime | None = None) -> list[TimelineBar]:
     """Every attempt of every task as of ``at``, in the order they were claimed."""
-    found: list[Attempt] = []
+    found: list[TimelineBar] = []
     open_: dict[str, int] = {}  # task key -> index in found of its running attempt
     for entry in as_of.fold(history, at).entries:
         key = entry.task_key
@@ -61,12 +61,14 @@ def attempts(history: Sequence[AuditEntry], at: datetime | None = None) -> list[
         if key in open_ and entry.source == "running":
             i = open_.pop(key)
             running = found[i]
-            found[i] = Attempt(
+            found[i] = TimelineBar(
                 key, running.attempt, running.start, entry.at, entry.target, running.worker
             )
         if entry.target == "running":
             open_[key] = len(found)
-            found.append(Attempt(key, entry.attempt or 1, entry.at, None, None, entry.lease_owner))
+            found.append(
+                TimelineBar(key, entry.attempt or 1, entry.at, None, None, entry.lease_owner)
+            )
     return found
 
 

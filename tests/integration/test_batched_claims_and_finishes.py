@@ -20,7 +20,7 @@ import pytest
 from flowforge import Finish, errors
 from flowforge.app.results import TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
-from flowforge.limits import MAX_BATCH
+from flowforge.bounds import MAX_BATCH
 from tests.helpers import (
     TASK_CREATED_TOPIC,
     RoundTrip,

@@ -14,7 +14,7 @@ from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage
 from flowforge.app.scope import Scope
 from flowforge.app.service import FlowForge
 from flowforge.bootstrap import ProcessGroup, Transport
-from flowforge.processes.publisher import Publisher
+from flowforge.processes.outbox_publisher import Publisher
 from flowforge.processes.registry import TaskContext, TaskRegistry
 from tests.helpers import claim, task_id, wait_until_expired
 

@@ -22,7 +22,7 @@ from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage, deco
 from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig
 from flowforge.processes import loop
-from flowforge.processes.publisher import Publisher
+from flowforge.processes.outbox_publisher import Publisher
 from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher
 from flowforge.processes.transport import DispatchPublisher
 from tests import topology
@@ -120,7 +120,7 @@ def test_a_row_committed_before_any_publish_is_delivered_by_a_fresh_publisher_pr
     script = (
         "from flowforge.app.service import FlowForge\n"
         "from flowforge.config import BrokerConfig\n"
-        "from flowforge.processes.publisher import Publisher\n"
+        "from flowforge.processes.outbox_publisher import Publisher\n"
         "from flowforge.processes.rabbitmq import RabbitDispatchPublisher\n"
         "import sys\n"
         "config = BrokerConfig.from_env()\n"

@@ -1,4 +1,4 @@
-"""Cron schedules on both backends (``flowforge/app/schedules.py``): add, list, pause,
+"""Cron schedules on both backends (``flowforge/app/cron_schedules.py``): add, list, pause,
 resume and delete; a due schedule fires once; the missed-fire policies, with a
 controlled clock (``as_of``: no sleeping until a fire time); the scheduler's pass and
 timer; the rebuild; and on PostgreSQL, schedulers racing to fire one schedule, released
@@ -17,7 +17,7 @@ from uuid import UUID
 import pytest
 
 from flowforge import errors
-from flowforge.aggregates import schedule
+from flowforge.aggregates import cron_schedule
 from flowforge.aggregates.cron import Cron
 from flowforge.app.results import ScheduleView
 from flowforge.app.scope import EVERY_RUN, Scope
@@ -41,7 +41,7 @@ def hour_after(at: datetime, hours: int = 1) -> datetime:
 
 def runs_of(app: FlowForge, name: str) -> dict[str, UUID]:
     """The runs the schedule created, by idempotency key (its fire time)."""
-    prefix = f"{schedule.IDEMPOTENCY_PREFIX}{name}@"
+    prefix = f"{cron_schedule.IDEMPOTENCY_PREFIX}{name}@"
     return {
         run.idempotency_key: run.id
         for run in app.every_run()
@@ -53,7 +53,7 @@ def fire_times(app: FlowForge, name: str) -> list[datetime]:
     """The fire times the schedule's Fired events record, in order."""
     fired = []
     for event in _events(app, app.get_schedule(name).id):
-        if isinstance(event, schedule.Schedule.Fired):
+        if isinstance(event, cron_schedule.Schedule.Fired):
             assert event.last_fire_at is not None
             fired.append(event.last_fire_at)
     return fired
@@ -194,7 +194,9 @@ class TestFiring:
         expected = [first + timedelta(hours=h) for h in (3, 4, 5)]
         assert [f.fire_at for f in fired] == expected
         assert fire_times(app, "s") == expected
-        assert sorted(runs_of(app, "s")) == [schedule.idempotency_key("s", t) for t in expected]
+        assert sorted(runs_of(app, "s")) == [
+            cron_schedule.idempotency_key("s", t) for t in expected
+        ]
         assert app.get_schedule("s").next_fire_at == first + timedelta(hours=6)
 
     def test_a_paused_schedule_does_not_fire_and_resume_does_not_make_up_what_it_missed(
@@ -224,7 +226,7 @@ class TestFiring:
         assert first is not None
         # The second guard: a run with the fire's key (submitted by hand) is the fire's.
         existing = app.start_workflow_run(
-            WORKFLOW, idempotency_key=schedule.idempotency_key("s", first)
+            WORKFLOW, idempotency_key=cron_schedule.idempotency_key("s", first)
         )
         (fired,) = app.fire_due_schedules(as_of=first)
         assert fired.run_id == existing
@@ -315,7 +317,7 @@ class TestRaces:
         postgres_url: str,
         caplog: pytest.LogCaptureFixture,
     ) -> None:
-        caplog.set_level(logging.DEBUG, logger="flowforge.app.schedules")
+        caplog.set_level(logging.DEBUG, logger="flowforge.app.cron_schedules")
         row: ScheduleView = pg_app.add_schedule("race", HOURLY, WORKFLOW, catch_up=2)
         assert row.next_fire_at is not None
         expected: list[datetime] = []
@@ -334,7 +336,7 @@ class TestRaces:
         assert lost
         assert fire_times(pg_app, "race") == expected
         keys = runs_of(pg_app, "race")
-        assert sorted(keys) == sorted(schedule.idempotency_key("race", t) for t in expected)
+        assert sorted(keys) == sorted(cron_schedule.idempotency_key("race", t) for t in expected)
         assert len(pg_app.every_run()) == len(expected)  # no run was left by a loser
         events = _events(pg_app, row.id)
         assert [e.originator_version for e in events] == list(range(1, len(expected) + 2))

@@ -23,7 +23,7 @@ import pytest
 
 from flowforge.app.service import FlowForge
 from flowforge.processes.loop import Stop
-from flowforge.processes.publisher import Publisher
+from flowforge.processes.outbox_publisher import Publisher
 from flowforge.processes.scheduler import Scheduler
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.projections import statements

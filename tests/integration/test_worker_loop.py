@@ -19,7 +19,7 @@ from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage
 from flowforge.app.service import FlowForge
 from flowforge.backoff import RECONNECT_BACKOFF_RESET_AFTER_S, Backoff
 from flowforge.config import BrokerConfig
-from flowforge.processes.publisher import Publisher
+from flowforge.processes.outbox_publisher import Publisher
 from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher
 from flowforge.processes.transport import Delivery, InMemoryDispatchChannel
 from flowforge.processes.worker import Worker

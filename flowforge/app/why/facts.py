@@ -21,7 +21,7 @@ from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.task_run import TaskRun, TaskRunChanges, TaskRunFixed
 from flowforge.aggregates.workflow_run import WorkflowRun, WorkflowRunChanges, WorkflowRunFixed
 from flowforge.app import as_of
-from flowforge.app.limits import Hold
+from flowforge.app.concurrency_limits import Hold
 from flowforge.app.ports import QueueState
 from flowforge.app.results import AuditEntry, DispatchView, TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from flowforge import timefmt
-from flowforge.app.limits import Hold
+from flowforge.app.concurrency_limits import Hold
 from flowforge.app.why.facts import Situation
 from flowforge.app.why.sentences import (
     SCHEDULER_RUNNING,

@@ -1,6 +1,6 @@
 """Maintenance: the commands of actions ``db``, ``broker``, ``schedule`` and ``limit``
-(their handlers: ``flowforge/cli/db.py``, ``broker.py``, ``schedules.py``,
-``limits.py``)."""
+(their handlers: ``flowforge/cli/db.py``, ``broker.py``, ``cron_schedules.py``,
+``concurrency_limits.py``)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ SCHEDULE_ACTIONS = (
             examples/fan_out.toml --input rows=8
           schedule nightly: fan_out at 30 2 * * * (Europe/Paris), next 2026-01-31 02:30:00 CET
         """,
-        "flowforge.cli.schedules:add",
+        "flowforge.cli.cron_schedules:add",
         (
             flags.SCHEDULE_NAME,
             flags.CRON,
@@ -82,28 +82,28 @@ SCHEDULE_ACTIONS = (
         "list",
         "the schedules: state, cron, next fire, last fire and its run",
         "flowforge schedule list",
-        "flowforge.cli.schedules:list_schedules",
+        "flowforge.cli.cron_schedules:list_schedules",
         (flags.JSON,),
     ),
     Command(
         "pause",
         "stop firing a schedule until it is resumed",
         "flowforge schedule pause nightly",
-        "flowforge.cli.schedules:pause",
+        "flowforge.cli.cron_schedules:pause",
         (flags.SCHEDULE_NAME,),
     ),
     Command(
         "resume",
         "fire a paused schedule again, from its next fire time after now",
         "flowforge schedule resume nightly",
-        "flowforge.cli.schedules:resume",
+        "flowforge.cli.cron_schedules:resume",
         (flags.SCHEDULE_NAME,),
     ),
     Command(
         "delete",
         "delete a schedule for good (its name may be used again)",
         "flowforge schedule delete nightly",
-        "flowforge.cli.schedules:delete",
+        "flowforge.cli.cron_schedules:delete",
         (flags.SCHEDULE_NAME,),
     ),
 )
@@ -114,21 +114,21 @@ LIMIT_ACTIONS = (
         "set",
         "at most N tasks of TYPE run at once",
         "flowforge limit set extract 2\n  at most 2 extract tasks run at once",
-        "flowforge.cli.limits:set_limit",
+        "flowforge.cli.concurrency_limits:set_limit",
         (flags.TASK_TYPE, flags.MAX_RUNNING),
     ),
     Command(
         "unset",
         "remove the limit on TYPE (tasks' own max_running still apply)",
         "flowforge limit unset extract",
-        "flowforge.cli.limits:unset_limit",
+        "flowforge.cli.concurrency_limits:unset_limit",
         (flags.TASK_TYPE,),
     ),
     Command(
         "list",
         "every limited task type, its limit and how many of its tasks run",
         "flowforge limit list\n  TYPE     LIMIT  RUNNING  CHANGED               BY",
-        "flowforge.cli.limits:list_limits",
+        "flowforge.cli.concurrency_limits:list_limits",
         (flags.JSON,),
     ),
 )

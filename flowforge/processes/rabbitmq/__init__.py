@@ -30,7 +30,7 @@ from flowforge.processes.rabbitmq.connection import (
 )
 from flowforge.processes.rabbitmq.consumer import RabbitDispatchConsumer
 from flowforge.processes.rabbitmq.delivery import RabbitDelivery
-from flowforge.processes.rabbitmq.publisher import (
+from flowforge.processes.rabbitmq.dispatch_publisher import (
     MAX_PUBLISH_ATTEMPTS,
     PUBLISH_CONFIRM_TIMEOUT_S,
     RabbitDispatchPublisher,

@@ -14,8 +14,8 @@ import pika.spec
 from pika.adapters.blocking_connection import BlockingChannel
 
 from flowforge import errors
+from flowforge.bounds import batch_size
 from flowforge.config import BrokerConfig
-from flowforge.limits import batch_size
 from flowforge.processes import transport
 from flowforge.processes.rabbitmq import topology, translate
 from flowforge.processes.rabbitmq.connection import close_quietly, connect, process_events

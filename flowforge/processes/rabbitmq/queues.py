@@ -27,7 +27,7 @@ from flowforge.app.ports import QueueState
 from flowforge.config import BrokerConfig
 from flowforge.processes.rabbitmq import translate
 from flowforge.processes.rabbitmq.connection import close_quietly, connect
-from flowforge.processes.rabbitmq.publisher import RabbitDispatchPublisher
+from flowforge.processes.rabbitmq.dispatch_publisher import RabbitDispatchPublisher
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 -- the macros of common.sql; flowforge.projections.statements loads them with it.
 --   {schedule_states}  the ScheduleState enum, for the CHECK
 --   {schedule_assignments} {schedule_static_columns} {schedule_static_values}
---     the columns of the Schedule aggregate's declaration (flowforge/aggregates/schedule.py)
+--     the columns of the Schedule aggregate's declaration (flowforge/aggregates/cron_schedule.py)
 
 -- A schedule's creation, on the write path and in the rebuild. No row when a schedule
 -- that is not deleted has the name (schedules_live_name_unique): nothing is appended.

@@ -4,9 +4,9 @@
 (:class:`~flowforge.projections.reads.Reads`) and its writes, one part per concept:
 ``tasks`` (a task run's edges, ``tasks.py``), ``runs`` (a run's creation, edges and the
 locks of an advance, ``runs.py``), ``leaves`` (the leaf shortcut, ``leaves.py``),
-``outbox`` (dispatches, ``outbox.py``), ``limits`` (concurrency limits, ``limits.py``),
+``outbox`` (dispatches, ``outbox.py``), ``limits`` (concurrency limits, ``concurrency_limits.py``),
 ``marks`` (the scheduler's wake-ups, ``marks.py``), ``schedules`` (cron schedules,
-``schedules.py``) and ``rebuild`` (``rebuild.py``). Each edge is one conditional write with
+``cron_schedules.py``) and ``rebuild`` (``rebuild.py``). Each edge is one conditional write with
 its event (``recording.py``) and what follows it in the same transaction (the run's
 mark, the outbox row of a task that became ready): the transaction commits all of it or
 none of it.
@@ -20,14 +20,14 @@ from eventsourcing.persistence import Mapper
 
 from flowforge.projections.db.protocols import Transaction
 from flowforge.projections.reads import Reads
+from flowforge.projections.writes.concurrency_limits import LimitWrites
+from flowforge.projections.writes.cron_schedules import ScheduleWrites
 from flowforge.projections.writes.leaves import Leaf, LeafSuccess, LeafWrites
-from flowforge.projections.writes.limits import LimitWrites
 from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.rebuild import RebuildWrites
 from flowforge.projections.writes.recording import Recording
 from flowforge.projections.writes.runs import RunWrites
-from flowforge.projections.writes.schedules import ScheduleWrites
 from flowforge.projections.writes.tasks import MOVE_EDGES, TASK_EDGE_METHODS, TaskWrites
 
 __all__ = ["MOVE_EDGES", "TASK_EDGE_METHODS", "Leaf", "LeafSuccess", "Writes"]

@@ -19,7 +19,7 @@ from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.states import WorkflowRunState
 from flowforge.projections.reads import id_list
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes.limits import free_statements
+from flowforge.projections.writes.concurrency_limits import free_statements
 from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
@@ -160,7 +160,7 @@ def _lock_in_id_order(successes: Sequence[LeafSuccess]) -> list[Statement]:
 
 def _frees(successes: Sequence[LeafSuccess]) -> list[Statement]:
     """After every finish, the held tasks the successes' freed slots dispatch again
-    (limits.py). Each finish freed its slots in its own statement (task_finish's
+    (concurrency_limits.py). Each finish freed its slots in its own statement (task_finish's
     recorded variant, postgres.sql); each release acts only for a success that won, and
     finds nothing for a task with no limit."""
     return [free_statements(s.task_run_id, s.leaf.task_type, s.leaf.run_id)[-1] for s in successes]

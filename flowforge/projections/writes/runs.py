@@ -18,7 +18,7 @@ from flowforge.aggregates.states import WorkflowRunState
 from flowforge.projections import projector
 from flowforge.projections.reads import RunCompletion, first_row
 from flowforge.projections.tables import WorkflowRunRow
-from flowforge.projections.writes.limits import LimitWrites
+from flowforge.projections.writes.concurrency_limits import LimitWrites
 from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
 from flowforge.projections.writes.tasks import START_RUN, TaskWrites, run_state_of
@@ -69,7 +69,7 @@ class RunWrites:
             assert plan.idempotency_key is not None  # only a key can conflict
             return self.id_by_idempotency_key(plan.idempotency_key), False
         self._recording.append([created])
-        # Before any task row is written: it may take task_runs' lock (limits.py).
+        # Before any task row is written: it may take task_runs' lock (concurrency_limits.py).
         self._limits.ensure_counters(plan.limited_task_types)
         for creation, carry_over in plan.task_events(created):
             self._tasks.create(creation)

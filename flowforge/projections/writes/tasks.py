@@ -30,7 +30,7 @@ from flowforge.projections import projector
 from flowforge.projections.db.protocols import Row
 from flowforge.projections.reads import runs_of_tasks_unless_known
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes.limits import LimitWrites
+from flowforge.projections.writes.concurrency_limits import LimitWrites
 from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement

@@ -19,7 +19,7 @@ import pytest
 
 from flowforge.app import results
 from flowforge.app.commands import Commands
-from flowforge.app.schedules import Schedules
+from flowforge.app.cron_schedules import Schedules
 from flowforge.app.service import FlowForge
 from flowforge.projections import tables
 

@@ -60,15 +60,15 @@ def test_the_runs_own_state_as_of_a_time() -> None:
 
 def test_attempts_span_from_a_claim_to_the_transition_out_of_running() -> None:
     assert replay.attempts(LOG) == [
-        replay.Attempt("extract", 1, at(1), at(2), "failed", "w1"),
-        replay.Attempt("extract", 2, at(5), at(7), "succeeded", "w2"),
+        replay.TimelineBar("extract", 1, at(1), at(2), "failed", "w1"),
+        replay.TimelineBar("extract", 2, at(5), at(7), "succeeded", "w2"),
     ]
 
 
 def test_an_attempt_running_as_of_a_time_has_no_end_yet() -> None:
     assert replay.attempts(LOG, at(6)) == [
-        replay.Attempt("extract", 1, at(1), at(2), "failed", "w1"),
-        replay.Attempt("extract", 2, at(5), None, None, "w2"),
+        replay.TimelineBar("extract", 1, at(1), at(2), "failed", "w1"),
+        replay.TimelineBar("extract", 2, at(5), None, None, "w2"),
     ]
 
 

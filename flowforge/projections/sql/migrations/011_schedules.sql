@@ -1,5 +1,5 @@
 -- Migration 11: cron schedules (`flowforge schedule`; docs/scheduling/cron.md). One row
--- per schedule, projected from its events (flowforge/aggregates/schedule.py). A name
+-- per schedule, projected from its events (flowforge/aggregates/cron_schedule.py). A name
 -- belongs to at most one schedule that is not deleted (a deleted name may be reused);
 -- only an active schedule has a next fire time, and the schedulers find the due ones
 -- through their index.

@@ -23,10 +23,10 @@ from typing import Any
 
 from flowforge import errors, observe
 from flowforge.aggregates import cron as cron_rules
-from flowforge.aggregates import json_values, schedule
+from flowforge.aggregates import cron_schedule, json_values
+from flowforge.aggregates.cron_schedule import Schedule
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import SCHEDULE_MACHINE
-from flowforge.aggregates.schedule import Schedule
 from flowforge.aggregates.task_run import ACTOR_USER
 from flowforge.app.arguments import text
 from flowforge.app.core import ServiceCore
@@ -34,7 +34,7 @@ from flowforge.app.definition_files import load_definition
 from flowforge.app.results import FiredRun
 from flowforge.app.scope import EVERY_RUN, Scope
 from flowforge.projections.tables import ScheduleRow
-from flowforge.projections.writes.schedules import FireLost
+from flowforge.projections.writes.cron_schedules import FireLost
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class Schedules:
 
     def pause_schedule(self, name: str, *, actor: str = ACTOR_USER) -> bool:
         """Stop firing until resumed; False if it was already paused (or a concurrent
-        change won). ``UnknownScheduleError`` for no such schedule."""
+        change won). ``UnknownScheduleError`` for no such cron_schedule."""
         edge = SCHEDULE_MACHINE.get("pause")
         with self._core.writes() as writes:
             row = writes.schedules.move(name, edge, next_fire_at=None, actor=text(actor, "actor"))
@@ -130,7 +130,7 @@ class Schedules:
     def resume_schedule(self, name: str, *, actor: str = ACTOR_USER) -> bool:
         """Fire again, from the first fire time after now (the database's clock): the
         fire times that passed while it was paused are not made up. False if it was
-        not paused. ``UnknownScheduleError`` for no such schedule."""
+        not paused. ``UnknownScheduleError`` for no such cron_schedule."""
         edge = SCHEDULE_MACHINE.get("resume")
         with self._core.writes() as writes:
             current = writes.schedule(name)
@@ -142,7 +142,7 @@ class Schedules:
 
     def delete_schedule(self, name: str, *, actor: str = ACTOR_USER) -> bool:
         """Delete it, active or paused: it never fires again, and its name is free for a
-        new schedule. ``UnknownScheduleError`` for no such (live) schedule."""
+        new cron_schedule. ``UnknownScheduleError`` for no such (live) cron_schedule."""
         with self._core.writes() as writes:
             row = writes.schedules.delete(name, actor=text(actor, "actor"))
             if row is None and writes.schedule(name) is None:
@@ -183,7 +183,7 @@ class Schedules:
             )
         fired = []
         for fire in fires:
-            actor = schedule.run_actor(row.name)
+            actor = cron_schedule.run_actor(row.name)
             try:
                 with (
                     observe.announce.run_creation(row.workflow_name, actor, (FireLost,)) as trace,

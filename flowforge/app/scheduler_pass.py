@@ -20,10 +20,10 @@ from flowforge import observe
 from flowforge.app import advance
 from flowforge.app.commands import Commands
 from flowforge.app.core import ServiceCore
+from flowforge.app.cron_schedules import Schedules, fires_schedules
 from flowforge.app.outbox import Outbox
 from flowforge.app.queries import REAP_BATCH, Queries
 from flowforge.app.results import ScheduleSummary
-from flowforge.app.schedules import Schedules, fires_schedules
 from flowforge.app.scope import Scope
 
 #: A ready task undispatched for this long gets a new dispatch (see redispatch_stalled).
@@ -66,7 +66,7 @@ class Scheduling:
         dispatch was lost (see :meth:`redispatch_stalled`). With a ``scope`` (an
         embedded runner: its own run, or the runs it has handlers for), each step acts
         only on the runs the scope takes in (``app/scope.py``). Without a scope it also
-        fires the cron schedules that are due (``app/schedules.py``)."""
+        fires the cron schedules that are due (``app/cron_schedules.py``)."""
         summary = ScheduleSummary(reaped=len(self.reap_expired_leases(scope=scope)))
         summary.timed_out = len(self.time_out_overdue_tasks(scope=scope))
         if fires_schedules(scope):

@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from flowforge.aggregates import run_plan, schedule
+from flowforge.aggregates import cron_schedule, run_plan
 from flowforge.aggregates.cron import Cron, Fire
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.ids import new_id
@@ -62,7 +62,7 @@ class ScheduleWrites:
         """An active schedule whose first fire time is the first after the database's
         clock; None, and nothing written, when a live schedule has the name."""
         at = self._now()
-        created = schedule.created_event(
+        created = cron_schedule.created_event(
             new_id(),
             at=at,
             name=name,
@@ -93,7 +93,7 @@ class ScheduleWrites:
         }
         row = first_row(ScheduleRow, self._tx.run("schedule_move", params))
         if row is not None:
-            self._record(schedule.EVENT_FOR_TRANSITION[edge.name], row, edge.source, actor)
+            self._record(cron_schedule.EVENT_FOR_TRANSITION[edge.name], row, edge.source, actor)
         return row
 
     def delete(self, name: str, *, actor: str) -> ScheduleRow | None:
@@ -121,8 +121,8 @@ class ScheduleWrites:
         plan = run_plan.submitted_run(
             definition,
             row.inputs,
-            idempotency_key=schedule.idempotency_key(row.name, fire.fire_at),
-            actor=schedule.run_actor(row.name),
+            idempotency_key=cron_schedule.idempotency_key(row.name, fire.fire_at),
+            actor=cron_schedule.run_actor(row.name),
             trace_context=trace_context,
         )
         run_id, _ = self._runs.create(plan)
@@ -138,18 +138,21 @@ class ScheduleWrites:
         if fired is None:
             raise FireLost(row.name)
         self._record(
-            schedule.Schedule.Fired, fired, ScheduleState.ACTIVE, schedule.ACTOR_SCHEDULER
+            cron_schedule.Schedule.Fired,
+            fired,
+            ScheduleState.ACTIVE,
+            cron_schedule.ACTOR_SCHEDULER,
         )
         return fired
 
     def _record(
         self,
-        event_class: type[schedule.Schedule.Transitioned],
+        event_class: type[cron_schedule.Schedule.Transitioned],
         row: ScheduleRow,
         source: StrEnum,
         actor: str,
     ) -> None:
-        event = schedule.event_from_row(
+        event = cron_schedule.event_from_row(
             event_class, row.values(), source=str(source.value), actor=actor
         )
         self._recording.append([event])

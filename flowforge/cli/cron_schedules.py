@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 
 from flowforge import timefmt
 from flowforge.aggregates.cron import Cron
+from flowforge.app.cron_schedules import schedule_name
 from flowforge.app.results import ScheduleView
-from flowforge.app.schedules import schedule_name
 from flowforge.cli import common, render
 
 

@@ -11,9 +11,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from flowforge import errors
-from flowforge.aggregates import schedule
+from flowforge.aggregates import cron_schedule
+from flowforge.aggregates.cron_schedule import Schedule
 from flowforge.aggregates.machines import SCHEDULE_MACHINE, StateMachine, Transition
-from flowforge.aggregates.schedule import Schedule
 from flowforge.aggregates.states import ScheduleState
 
 AT = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
@@ -34,7 +34,7 @@ def new(**overrides: Any) -> Schedule:
         "actor": "user",
     }
     fields.update(overrides)
-    return schedule.new_schedule(uuid4(), **fields)
+    return cron_schedule.new_schedule(uuid4(), **fields)
 
 
 def replayed(aggregate: Schedule) -> Schedule:
@@ -141,22 +141,24 @@ def test_replay_refuses_a_forged_fire_that_leaves_another_state() -> None:
 
 
 def test_a_fired_runs_key_is_the_schedules_name_and_the_fire_time_to_the_second() -> None:
-    key = schedule.idempotency_key("nightly", datetime(2026, 3, 29, 1, 0, 0, 1234, tzinfo=UTC))
+    key = cron_schedule.idempotency_key(
+        "nightly", datetime(2026, 3, 29, 1, 0, 0, 1234, tzinfo=UTC)
+    )
     assert key == "schedule:nightly@2026-03-29T01:00:00Z"
-    assert schedule.idempotency_key("a", FIRST) != schedule.idempotency_key("a", AT)
+    assert cron_schedule.idempotency_key("a", FIRST) != cron_schedule.idempotency_key("a", AT)
     # The same instant read in another time zone (a session's) is the same key.
     paris = FIRST.astimezone(ZoneInfo("Europe/Paris"))
-    assert schedule.idempotency_key("a", paris) == schedule.idempotency_key("a", FIRST)
+    assert cron_schedule.idempotency_key("a", paris) == cron_schedule.idempotency_key("a", FIRST)
 
 
 def test_every_event_carries_the_whole_mutable_state() -> None:
-    assert schedule.MUTABLE_FIELDS == ("state", "next_fire_at", "last_fire_at", "last_run_id")
+    assert cron_schedule.MUTABLE_FIELDS == ("state", "next_fire_at", "last_fire_at", "last_run_id")
     run: UUID = uuid4()
     fired = new()
     fired.fire(FIRST, FIRST, FIRST + timedelta(hours=1), run, at=FIRST)
     fired.pause(at=FIRST, actor="u")
     *_, paused = fired.collect_events()
-    assert schedule.DECLARATION.carried(paused) == {
+    assert cron_schedule.DECLARATION.carried(paused) == {
         "state": "paused",
         "next_fire_at": None,
         "last_fire_at": FIRST,

@@ -8,7 +8,7 @@ records the nominal fire time and the run it created, like a task's heartbeat re
 lease. Every event carries the row's whole mutable state after it.
 
 The command methods are the pure form of the conditional writes that
-``flowforge.projections.writes.schedules`` runs in SQL: each checks its condition
+``flowforge.projections.writes.cron_schedules`` runs in SQL: each checks its condition
 (returning ``False`` when the write would match no row), then triggers its event. The
 fire times come from :mod:`flowforge.aggregates.cron`.
 """

@@ -2,7 +2,7 @@
 (``flowforge limit set|unset|list``), and what holds a ready task back (``why``).
 
 The rule and its guarantee are in docs/scheduling/limits.md; the writes in
-``projections/writes/limits.py``; the pure rule in ``aggregates/task_type_limit.py``.
+``projections/writes/concurrency_limits.py``; the pure rule in ``aggregates/task_type_limit.py``.
 """
 
 from __future__ import annotations
