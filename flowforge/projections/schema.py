@@ -20,12 +20,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from flowforge import errors
-from flowforge.projections import statements
+from flowforge.projections import migration_files, statements
 from flowforge.projections.db.protocols import Database, Transaction
 
 #: The migrations in order (``sql/migrations/``); the schema version is their count.
 MIGRATIONS: tuple[str, ...] = statements.migration_names()
-SCHEMA_VERSION = len(MIGRATIONS)
+SCHEMA_VERSION = migration_files.SCHEMA_VERSION
 #: What a user runs to create or migrate the schema.
 MIGRATE_COMMAND = "flowforge db migrate"
 

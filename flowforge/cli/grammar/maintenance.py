@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from flowforge.cli import flags
 from flowforge.cli.grammar.command import Command, Group
-from flowforge.projections.migration_files import migration_files
 
-#: The schema version a database gets from this FlowForge, for the help's examples.
-SCHEMA_VERSION = len(migration_files())
+# The schema version a database gets from this FlowForge: the help's examples name it.
+from flowforge.projections.migration_files import SCHEMA_VERSION
 
 DB_ACTIONS = (
     Command(

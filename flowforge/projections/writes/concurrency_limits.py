@@ -20,16 +20,12 @@ from uuid import UUID
 
 from flowforge.aggregates import task_type_limit
 from flowforge.aggregates.ids import new_id
-from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
-from flowforge.aggregates.states import TaskRunState
 from flowforge.projections.db.protocols import Row
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from flowforge.projections.writes.edges import CLAIM, RUNNING, START_RUN
 from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
 
-CLAIM = TASK_RUN_MACHINE.get("claim")
-START_RUN = WORKFLOW_RUN_MACHINE.get("start")
-_RUNNING = TaskRunState.RUNNING.value
 #: Set once this process has met a concurrency limit (a limited claim, or a change of a
 #: limit): from then on its finishes wake the publishers (:meth:`LimitWrites.free`).
 LIMITS_MET = threading.Event()
@@ -87,7 +83,7 @@ class LimitWrites:
             "task_run_id": task_run_id,
             "source": START_RUN.source.value,
             "target": START_RUN.target.value,
-            "claimed": _RUNNING,
+            "claimed": RUNNING,
         }
         statements: list[Statement] = [
             ("lock_task_runs_for_claim", {}),

@@ -15,18 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.states import WorkflowRunState
 from flowforge.projections.reads import id_list
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes.concurrency_limits import free_statements
+from flowforge.projections.writes.edges import START_RUN, SUCCEED_RUN, SUCCEED_TASK
 from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
 from flowforge.projections.writes.runs import run_params
-from flowforge.projections.writes.tasks import START_RUN, SUCCEED_TASK, finish_params
+from flowforge.projections.writes.tasks import finish_params
 
-SUCCEED_RUN = WORKFLOW_RUN_MACHINE.get("succeed")
 #: Which of a leaf's success statements (:func:`_statements`) have rows the caller
 #: reads: the finish's (the new task row) and the mark's (whether it marked).
 _ROWS_READ = frozenset({1, 4})

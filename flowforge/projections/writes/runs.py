@@ -19,11 +19,11 @@ from flowforge.projections import projector
 from flowforge.projections.reads import RunCompletion, first_row
 from flowforge.projections.tables import WorkflowRunRow
 from flowforge.projections.writes.concurrency_limits import LimitWrites
+from flowforge.projections.writes.edges import START_RUN, SUCCEED_RUN
 from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
-from flowforge.projections.writes.tasks import START_RUN, TaskWrites, run_state_of
+from flowforge.projections.writes.tasks import TaskWrites, run_state_of
 
-SUCCEED_RUN = WORKFLOW_RUN_MACHINE.get("succeed")
 #: A user's cancel takes one of two edges, decided by the row's state when it is written.
 _CANCEL_RUN_FROM: Mapping[WorkflowRunState, Transition] = {
     WorkflowRunState.PENDING: WORKFLOW_RUN_MACHINE.get("cancel_before_start"),

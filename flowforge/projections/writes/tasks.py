@@ -21,7 +21,6 @@ from flowforge.aggregates.machines import (
     FINISH_TRANSITIONS,
     REAPER_TRANSITION,
     TASK_RUN_MACHINE,
-    WORKFLOW_RUN_MACHINE,
     Transition,
 )
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
@@ -31,6 +30,14 @@ from flowforge.projections.db.protocols import Row
 from flowforge.projections.reads import runs_of_tasks_unless_known
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes.concurrency_limits import LimitWrites
+from flowforge.projections.writes.edges import (
+    CLAIM,
+    FAIL_TASK,
+    RETRY_READY,
+    RUNNING,
+    SCHEDULE_RETRY,
+    START_RUN,
+)
 from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
@@ -45,14 +52,7 @@ MOVE_EDGES = frozenset(
         "cancel_retrying",
     }
 )
-CLAIM = TASK_RUN_MACHINE.get("claim")
-SCHEDULE_RETRY = TASK_RUN_MACHINE.get("schedule_retry")
-RETRY_READY = TASK_RUN_MACHINE.get("retry_ready")
-SUCCEED_TASK = TASK_RUN_MACHINE.get("succeed")
-FAIL_TASK = TASK_RUN_MACHINE.get("fail")
-START_RUN = WORKFLOW_RUN_MACHINE.get("start")
 FINISH_EDGES = frozenset(FINISH_TRANSITIONS)
-_RUNNING = TaskRunState.RUNNING.value
 _READY = TaskRunState.READY
 #: Task edges after which the run has nothing new to do: no mark, no wake-up (a
 #: heartbeat, not an edge, never marks either).
@@ -244,11 +244,11 @@ class TaskWrites:
         edge, so its run has nothing new to do)."""
         params = {
             "id": task_run_id,
-            "source": _RUNNING,
+            "source": RUNNING,
             "fencing_token": fencing_token,
             "lease_seconds": lease_seconds,
         }
-        event = EventRecipe(task_run.DECLARATION, TaskRun.LeaseRenewed, _RUNNING, actor)
+        event = EventRecipe(task_run.DECLARATION, TaskRun.LeaseRenewed, RUNNING, actor)
         return self._task("task_renew_lease", params, event, last=last)
 
     def reclaim(self, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
@@ -298,7 +298,7 @@ class TaskWrites:
             "task_run_id": task_run_id,
             "source": START_RUN.source.value,
             "target": START_RUN.target.value,
-            "claimed": _RUNNING,
+            "claimed": RUNNING,
         }
         return [
             self._recording.statement(
@@ -325,7 +325,7 @@ class TaskWrites:
         that left running, and the outbox row of a task that became ready."""
         if row is None:
             return None
-        if edge.source.value == _RUNNING:
+        if edge.source.value == RUNNING:
             self._limits.free(row)
         if edge.name not in _LEAVE_RUN_ALONE:
             self._marks.after_edge(row.workflow_run_id, row.task_key)
