@@ -78,3 +78,59 @@ def test_a_worker_refuses_a_type_it_has_no_handler_for(
     done = cli("worker", "--tasks", "examples.tasks", "--types", "train", "--types", "extract")
     assert done.returncode == 2, done.stderr
     assert "no handler is registered for task type(s) train" in done.stderr
+
+
+TWO_TYPES_MODULE = """
+from flowforge import task
+
+AUGURY = {"name": "augury", "tasks": [{"key": "divine", "type": "divine"}]}
+COUNT = {"name": "count", "tasks": [{"key": "tally", "type": "tally"}]}
+
+
+@task("divine")
+def divine(ctx):
+    return "foreseen"
+
+
+@task("tally")
+def tally(ctx):
+    return 42
+"""
+
+
+@pytest.mark.postgres
+@pytest.mark.rabbitmq
+def test_a_worker_given_types_consumes_only_their_queues(production: Cli, tmp_path: Path) -> None:
+    """`worker --types tally` with handlers for two types: it runs `tally`'s run and
+    consumes nothing of `divine`'s queue, whose task waits, ready, unclaimed."""
+    cli = production
+    (cli.cwd / "two_tasks.py").write_text(TWO_TYPES_MODULE)
+    assert cli("db", "init").returncode == 0
+    left, ran = (cli("submit", f"two_tasks:{name}").stdout.strip() for name in ("AUGURY", "COUNT"))
+    processes = {
+        name: cli.popen(name, log=tmp_path / f"{name}.log") for name in ("scheduler", "publisher")
+    }
+    processes["worker"] = cli.popen(
+        "worker",
+        "--tasks",
+        "two_tasks",
+        "--types",
+        "tally",
+        "--worker-id",
+        "counter",
+        log=tmp_path / "worker.log",
+    )
+    try:
+        watched = cli("status", ran, "--watch", "--json", timeout=90)
+        assert watched.returncode == 0, watched.stderr
+        # The worker is up and consuming: still no consumer on divine's queue.
+        why = cli("why", f"{left}/divine")
+        queue = f"{cli.env['FLOWFORGE_DISPATCH_QUEUE']}.divine"
+        assert f"no worker is consuming queue {queue} for type divine" in why.stdout, why
+    finally:
+        codes = helpers.stop_all(processes, timeout=15)
+    assert codes == dict.fromkeys(processes, 0)
+    transitions = [e["transition"] for e in cli.json("history", left)]
+    assert "claim" not in transitions, transitions
+    (task,) = cli.json("status", left)["tasks"]
+    assert (task["state"], task["attempt"]) == ("ready", 1)

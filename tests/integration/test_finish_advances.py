@@ -18,8 +18,18 @@ from uuid import UUID
 import psycopg
 import pytest
 
+from flowforge import errors
 from flowforge.app.service import FlowForge
-from tests.helpers import marks, one_task, race, run_edges, run_row_held, states, task_id
+from tests.helpers import (
+    forge_event,
+    marks,
+    one_task,
+    race,
+    run_edges,
+    run_row_held,
+    states,
+    task_id,
+)
 from tests.integration.test_scheduler import DIAMOND
 
 ACTOR = "worker-7"
@@ -208,3 +218,22 @@ def test_a_whole_run_mark_on_a_run_whose_tasks_moved_before_its_start_advances_i
         "c": "cancelled",
         "d": "cancelled",
     }
+
+
+def test_a_promotion_is_dispatched_in_its_transaction_and_undone_with_it(app: FlowForge) -> None:
+    """The outbox row of a task made ready is written in the transaction that made it
+    ready, never in one of its own: when the finish's transaction fails after the
+    first promotion (the second one's event version is taken), neither the promotion
+    nor its dispatch is left."""
+    run_id = started(app, DIAMOND)
+    a = claimed(app, run_id, "a")
+    # The advance promotes the dependents in the order of their ids.
+    first, second = sorted(task_id(app, run_id, key) for key in ("b", "c"))
+    forge_event(app.store, second, 2)
+    pending = app.pending_dispatch_count()
+    with pytest.raises(errors.PersistenceError):
+        finish(app, a)
+    assert app.dispatches_of(first) == []
+    assert app.pending_dispatch_count() == pending
+    assert states(app, run_id) == {"a": "running", "b": "pending", "c": "pending", "d": "pending"}
+    assert app.get_task_run(first).version == 1

@@ -21,7 +21,7 @@ from flowforge import backoff, errors
 from flowforge.aggregates.dispatch import DispatchHeaders, DispatchMessage, decode_dispatch
 from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig
-from flowforge.processes import loop
+from flowforge.processes import loop, rabbitmq
 from flowforge.processes.outbox_publisher import Publisher
 from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher
 from flowforge.processes.transport import DispatchPublisher
@@ -91,6 +91,40 @@ def test_an_unroutable_dispatch_raises_and_its_row_stays_pending(
     finally:
         publisher.close()
     assert pg_app.pending_dispatch_count() == 10
+
+
+def refusing_queue(config: BrokerConfig, task_type: str) -> None:
+    """``task_type``'s queue, bound, taking nothing: the broker nacks every dispatch
+    routed to it (a full queue that rejects publishes)."""
+    connection = rabbitmq.connect(config, name="flowforge-test-admin")
+    try:
+        channel = connection.channel()
+        channel.exchange_declare(config.exchange, durable=True)
+        queue = config.queue_for(task_type)
+        channel.queue_declare(
+            queue, durable=True, arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
+        )
+        channel.queue_bind(queue, config.exchange, routing_key=queue)
+    finally:
+        connection.close()
+
+
+def test_a_sweep_the_broker_nacks_raises_and_leaves_every_row_pending(
+    pg_app: FlowForge, broker: BrokerConfig
+) -> None:
+    """A publish the broker refused (``PublishNotConfirmedError``) is not delivered:
+    the sweep's transaction rolls back and no row is marked published."""
+    run_id = pg_app.start_workflow_run(WIDE)
+    refusing_queue(broker, "work")
+    publisher = RabbitDispatchPublisher(broker, declare_queue=False)
+    try:
+        with pytest.raises(errors.PublishNotConfirmedError, match="nacked"):
+            pg_app.publish_pending_dispatches(publisher)
+    finally:
+        publisher.close()
+    assert pg_app.pending_dispatch_count() == 10
+    rows = [row for task in pg_app.task_runs(run_id) for row in pg_app.dispatches_of(task.id)]
+    assert [row.published_at for row in rows] == [None] * 10
 
 
 def test_a_broker_outage_leaves_every_row_pending_and_a_later_sweep_drains_each_once(

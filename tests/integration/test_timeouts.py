@@ -14,7 +14,7 @@ from uuid import UUID
 
 import pytest
 
-from flowforge.aggregates.task_run import TIMED_OUT
+from flowforge.aggregates.task_run import TIMED_OUT, timed_out_error
 from flowforge.app.service import FlowForge
 from tests.helpers import CLOCK_DEADLINE_S, POLL_S, claim, race, states, task_id
 
@@ -131,3 +131,31 @@ def test_a_finish_racing_its_timeout_either_wins_whole_or_is_stale(pg_app: FlowF
         assert row.state == ("succeeded" if finished else "failed")
         edges = [e.transition for e in app.history(task)]
         assert edges.count("succeed") + edges.count("fail") == 1
+
+
+def test_a_time_out_under_an_earlier_attempts_token_leaves_the_overdue_attempt_in_hand(
+    app: FlowForge,
+) -> None:
+    """The time-out is the ``fail`` edge of one attempt, named by its fencing token: a
+    scheduler's time-out of attempt 1 (read before its retry was claimed) cannot fail
+    attempt 2, overdue as that one may be, in the service or in its SQL."""
+    _, task = started(app, timed(retry={"max_attempts": 2, "backoff_seconds": 0}))
+    first = claim(app, task, "w1")
+    overdue(app, task)
+    app.schedule_once()  # times attempt 1 out, then schedules and readies its retry
+    second = claim(app, task, "w2")
+    overdue(app, task)
+
+    assert not app.time_out_task_run(task, first.fencing_token)
+    error = timed_out_error(TIMEOUT_S, first.attempt)
+    with app.store.write() as writes:
+        assert writes.tasks.time_out(task, first.fencing_token, error, actor="scheduler") is None
+    row = app.get_task_run(task)
+    assert (row.state, row.fencing_token, row.lease_owner) == (
+        "running",
+        second.fencing_token,
+        "w2",
+    )
+    # Under its own token the overdue attempt is timed out.
+    assert app.time_out_task_run(task, second.fencing_token)
+    assert app.get_task_run(task).state == "failed"

@@ -25,7 +25,7 @@ from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext
 from flowforge.processes.transport import Delivery, InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
-from tests.helpers import Recorder, RoundTrip, wait_until, wait_until_expired
+from tests.helpers import Recorder, RoundTrip, forge_event, wait_until, wait_until_expired
 from tests.integration.test_worker import ONE, only_task
 
 BATCH = 4
@@ -219,3 +219,23 @@ def test_an_unexpected_error_requeues_the_batch_and_keeps_its_outcomes(
     assert recorder.calls == {"only": BATCH}
     assert [only_task(app, r).state for r in run_ids] == ["succeeded"] * BATCH
     assert (channel.ready_count, channel.unsettled_count) == (0, 0)
+
+
+def test_a_batch_whose_claim_fails_in_the_database_requeues_every_delivery_and_acks_none(
+    app: FlowForge,
+    channel: InMemoryDispatchChannel,
+    worker: Worker,
+    recorder: Recorder,
+    consumer: Any,
+) -> None:
+    """The batch's claim is one transaction: one run that cannot record its start (an
+    event is already at its next version) fails the whole claim with a database error.
+    Nothing was claimed, so nothing is acked: every delivery goes back on the queue."""
+    run_ids = runs(app, BATCH)
+    deliveries = taken(app, channel, consumer)
+    forge_event(app.store, run_ids[-1], 2)
+    assert worker.handle_batch(deliveries, consumer) == ["requeued"] * BATCH
+    assert recorder.calls == {}
+    assert [only_task(app, run_id).state for run_id in run_ids] == ["ready"] * BATCH
+    assert (channel.ready_count, channel.unsettled_count) == (BATCH, 0)
+    assert channel.dead_letters == []
