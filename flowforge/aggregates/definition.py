@@ -11,6 +11,7 @@ The shape, as TOML (JSON is the same tree)::
     lease_seconds = 30           # optional: a worker's lease on a task, > 0
     timeout_seconds = 3600       # optional: an attempt running longer fails (none: no limit)
     max_running_tasks = 4        # optional: at most 4 tasks of one run run at once
+    on_failure = "fail_fast"     # optional: or "finish_branches" (see OnFailure)
 
     [retry]                      # optional: the policy of every task without its own
     max_attempts = 3             # attempts in all, including the first, >= 1
@@ -50,6 +51,7 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Annotated, Any
 
@@ -115,6 +117,17 @@ def _valid_unicode(value: str) -> str:
 Text = Annotated[str, AfterValidator(_valid_unicode)]
 #: Keys, types and names end up in log lines, queue routing and CLI arguments.
 Identifier = Annotated[str, AfterValidator(_valid_unicode), AfterValidator(_plain_identifier)]
+
+
+class OnFailure(StrEnum):
+    """What a task failed for good does to the rest of its run (docs/execution-model.md,
+    "When a task fails for good")."""
+
+    #: The spec's rule: the run fails at once and every unfinished task is cancelled.
+    FAIL_FAST = "fail_fast"
+    #: An extension: the failed task's dependants are cancelled (upstream_failed), the
+    #: tasks that do not depend on it run to the end, and the run fails when they have.
+    FINISH_BRANCHES = "finish_branches"
 
 
 class RetryPolicy(BaseModel):
@@ -276,6 +289,14 @@ class WorkflowDefinition(BaseModel):
         le=MAX_RUNNING,
         strict=True,
         description="at most this many tasks of one run run at once; none: no limit",
+    )
+    on_failure: OnFailure = Field(
+        default=OnFailure.FAIL_FAST,
+        description=(
+            "a task failed for good: fail_fast fails the run and cancels every unfinished "
+            "task; finish_branches cancels only its dependants (upstream_failed), lets the "
+            "other tasks finish, and fails the run when they have"
+        ),
     )
 
     @field_validator("tasks")
