@@ -6,6 +6,7 @@ the other finishes ``succeeded``; then ``why`` of each task (docs/execution-mode
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -77,7 +78,9 @@ def run(cli: Cli, option: str) -> dict[str, dict[str, object]]:
     assert done.returncode == exits.EXIT_FAILED, (done.stdout, done.stderr)
     (only,) = cli.json("runs")
     assert only["state"] == "failed"
-    status = cli.json("status", only["run_id"])
+    shown = cli("status", only["run_id"], "--json")
+    assert shown.returncode == exits.EXIT_FAILED, shown.stderr  # status of a failed run
+    status = json.loads(shown.stdout)
     return {t["task_key"]: {**t, "run_id": only["run_id"]} for t in status["tasks"]}
 
 
