@@ -51,7 +51,6 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Annotated, Any
 
@@ -68,6 +67,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from flowforge.aggregates import dag, json_values
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.errors import InvalidWorkflowDefinitionError
 
 #: The longest delay any field accepts (a year): anything longer is a typo, and the
@@ -117,17 +117,6 @@ def _valid_unicode(value: str) -> str:
 Text = Annotated[str, AfterValidator(_valid_unicode)]
 #: Keys, types and names end up in log lines, queue routing and CLI arguments.
 Identifier = Annotated[str, AfterValidator(_valid_unicode), AfterValidator(_plain_identifier)]
-
-
-class OnFailure(StrEnum):
-    """What a task failed for good does to the rest of its run (docs/execution-model.md,
-    "When a task fails for good")."""
-
-    #: The spec's rule: the run fails at once and every unfinished task is cancelled.
-    FAIL_FAST = "fail_fast"
-    #: An extension: the failed task's dependants are cancelled (upstream_failed), the
-    #: tasks that do not depend on it run to the end, and the run fails when they have.
-    FINISH_BRANCHES = "finish_branches"
 
 
 class RetryPolicy(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 
-from flowforge.aggregates.definition import OnFailure
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 
 #: The task states from which a task can still run (or is running).

@@ -25,8 +25,9 @@ from uuid import UUID
 
 from flowforge import errors
 from flowforge.aggregates import rules
-from flowforge.aggregates.definition import OnFailure, WorkflowDefinition
+from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE, Transition
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import ACTOR_SCHEDULER, is_due
 from flowforge.app.caches import DefinitionCache

@@ -39,7 +39,7 @@ from hypothesis.stateful import (
 )
 
 from flowforge.aggregates import rules
-from flowforge.aggregates.definition import OnFailure
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.app.results import TaskRunView
 from flowforge.app.service import FlowForge

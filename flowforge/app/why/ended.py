@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from flowforge.aggregates.definition import OnFailure
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.task_run import ACTOR_SCHEDULER
 from flowforge.app.why.facts import TERMINAL_RUN_STATES, Situation
 from flowforge.app.why.sentences import (

@@ -11,7 +11,7 @@ from typing import Any
 
 from flowforge import timefmt
 from flowforge.aggregates import failures, rules, task_run
-from flowforge.aggregates.definition import OnFailure
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.app.results import AuditEntry
 from flowforge.app.why.facts import Situation, TaskView
 

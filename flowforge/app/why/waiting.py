@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from flowforge import timefmt
-from flowforge.aggregates.definition import OnFailure
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.app.concurrency_limits import Hold
 from flowforge.app.why.facts import Situation
 from flowforge.app.why.sentences import (

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowforge.aggregates import rules
-from flowforge.aggregates.definition import OnFailure, parse_definition
+from flowforge.aggregates.definition import parse_definition
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.errors import InvalidWorkflowDefinitionError
 
