@@ -37,6 +37,7 @@ from flowforge.errors import (
 
 if TYPE_CHECKING:
     from flowforge.aggregates.definition import RetryPolicy, TaskDefinition, WorkflowDefinition
+    from flowforge.aggregates.on_failure import OnFailure
     from flowforge.app.commands import Finish
     from flowforge.app.definition_files import load_definition
     from flowforge.app.service import FlowForge
@@ -51,6 +52,7 @@ _LAZY: dict[str, str] = {
     "WorkflowDefinition": "flowforge.aggregates.definition",
     "TaskDefinition": "flowforge.aggregates.definition",
     "RetryPolicy": "flowforge.aggregates.definition",
+    "OnFailure": "flowforge.aggregates.on_failure",
     "load_definition": "flowforge.app.definition_files",
     "task": "flowforge.processes.registry",
     "TaskContext": "flowforge.processes.registry",
@@ -75,6 +77,7 @@ __all__ = [
     "FlowForge",
     "FlowForgeError",
     "InvalidWorkflowDefinitionError",
+    "OnFailure",
     "ProcessGroup",
     "RetryPolicy",
     "SchemaVersionError",

@@ -9,6 +9,7 @@ writes, and when a field has no description.
 
 from __future__ import annotations
 
+import enum
 import types
 import typing
 from collections.abc import Sequence
@@ -126,6 +127,8 @@ def _type(annotation: Any) -> str:
         return " or ".join(kinds) + (", or none" if type(None) in args else "")
     if origin is tuple:
         return f"list of {_type(args[0])}"
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "text: " + " or ".join(f"`{member.value}`" for member in annotation)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return {TaskDefinition: "task table", RetryPolicy: "retry policy"}.get(
             annotation, annotation.__name__

@@ -11,6 +11,7 @@ The shape, as TOML (JSON is the same tree)::
     lease_seconds = 30           # optional: a worker's lease on a task, > 0
     timeout_seconds = 3600       # optional: an attempt running longer fails (none: no limit)
     max_running_tasks = 4        # optional: at most 4 tasks of one run run at once
+    on_failure = "fail_fast"     # optional: or "finish_branches" (see OnFailure)
 
     [retry]                      # optional: the policy of every task without its own
     max_attempts = 3             # attempts in all, including the first, >= 1
@@ -66,6 +67,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from flowforge.aggregates import dag, json_values
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.errors import InvalidWorkflowDefinitionError
 
 #: The longest delay any field accepts (a year): anything longer is a typo, and the
@@ -276,6 +278,14 @@ class WorkflowDefinition(BaseModel):
         le=MAX_RUNNING,
         strict=True,
         description="at most this many tasks of one run run at once; none: no limit",
+    )
+    on_failure: OnFailure = Field(
+        default=OnFailure.FAIL_FAST,
+        description=(
+            "a task failed for good: fail_fast fails the run and cancels every unfinished "
+            "task; finish_branches cancels only its dependants (upstream_failed), lets the "
+            "other tasks finish, and fails the run when they have"
+        ),
     )
 
     @field_validator("tasks")

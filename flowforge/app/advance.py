@@ -24,9 +24,10 @@ from datetime import datetime
 from uuid import UUID
 
 from flowforge import errors
+from flowforge.aggregates import rules
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE, Transition
-from flowforge.aggregates.rules import derive_workflow_run_state
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import ACTOR_SCHEDULER, is_due
 from flowforge.app.caches import DefinitionCache
@@ -59,6 +60,9 @@ _CANCEL_LEFTOVER = {
     _T.FAILED: TASK_RUN_MACHINE.get("cancel_failed"),
     _T.RETRYING: TASK_RUN_MACHINE.get("cancel_retrying"),
 }
+#: The states a task downstream of a failure can be in while its run goes on (it is
+#: promoted only once all its dependencies succeeded): what upstream_failed cancels.
+_NEVER_PROMOTED = frozenset({_T.PENDING, _T.READY})
 
 
 def leaf_of(claimed: TaskRunRow | None, definitions: DefinitionCache) -> Leaf | None:
@@ -69,6 +73,10 @@ def leaf_of(claimed: TaskRunRow | None, definitions: DefinitionCache) -> Leaf | 
         return None
     definition = definitions.cached(claimed.workflow_run_id)
     if definition is None or definition.dependents(claimed.task_key):
+        return None
+    if definition.on_failure is not OnFailure.FAIL_FAST:
+        # Its guards judge a run by its unfinished tasks, and under finish_branches a
+        # task failed for good is one that never finishes: advance_changes judges it.
         return None
     return Leaf(claimed.workflow_run_id, claimed.task_key, claimed.task_type)
 
@@ -199,6 +207,9 @@ def advance_changes(
     keys = set(changed_keys)
     if keys and not _step_changes(writes, run_id, keys, definitions, rand, result, actor, known):
         return False
+    branches = _branches_after_a_failure(writes, run_id, definitions)
+    if branches is not None:
+        return branches
     # The check and the run's succeed edge go together (one round trip); the edge
     # matches only if every task succeeded, whatever the check saw a moment before.
     completion, succeeded = writes.runs.succeed_when_complete(
@@ -208,6 +219,32 @@ def advance_changes(
         result.finished_as = WorkflowRunState.SUCCEEDED.value
         return True
     return completion == "unfinished"
+
+
+def _branches_after_a_failure(
+    writes: Writes, run_id: UUID, definitions: DefinitionCache
+) -> bool | None:
+    """Under finish_branches, a run with a task failed for good: whether the run is
+    settled (``True``: a branch is still alive, and its own finish will judge the run)
+    or must be judged by the full advance (``False``: nothing can run any more).
+    ``None`` for every other run, which the completion check judges.
+
+    The completion check (``succeed_when_complete``) counts a failed task as unfinished
+    (one with attempts left is), so it would call such a run settled for ever. This
+    reads every task of the run: a cost only finish_branches runs pay, on each change.
+    """
+    definition = definitions.cached(run_id) or definitions.of(load_run(writes, run_id))
+    if definition.on_failure is OnFailure.FAIL_FAST:
+        return None
+    states = {t.task_key: _effective_state(t) for t in writes.task_runs_of(run_id)}
+    if _T.FAILED not in states.values():
+        return None
+    derived = rules.derive_run_state(definition.on_failure, states, _dependencies(definition))
+    return not WORKFLOW_RUN_MACHINE.is_terminal(derived)
+
+
+def _dependencies(definition: WorkflowDefinition) -> dict[str, tuple[str, ...]]:
+    return {task.key: tuple(task.depends_on) for task in definition.tasks}
 
 
 def _step_changes(
@@ -265,7 +302,7 @@ def _advance_locked(
     definition = definitions.of(run)
     now = writes.now()
     tasks = _step_tasks(writes, _tasks(writes, run.id), definition, lambda: now, rand, result)
-    _finish_if_derived(writes, run, tasks, result)
+    _finish_if_derived(writes, run, definition, tasks, result)
     return result
 
 
@@ -325,6 +362,7 @@ def _step_tasks(
 def _finish_if_derived(
     writes: Writes,
     run: WorkflowRunRow,
+    definition: WorkflowDefinition,
     stepped: list[TaskRunRow] | None,
     result: AdvanceResult,
 ) -> None:
@@ -334,8 +372,14 @@ def _finish_if_derived(
     # those carry marks and wake the run again, and none can make a terminal state
     # derived here wrong (a terminal task never changes).
     tasks = stepped if stepped is not None else _tasks(writes, run.id)
-    derived = derive_workflow_run_state(_effective_state(t) for t in tasks)
+    states = {t.task_key: _effective_state(t) for t in tasks}
+    branches = definition.on_failure is OnFailure.FINISH_BRANCHES
+    dependencies = _dependencies(definition) if branches else {}
+    derived = rules.derive_run_state(definition.on_failure, states, dependencies)
     edge = _FINISH_RUN.get(derived)
+    if edge is None and branches and _T.FAILED in states.values():
+        blocked = rules.downstream_of_failures(states, dependencies)
+        _cancel_upstream_failed(writes, tasks, blocked, result)
     if edge is None or run.run_state is not WorkflowRunState.RUNNING:
         return
     if writes.runs.move(run.id, edge, actor=ACTOR_SCHEDULER):
@@ -367,6 +411,21 @@ def _cancel_leftovers(writes: Writes, run_id: UUID, result: AdvanceResult) -> No
             cancelled = writes.tasks.move(row.id, edge, actor=ACTOR_SCHEDULER)
         if cancelled:
             result.cancelled.append(row.task_key)
+
+
+def _cancel_upstream_failed(
+    writes: Writes, tasks: list[TaskRunRow], blocked: frozenset[str], result: AdvanceResult
+) -> None:
+    """Under finish_branches, while the run goes on: cancel the tasks downstream of a
+    task failed for good (upstream_failed), in id order (the lock order). They can never
+    run, and none of them can hold a lease: a task is promoted only when all its
+    dependencies succeeded. ``why`` tells these cancels from a user's by the run's
+    policy and the failed task upstream (docs/execution-model.md)."""
+    for task in tasks:
+        if task.task_key not in blocked or task.task_state not in _NEVER_PROMOTED:
+            continue
+        if writes.tasks.move(task.id, _CANCEL_LEFTOVER[task.task_state], actor=ACTOR_SCHEDULER):
+            result.cancelled.append(task.task_key)
 
 
 def _cancel_order(task: TaskRunRow) -> tuple[bool, str]:

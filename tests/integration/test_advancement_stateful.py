@@ -14,7 +14,11 @@ where the DAG rule puts it:
 - a run is terminal exactly when the rule derives a terminal state from its tasks, and
   then no task of it is left unfinished (a task that failed for good stays failed), and
   that holds as soon as the run ends, before any scheduler pass;
-- each task was promoted at most once, and has one dispatch per move into ready.
+- each task was promoted at most once, and has one dispatch per move into ready;
+- under ``on_failure = "finish_branches"`` (drawn for half the runs), the rule is
+  ``rules.derive_finishing_branches``; a run that failed has every task not downstream of
+  a failure finished by its own work (none cancelled), and a running run has nothing
+  downstream of a failure left pending or ready (cancelled as upstream_failed).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from flowforge.aggregates.rules import derive_workflow_run_state
+from flowforge.aggregates import rules
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.app.results import TaskRunView
 from flowforge.app.service import FlowForge
@@ -63,7 +68,8 @@ def dags(draw: st.DrawFn) -> dict[str, Any]:
     ]
     attempts = draw(st.sampled_from([1, 2]))
     retry = {"max_attempts": attempts, "backoff_seconds": 0.0, "jitter": 0.0}
-    return {"name": "dag", "retry": retry, "tasks": tasks}
+    on_failure = draw(st.sampled_from(OnFailure))
+    return {"name": "dag", "retry": retry, "tasks": tasks, "on_failure": on_failure.value}
 
 
 class Advancement(RuleBasedStateMachine):
@@ -73,11 +79,14 @@ class Advancement(RuleBasedStateMachine):
         super().__init__()
         # Earlier examples' runs stay in the database, settled: only these are judged.
         self.runs: list[UUID] = []
+        self.policies: dict[UUID, OnFailure] = {}
 
     @precondition(lambda self: len(self.runs) < MAX_RUNS)
     @rule(definition=dags())
     def start_run(self, definition: dict[str, Any]) -> None:
-        self.runs.append(self.app.start_workflow_run(definition))
+        run_id = self.app.start_workflow_run(definition)
+        self.runs.append(run_id)
+        self.policies[run_id] = OnFailure(definition["on_failure"])
 
     @precondition(lambda self: bool(self.runs))
     @rule(data=st.data(), succeed=st.booleans())
@@ -126,21 +135,34 @@ class Advancement(RuleBasedStateMachine):
             tasks = self.app.task_runs(run_id)
             if run.run_state is WorkflowRunState.PENDING:  # started by its first claim
                 assert all(t.version == 1 for t in tasks), {t.task_key: t.state for t in tasks}
-            self._check_run(run.run_state, tasks)
+            self._check_run(run.run_state, tasks, self.policies[run_id])
             for task in tasks:
                 self._check_task(task)
 
-    def _check_run(self, state: WorkflowRunState, tasks: list[TaskRunView]) -> None:
-        effective = [_effective(t) for t in tasks]
+    def _check_run(
+        self, state: WorkflowRunState, tasks: list[TaskRunView], policy: OnFailure
+    ) -> None:
+        effective = {t.task_key: _effective(t) for t in tasks}
         snapshot = {t.task_key: t.state for t in tasks}
+        depends_on = {t.task_key: t.depends_on for t in tasks}
+        blocked = rules.downstream_of_failures(effective, depends_on)
+        branches = policy is OnFailure.FINISH_BRANCHES
         if state in TERMINAL:
             self._check_ended(tasks)
             if state is WorkflowRunState.SUCCEEDED:
-                assert set(effective) == {TaskRunState.SUCCEEDED}, snapshot
+                assert set(effective.values()) == {TaskRunState.SUCCEEDED}, snapshot
             if state is WorkflowRunState.FAILED:
-                assert TaskRunState.FAILED in effective, snapshot
+                assert TaskRunState.FAILED in effective.values(), snapshot
+            if state is WorkflowRunState.FAILED and branches:
+                cut_short = [
+                    k for k, s in snapshot.items() if s == "cancelled" and k not in blocked
+                ]
+                assert not cut_short, f"cancelled though not downstream of a failure: {snapshot}"
             return
-        assert derive_workflow_run_state(effective) not in TERMINAL, snapshot
+        assert rules.derive_run_state(policy, effective, depends_on) not in TERMINAL, snapshot
+        if branches:
+            left = [k for k in blocked if snapshot[k] in ("pending", "ready")]
+            assert not left, f"downstream of a failure, not cancelled: {left} in {snapshot}"
         succeeded = {t.task_key for t in tasks if t.task_state is TaskRunState.SUCCEEDED}
         stuck = [
             t.task_key for t in tasks if t.state == "pending" and succeeded >= set(t.depends_on)

@@ -6,8 +6,19 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from flowforge.aggregates.on_failure import OnFailure
+from flowforge.aggregates.task_run import ACTOR_SCHEDULER
 from flowforge.app.why.facts import TERMINAL_RUN_STATES, Situation
-from flowforge.app.why.sentences import Answer, between, clock, count, error_text, run_end
+from flowforge.app.why.sentences import (
+    Answer,
+    between,
+    clock,
+    count,
+    error_text,
+    failed_upstream,
+    on_failure,
+    run_end,
+)
 
 
 def failed(s: Situation) -> Answer:
@@ -33,8 +44,18 @@ def failed(s: Situation) -> Answer:
         "failed",
         f"{key} failed for good at {clock(task.finished_at)} after "
         f"{count(task.attempt, 'attempt')}: {error}",
-        [f"{run_end(s)}" if run_ended else "its run fails on a scheduler's next pass"],
+        [f"{run_end(s)}" if run_ended else _what_follows(s)],
     )
+
+
+def _what_follows(s: Situation) -> str:
+    if on_failure(s) is OnFailure.FINISH_BRANCHES:
+        return (
+            'on_failure = "finish_branches": what depends on it is cancelled '
+            "(upstream_failed), the tasks that do not run on, and its run fails when "
+            "they have ended"
+        )
+    return "its run fails on a scheduler's next pass (fail-fast)"
 
 
 def succeeded(s: Situation) -> Answer:
@@ -63,6 +84,21 @@ def cancelled(s: Situation) -> Answer:
     when = clock(cancel.at) if cancel else "?"
     was = f" (it was {cancel.source})" if cancel and cancel.source else ""
     end = s.run_log[-1] if s.run_log and s.run.state in TERMINAL_RUN_STATES else None
+    upstream = failed_upstream(s)
+    if (
+        upstream
+        and on_failure(s) is OnFailure.FINISH_BRANCHES
+        and (cancel is None or cancel.actor == ACTOR_SCHEDULER)
+    ):
+        # Cancelled by the advance as soon as its upstream failed, the run going on.
+        return (
+            "upstream_failed",
+            f"{s.task.task_key} was cancelled at {when}{was} as upstream_failed: "
+            f"{', '.join(upstream)}, which it depends on, failed for good, so it could "
+            f'never run (on_failure = "finish_branches": the tasks that do not depend '
+            f"on it run on)",
+            [],
+        )
     if cancel is not None and (end is None or cancel.at < end.at):
         # Cancelled on its own (through the API), not as a leftover of its run's end.
         return (

@@ -10,7 +10,8 @@ from functools import partial
 from typing import Any
 
 from flowforge import timefmt
-from flowforge.aggregates import failures, task_run
+from flowforge.aggregates import failures, rules, task_run
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.app.results import AuditEntry
 from flowforge.app.why.facts import Situation, TaskView
 
@@ -46,12 +47,39 @@ def run_end(s: Situation) -> str:
     if s.run.state == "cancelled":
         return f"its run was cancelled by {end.actor if end else '?'}{when}"
     if s.run.state == "failed":
-        failed = [t.task_key for t in s.siblings.values() if t.failed_for_good]
+        failed = ", ".join(t.task_key for t in s.siblings.values() if t.failed_for_good)
+        if upstream := failed_upstream(s):
+            return (
+                f"its run failed{when}: {', '.join(upstream)}, which it depends on, failed "
+                f"for good, so it could never run"
+            )
+        if on_failure(s) is OnFailure.FINISH_BRANCHES:
+            return (
+                f"its run failed{when}, once every branch had ended ({failed or 'a task'} "
+                f"failed for good)"
+            )
+        # Fail-fast: the task need not depend on the failure at all; say so.
         return (
-            f"its run failed{when} ({', '.join(failed) or 'a task'} failed for good, so "
-            f"what depends on it could never run)"
+            f"its run failed{when} when {failed or 'a task'} failed for good (fail-fast: "
+            f"a failure ends the whole run, tasks that do not depend on it included; "
+            f'on_failure = "finish_branches" lets them finish)'
         )
     return f"its run {s.run.state}{when}"
+
+
+def on_failure(s: Situation) -> OnFailure:
+    """The run's policy for a task failed for good (runs stored before it: the spec's)."""
+    return OnFailure(s.run.definition.get("on_failure", OnFailure.FAIL_FAST))
+
+
+def failed_upstream(s: Situation) -> list[str]:
+    """The tasks failed for good that this task depends on, directly or through others."""
+    depends_on = {key: t.depends_on for key, t in s.siblings.items()}
+    return [
+        key
+        for key, t in s.siblings.items()
+        if t.failed_for_good and s.task.task_key in rules.downstream_of([key], depends_on)
+    ]
 
 
 def phrase(t: TaskView, at: datetime) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from flowforge import timefmt
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.app.concurrency_limits import Hold
 from flowforge.app.why.facts import Situation
 from flowforge.app.why.sentences import (
@@ -18,6 +19,7 @@ from flowforge.app.why.sentences import (
     clock,
     count,
     iso,
+    on_failure,
     phrase,
     who_runs,
 )
@@ -46,8 +48,14 @@ def pending(s: Situation) -> Answer:
             f"{key} will not run: upstream {count(len(dead), 'task')} "
             f"{', '.join(phrase(u, s.at) for u in dead)}",
             [
-                "a task runs only after all its upstream tasks succeed; the run fails, and "
-                "the scheduler cancels what can no longer run"
+                "a task runs only after all its upstream tasks succeed; "
+                + (
+                    "the scheduler cancels it (upstream_failed), and the run fails once "
+                    "the tasks that do not depend on the failure have ended "
+                    '(on_failure = "finish_branches")'
+                    if on_failure(s) is OnFailure.FINISH_BRANCHES
+                    else "the run fails, and the scheduler cancels what can no longer run"
+                )
             ],
         )
     done = [u.task_key for u in upstream if u.state == "succeeded"]
