@@ -92,17 +92,29 @@ class Transport:
         )
 
 
-def queue_probe(broker: BrokerConfig) -> QueueProbe:
+#: After the broker failed to answer, the net's probe answers None this long without
+#: asking: a broker that times out must not slow every scheduler pass by its timeout.
+PROBE_COOLDOWN_S = 30.0
+
+
+def queue_probe(
+    broker: BrokerConfig, *, clock: Callable[[], float] = time.monotonic
+) -> QueueProbe:
     """Asks ``broker`` about a type's queue (a passive declare, on a connection of its
-    own); None when the broker does not answer, so that the net waits for a pass that
-    can ask rather than redispatching blind."""
+    own); None when the broker does not answer (and for ``PROBE_COOLDOWN_S`` after), so
+    that the net waits for a pass that can ask rather than redispatching blind."""
     # Imported here: pika only for a process that talks to a broker.
     from flowforge.processes import rabbitmq  # noqa: PLC0415
 
+    quiet_until = [0.0]
+
     def probe(task_type: str) -> QueueState | None:
+        if clock() < quiet_until[0]:
+            return None
         try:
             return rabbitmq.queue_state(broker, task_type)
         except errors.BrokerError:
+            quiet_until[0] = clock() + PROBE_COOLDOWN_S
             return None
 
     return probe
