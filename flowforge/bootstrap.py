@@ -31,9 +31,10 @@ from uuid import UUID
 
 from flowforge import config, errors, observers
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
+from flowforge.app.ports import QueueProbe, QueueState
 from flowforge.app.results import WorkflowRunView
 from flowforge.app.scope import Scope
-from flowforge.app.service import FlowForge
+from flowforge.app.service import REDISPATCH_AFTER_S, FlowForge
 from flowforge.config import BrokerConfig, Settings
 from flowforge.processes import outbox_publisher
 from flowforge.processes import scheduler as scheduler_loop
@@ -65,6 +66,10 @@ class Transport:
     connect_consumer: ConsumerFactory
     #: Whether queued dispatches outlive this process (a broker's queue does).
     durable: bool = True
+    #: Asks the broker how many messages a type's queue holds: the scheduler's
+    #: redispatch net (``Outbox.redispatch_lost``). None in process: its channel loses
+    #: dispatches only with the process, and the runner's start re-sends those.
+    probe: QueueProbe | None = None
 
     @classmethod
     def in_memory(cls, channel: InMemoryDispatchChannel | None = None) -> Transport:
@@ -83,7 +88,36 @@ class Transport:
         return cls(
             lambda: rabbitmq.RabbitDispatchPublisher(broker),
             partial(rabbitmq.RabbitDispatchConsumer, broker),
+            probe=queue_probe(broker),
         )
+
+
+#: After the broker failed to answer, the net's probe answers None this long without
+#: asking: a broker that times out must not slow every scheduler pass by its timeout.
+PROBE_COOLDOWN_S = 30.0
+
+
+def queue_probe(
+    broker: BrokerConfig, *, clock: Callable[[], float] = time.monotonic
+) -> QueueProbe:
+    """Asks ``broker`` about a type's queue (a passive declare, on a connection of its
+    own); None when the broker does not answer (and for ``PROBE_COOLDOWN_S`` after), so
+    that the net waits for a pass that can ask rather than redispatching blind."""
+    # Imported here: pika only for a process that talks to a broker.
+    from flowforge.processes import rabbitmq  # noqa: PLC0415
+
+    quiet_until = [0.0]
+
+    def probe(task_type: str) -> QueueState | None:
+        if clock() < quiet_until[0]:
+            return None
+        try:
+            return rabbitmq.queue_state(broker, task_type)
+        except errors.BrokerError:
+            quiet_until[0] = clock() + PROBE_COOLDOWN_S
+            return None
+
+    return probe
 
 
 def transport_for(settings: Settings, deployment: str, *, in_process: bool = False) -> Transport:
@@ -139,14 +173,26 @@ class Processes:
     transport: Transport | None
     registry: TaskRegistry = default_registry
     stop: Stop = field(default_factory=Stop)
+    #: The scheduler's way to ask the broker about a queue (the transport's, or the
+    #: configured broker's for a scheduler wired without a transport); None: no net.
+    probe: QueueProbe | None = None
 
     def scheduler(
         self,
         *,
         interval: float = scheduler_loop.DEFAULT_INTERVAL_S,
+        redispatch_after: float = REDISPATCH_AFTER_S,
         scope: Scope | None = None,
     ) -> Scheduler:
-        return Scheduler(self.app, interval=interval, stop=self.stop, scope=scope)
+        probe = self.probe or (self.transport.probe if self.transport is not None else None)
+        return Scheduler(
+            self.app,
+            interval=interval,
+            redispatch_after=redispatch_after,
+            probe=probe,
+            stop=self.stop,
+            scope=scope,
+        )
 
     def publisher(
         self,
@@ -238,16 +284,21 @@ def bootstrap(
 ) -> Processes:
     """Wire the processes for ``settings``; pass ``app`` or ``transport`` to override.
 
-    ``dispatch=False`` wires no transport: nothing is connected or checked.
+    ``dispatch=False`` wires no transport: nothing is connected or checked (the
+    scheduler's: it only asks the configured broker, if any, how full a queue is).
     """
     app = app if app is not None else open_app(settings)
     if transport is None and dispatch:
         transport = transport_for(settings, app.deployment_id)
+    probe = None
+    if transport is None and settings.broker is not None:
+        probe = queue_probe(settings.broker.for_deployment(app.deployment_id))
     return Processes(
         app=app,
         transport=transport,
         registry=registry,
         stop=stop or Stop(),
+        probe=probe,
     )
 
 

@@ -111,6 +111,13 @@ LEASES_REAPED = _counter(
 TIMED_OUT = _counter(
     "flowforge_tasks_timed_out", "Attempts this scheduler failed for running past their timeout."
 )
+REDISPATCHED = _counter(
+    "flowforge_redispatched",
+    "Ready tasks this scheduler gave a new dispatch, by reason: their type's queue held "
+    "fewer messages than tasks waiting on it (queue_short: dead-lettered, purged or lost), "
+    "or an embedded runner started with its in-process channel empty (runner_started).",
+    ["reason"],
+)
 DISPATCHES = _counter(
     "flowforge_dispatches",
     "Dispatches this publisher sent to the broker (published), that the broker confirmed "
@@ -159,6 +166,9 @@ class Metrics(observe.Observer):
 
     def attempts_timed_out(self, count: int) -> None:
         TIMED_OUT.inc(count)
+
+    def tasks_redispatched(self, reason: str, count: int) -> None:
+        REDISPATCHED.labels(reason).inc(count)
 
     def dispatches_published(self, count: int) -> None:
         DISPATCHES.labels("published").inc(count)

@@ -183,6 +183,10 @@ class Observer:
     def attempts_timed_out(self, count: int) -> None:
         """Attempts failed for running past their timeout."""
 
+    def tasks_redispatched(self, reason: str, count: int) -> None:
+        """Ready tasks given a new dispatch by the redispatch net, and why
+        (``flowforge/app/redispatch.py``: ``queue_short``, ``runner_started``)."""
+
     def run_creation(self, creation: RunCreation) -> AbstractContextManager[object] | None:
         """A run is being created: a context around its creation, or None."""
         return None
@@ -248,6 +252,10 @@ class Announcer:
     def attempts_timed_out(self, count: int) -> None:
         for observer in self.observers:
             observer.attempts_timed_out(count)
+
+    def tasks_redispatched(self, reason: str, count: int) -> None:
+        for observer in self.observers:
+            observer.tasks_redispatched(reason, count)
 
     def run_creation(
         self,

@@ -45,6 +45,11 @@ class Logs(observe.Observer):
         if count:
             self._line(logging.INFO, "attempts timed out", "timed_out", count=count)
 
+    def tasks_redispatched(self, reason: str, count: int) -> None:
+        self._line(
+            logging.WARNING, "ready tasks redispatched", "redispatched", reason=reason, count=count
+        )
+
     def dispatches_published(self, count: int) -> None:
         self._line(logging.DEBUG, "dispatches published", "published", count=count)
 

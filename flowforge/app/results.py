@@ -233,6 +233,9 @@ class DispatchView:
     fencing_token: int
     created_at: datetime
     published_at: datetime | None
+    #: Why the redispatch net gave the task this dispatch (``app/redispatch.py``);
+    #: None on the dispatch of a transition.
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +288,7 @@ def schedule_view(row: tables.ScheduleRow) -> ScheduleView:
 def dispatch_view(row: tables.OutboxRow) -> DispatchView:
     return DispatchView(
         row.dispatch_id, row.task_run_id, row.task_key, row.task_type, row.fencing_token,
-        row.created_at, row.published_at,
+        row.created_at, row.published_at, row.reason,
     )  # fmt: skip
 
 

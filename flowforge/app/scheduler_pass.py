@@ -22,11 +22,14 @@ from flowforge.app.commands import Commands
 from flowforge.app.core import ServiceCore
 from flowforge.app.cron_schedules import Schedules, fires_schedules
 from flowforge.app.outbox import Outbox
+from flowforge.app.ports import QueueProbe
 from flowforge.app.queries import REAP_BATCH, Queries
 from flowforge.app.results import ScheduleSummary
 from flowforge.app.scope import Scope
 
-#: A ready task undispatched for this long gets a new dispatch (see redispatch_stalled).
+#: A ready task whose dispatch was published this long ago is a candidate for the
+#: redispatch net, which replaces it only if its queue lost it (``Outbox.redispatch_lost``);
+#: ``flowforge scheduler --redispatch-after``.
 REDISPATCH_AFTER_S = 300.0
 #: Woken runs read per batch; the pass takes batches until the marks run out.
 WOKEN_BATCH = 200
@@ -58,12 +61,14 @@ class Scheduling:
         self,
         *,
         redispatch_after: float = REDISPATCH_AFTER_S,
+        probe: QueueProbe | None = None,
         scope: Scope | None = None,
     ) -> ScheduleSummary:
         """One full pass: reap expired leases, fail attempts past their execution
         timeout, advance every marked run, every run with a retry due and every
         delayed run whose start time has come, and redispatch ready tasks whose
-        dispatch was lost (see :meth:`redispatch_stalled`). With a ``scope`` (an
+        dispatch was lost (``Outbox.redispatch_lost``: only with a ``probe`` that asks
+        the broker how many messages a queue holds). With a ``scope`` (an
         embedded runner: its own run, or the runs it has handlers for), each step acts
         only on the runs the scope takes in (``app/scope.py``). Without a scope it also
         fires the cron schedules that are due (``app/cron_schedules.py``)."""
@@ -74,8 +79,9 @@ class Scheduling:
         self.advance_woken_runs(summary, scope=scope)
         self.advance_runs_with_retries_due(summary, scope=scope)
         self.advance_runs_due_to_start(summary, scope=scope)
-        redispatched = self._outbox.redispatch_stalled(redispatch_after, scope=scope)
-        summary.redispatched = len(redispatched)
+        if probe is not None:
+            redispatched = self._outbox.redispatch_lost(redispatch_after, probe, scope=scope)
+            summary.redispatched = len(redispatched)
         return summary
 
     def advance_woken_runs(

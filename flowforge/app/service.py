@@ -232,6 +232,7 @@ class FlowForge:
 
     publish_pending_dispatches = _on("outbox", Outbox.publish_pending_dispatches)
     redispatch_stalled = _on("outbox", Outbox.redispatch_stalled)
+    redispatch_lost = _on("outbox", Outbox.redispatch_lost)
 
     # --- the scheduler's pass (app/scheduler_pass.py) -------------------------------------
 

@@ -71,6 +71,8 @@ def add(parser: _Adds, flags: Iterable[Flag]) -> None:
 MAX_WORKERS = 256
 #: Seconds between a process's passes.
 MAX_INTERVAL_S = 3600.0
+#: Seconds `scheduler --redispatch-after` may take (a day).
+MAX_REDISPATCH_AFTER_S = 24 * 3600.0
 #: Seconds `run --timeout` may wait (a week).
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 #: How long a stop of `run` or `demo` waits for the tasks in hand (flowforge/cli/stopping.py).
@@ -265,6 +267,16 @@ SCHEDULER_INTERVAL = Flag(
     default=1.0,
     metavar="S",
     help="seconds between passes (default: 1.0)",
+)
+REDISPATCH_AFTER = Flag(
+    ("--redispatch-after",),
+    type=_seconds(MAX_REDISPATCH_AFTER_S),
+    default=300.0,
+    metavar="S",
+    help="seconds a ready task's published dispatch waits before the redispatch net "
+    "may replace it, and only if its queue holds fewer messages than tasks waiting "
+    "(lost: dead-lettered, purged); a task merely waiting is never redispatched "
+    "(default: 300)",
 )
 BATCH_SIZE = Flag(
     ("--batch-size",),

@@ -27,9 +27,10 @@ def scheduler(args: argparse.Namespace) -> int:
     _starting("scheduler", settings)
     with common.open_app(settings) as app:
         common.serve_metrics(args, app, backlog=True)
-        # The scheduler never touches the queue: it gets no transport to check.
+        # The scheduler publishes nothing: it gets no transport to check, only a way to
+        # ask the broker how full a queue is (the redispatch net, docs/delivery.md).
         processes = bootstrap.bootstrap(settings, app=app, dispatch=False)
-        processes.scheduler(interval=args.interval).run()
+        processes.scheduler(interval=args.interval, redispatch_after=args.redispatch_after).run()
     return 0
 
 

@@ -8,6 +8,7 @@ import time
 from dataclasses import asdict
 
 from flowforge import errors
+from flowforge.app.ports import QueueProbe
 from flowforge.app.results import ScheduleSummary
 from flowforge.app.scope import Scope
 from flowforge.app.service import REDISPATCH_AFTER_S, FlowForge
@@ -38,12 +39,16 @@ class Scheduler:
         *,
         interval: float = DEFAULT_INTERVAL_S,
         redispatch_after: float = REDISPATCH_AFTER_S,
+        probe: QueueProbe | None = None,
         stop: Stop | None = None,
         scope: Scope | None = None,
     ) -> None:
         self.app = app
         self.interval = interval
         self.redispatch_after = redispatch_after
+        #: Asks the broker how many messages a type's queue holds, for the redispatch
+        #: net (``Outbox.redispatch_lost``); None: no net (nothing to ask).
+        self.probe = probe
         self.stop = stop or Stop()
         #: The runs this scheduler advances, reaps and redispatches (all, if None):
         #: an embedded runner's (ProcessGroup, ``app/scope.py``).
@@ -52,7 +57,9 @@ class Scheduler:
 
     def run_once(self) -> ScheduleSummary:
         """The full pass (the safety net)."""
-        summary = self.app.schedule_once(redispatch_after=self.redispatch_after, scope=self.scope)
+        summary = self.app.schedule_once(
+            redispatch_after=self.redispatch_after, probe=self.probe, scope=self.scope
+        )
         _log_changes("scheduler pass", summary)
         return summary
 

@@ -197,6 +197,12 @@ class Reads:
         rows = self._tx.run("select_outbox_of_task_run", {"task_run_id": task_run_id})
         return [OutboxRow.from_mapping(r) for r in rows]
 
+    def outbox_waiting_of_stalled_types(self, older_than_seconds: float) -> dict[str, int]:
+        """Per task type that has a stalled task: its READY tasks whose every dispatch
+        is published (each should have a message in the type's queue)."""
+        rows = self._tx.run("count_waiting_of_stalled_types", {"older_than": older_than_seconds})
+        return {str(r["task_type"]): int(r["waiting"]) for r in rows}
+
     def pending_dispatch_count(self) -> int:
         (row,) = self._tx.run("count_pending_outbox")
         return int(row["pending"])

@@ -220,6 +220,8 @@ class OutboxRow(_Row):
     fencing_token: int
     created_at: datetime
     published_at: datetime | None
+    #: Why the redispatch net wrote it (``app/redispatch.py``); None on a transition's.
+    reason: str | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,14 @@ def quick(ctx: TaskContext) -> dict[str, Any]:
     return {"pid": os.getpid(), "token": ctx.fencing_token}
 
 
+@task("paced")
+def paced(ctx: TaskContext) -> dict[str, Any]:
+    """A short handler: a backlog of them takes the workers several seconds to drain."""
+    time.sleep(0.02)
+    _record(ctx, "ran")
+    return {}
+
+
 @task("steady")
 def steady(ctx: TaskContext) -> dict[str, Any]:
     _record(ctx, "started")

@@ -72,6 +72,50 @@ def test_a_broker_that_is_unreachable_at_start_fails_the_bootstrap_naming_it(
         bootstrap.transport_for(unreachable, "0123456789ab")
 
 
+def test_a_scheduler_wired_without_dispatch_asks_the_configured_broker_for_its_net(
+    settings: Settings,
+) -> None:
+    wired = bootstrap.bootstrap(settings, dispatch=False)
+    try:
+        assert wired.scheduler().probe is None  # no broker: no net
+    finally:
+        wired.app.close()
+    unreachable = settings.model_copy(
+        update={"broker": BrokerConfig(url="amqp://guest:guest@127.0.0.1:1/%2F")}
+    )
+    wired = bootstrap.bootstrap(unreachable, dispatch=False)
+    try:
+        scheduler = wired.scheduler(redispatch_after=7.0)
+        assert scheduler.redispatch_after == 7.0
+        assert scheduler.probe is not None
+        assert scheduler.probe("work") is None  # the broker did not answer
+    finally:
+        wired.app.close()
+
+
+def test_a_probe_that_got_no_answer_waits_before_asking_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flowforge.processes import rabbitmq
+
+    asked: list[str] = []
+
+    def unanswered(broker: BrokerConfig, task_type: str) -> None:
+        asked.append(task_type)
+        raise errors.BrokerUnavailableError("no answer")
+
+    monkeypatch.setattr(rabbitmq, "queue_state", unanswered)
+    now = [100.0]
+    probe = bootstrap.queue_probe(BrokerConfig(url="amqp://x"), clock=lambda: now[0])
+    assert probe("a") is None
+    now[0] += bootstrap.PROBE_COOLDOWN_S - 1
+    assert probe("a") is None
+    assert asked == ["a"]  # the second pass did not wait on the broker
+    now[0] += 1
+    assert probe("a") is None
+    assert asked == ["a", "a"]
+
+
 def test_a_worker_consumes_only_the_types_it_is_given_each_with_a_handler(
     settings: Settings,
 ) -> None:

@@ -17,14 +17,20 @@ def test_each_event_is_a_line_with_its_name_and_fields(caplog: pytest.LogCapture
         observe.announce.leases_reaped(0)  # nothing reaped: no line
         observe.announce.claim_skipped("not ready")
         observe.announce.dead_lettered()
+        observe.announce.tasks_redispatched("queue_short", 3)
     lines = [(r.levelname, r.getMessage(), r.__dict__["event"]) for r in caplog.records]
     assert lines == [
         ("INFO", "expired leases reaped", "leases_reaped"),
         ("DEBUG", "dispatch skipped", "claim_skipped"),
         ("WARNING", "message dead-lettered", "dead_lettered"),
+        ("WARNING", "ready tasks redispatched", "redispatched"),
     ]
     assert caplog.records[0].__dict__["count"] == 2
     assert caplog.records[1].__dict__["reason"] == "not ready"
+    assert (caplog.records[3].__dict__["reason"], caplog.records[3].__dict__["count"]) == (
+        "queue_short",
+        3,
+    )
 
 
 def test_a_level_not_logged_writes_nothing(caplog: pytest.LogCaptureFixture) -> None:

@@ -67,6 +67,8 @@ class Dispatch:
     created_at: datetime
     published_at: datetime | None
     fencing_token: int
+    #: Why the redispatch net wrote it (``app/redispatch.py``); None: a transition's.
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,4 +168,4 @@ def _dispatch(row: DispatchView, at: datetime | None = None) -> Dispatch:
     published = row.published_at
     if at is not None and published is not None and published > at:
         published = None
-    return Dispatch(row.created_at, published, row.fencing_token)
+    return Dispatch(row.created_at, published, row.fencing_token, row.reason)

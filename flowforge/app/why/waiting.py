@@ -9,6 +9,7 @@ from datetime import datetime
 
 from flowforge import timefmt
 from flowforge.aggregates.on_failure import OnFailure
+from flowforge.app import redispatch
 from flowforge.app.concurrency_limits import Hold
 from flowforge.app.why.facts import Situation
 from flowforge.app.why.sentences import (
@@ -111,7 +112,7 @@ def ready(s: Situation) -> Answer:
     latest = s.dispatches[-1]
     if s.hold is not None and latest.created_at < s.hold.held_at:
         return _held(s, s.hold)
-    again = f" (dispatch {len(s.dispatches)} of this task)" if len(s.dispatches) > 1 else ""
+    again = _again(len(s.dispatches), latest.reason)
     if latest.published_at is None:
         return (
             "dispatch_pending",
@@ -153,6 +154,26 @@ def ready(s: Situation) -> Answer:
             ),
         ],
     )
+
+
+#: Why the redispatch net gave a task a new dispatch (``app/redispatch.py``), as ``why``
+#: says it.
+REDISPATCHED_BECAUSE = {
+    redispatch.QUEUE_SHORT: "its queue held fewer messages than tasks waiting on it, so "
+    "an earlier dispatch was lost (dead-lettered, purged or gone with the queue)",
+    redispatch.RUNNER_STARTED: "an embedded runner started, and the process that held "
+    "its earlier dispatch in memory had exited",
+}
+
+
+def _again(dispatches: int, reason: str | None) -> str:
+    """The headline's note on a task dispatched more than once, and why it was."""
+    if dispatches < 2:
+        return ""
+    because = REDISPATCHED_BECAUSE.get(reason or "")
+    if because is None:
+        return f" (dispatch {dispatches} of this task)"
+    return f" (dispatch {dispatches} of this task, redispatched because {because})"
 
 
 def _held(s: Situation, hold: Hold) -> Answer:

@@ -37,7 +37,7 @@ SCHEDULER = Command(
     "advance runs, schedule retries, reap expired leases and fire cron schedules",
     "flowforge scheduler --interval 0.5",
     "flowforge.cli.processes:scheduler",
-    (flags.SCHEDULER_INTERVAL, flags.METRICS_PORT),
+    (flags.SCHEDULER_INTERVAL, flags.REDISPATCH_AFTER, flags.METRICS_PORT),
     log_level="INFO",
 )
 

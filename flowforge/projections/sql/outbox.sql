@@ -54,3 +54,34 @@ SELECT count(*) AS pending FROM dispatch_outbox WHERE published_at IS NULL;
 -- name: outbox_backlog
 SELECT count(*) AS pending, min(created_at) AS created_at, {now} AS db_now
 FROM dispatch_outbox WHERE published_at IS NULL;
+
+-- A redispatch (flowforge/app/redispatch.py): the same row as insert_outbox, with the
+-- reason the net gave it a new dispatch (NULL on a transition's own dispatch).
+-- name: insert_redispatch
+INSERT INTO dispatch_outbox (dispatch_id, task_run_id, task_key, task_type, fencing_token,
+                             created_at, reason)
+VALUES (:dispatch_id, :task_run_id, :task_key, :task_type, :fencing_token, :created_at,
+        :reason);
+
+-- The redispatch net's count, per task type: READY tasks whose every dispatch is
+-- published, each of which should have a message in its type's queue. Only the types
+-- that have a stalled task are asked about (the net's only candidates).
+-- name: count_waiting_of_stalled_types
+SELECT t.task_type, count(*) AS waiting FROM task_runs t
+WHERE t.state = 'ready'
+  AND NOT EXISTS (SELECT 1 FROM dispatch_outbox o
+                  WHERE o.task_run_id = t.id AND o.published_at IS NULL)
+  AND t.task_type IN (SELECT s.task_type FROM ({stalled_ready}) s)
+GROUP BY t.task_type;
+
+-- Ordered by id too: the net confirms a candidate on a later pass, so ties (tasks made
+-- ready in one transaction) must come out in the same order every time.
+-- name: select_stalled_ready_of_type
+{stalled_ready}
+  AND t.task_type = :task_type
+ORDER BY t.updated_at, t.id LIMIT :limit;
+
+-- name: select_stalled_ready_of_type_of_runs
+{stalled_ready}
+  AND t.task_type = :task_type AND t.workflow_run_id IN ({uuid_list[run_ids]})
+ORDER BY t.updated_at, t.id LIMIT :limit;

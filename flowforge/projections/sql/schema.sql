@@ -76,7 +76,10 @@ CREATE TABLE dispatch_outbox (
     fencing_token {bigint} NOT NULL
         CONSTRAINT dispatch_outbox_fencing_token_non_negative CHECK (fencing_token >= 0),
     created_at {timestamp} NOT NULL,
-    published_at {timestamp}
+    published_at {timestamp},
+    -- Why the redispatch net gave the task this new dispatch (migration 13); NULL on a
+    -- transition's own dispatch.
+    reason text
 );
 CREATE INDEX dispatch_outbox_pending_idx ON dispatch_outbox (created_at)
     WHERE published_at IS NULL;

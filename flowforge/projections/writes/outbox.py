@@ -46,6 +46,25 @@ class OutboxWrites:
         self.enqueued = True
         return dispatch_id
 
+    def redispatch(self, task: TaskRunRow, reason: str, *, at: datetime) -> UUID:
+        """A new dispatch for a READY task whose dispatch was lost, with the reason the
+        redispatch net gave it (``app/redispatch.py``); its dispatch id."""
+        dispatch_id = new_id()
+        self._tx.defer(
+            "insert_redispatch",
+            {
+                "dispatch_id": dispatch_id,
+                "task_run_id": task.id,
+                "task_key": task.task_key,
+                "task_type": task.task_type,
+                "fencing_token": task.fencing_token,
+                "created_at": projector.row_time(at),
+                "reason": reason,
+            },
+        )
+        self.enqueued = True
+        return dispatch_id
+
     def pending(
         self,
         limit: int,
@@ -83,4 +102,23 @@ class OutboxWrites:
         if run_ids is not None:
             params["run_ids"] = id_list(run_ids)
             statement = "select_stalled_ready_of_runs"
+        return [TaskRunRow.from_mapping(r) for r in self._tx.run(statement, params)]
+
+    def stalled_of_type(
+        self,
+        task_type: str,
+        older_than_seconds: float,
+        limit: int,
+        run_ids: Collection[UUID] | None = None,
+    ) -> list[TaskRunRow]:
+        """``stalled_ready`` of one task type, oldest first."""
+        params: dict[str, object] = {
+            "older_than": older_than_seconds,
+            "limit": limit,
+            "task_type": task_type,
+        }
+        statement = "select_stalled_ready_of_type"
+        if run_ids is not None:
+            params["run_ids"] = id_list(run_ids)
+            statement = "select_stalled_ready_of_type_of_runs"
         return [TaskRunRow.from_mapping(r) for r in self._tx.run(statement, params)]
