@@ -42,10 +42,13 @@ from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
 
-#: The edges ``move`` takes: no lease, no token, no clock condition.
+#: The edge that makes a pending task ready once its dependencies are done.
+PROMOTE = "dependencies_satisfied"
+#: The edges ``move`` takes: no lease, no token; the promotion alone has a clock
+#: condition, its run's start time (``task_move``).
 MOVE_EDGES = frozenset(
     {
-        "dependencies_satisfied",
+        PROMOTE,
         "cancel_pending",
         "cancel_ready",
         "cancel_failed",
@@ -104,11 +107,13 @@ class TaskWrites:
         self._recording.append([event])
 
     def move(self, task_run_id: UUID, edge: Transition, *, actor: str) -> TaskRunRow | None:
-        """dependencies_satisfied, cancel_pending or cancel_ready."""
+        """dependencies_satisfied (not before its run's start time), cancel_pending,
+        cancel_ready, cancel_failed or cancel_retrying."""
         if edge.name not in MOVE_EDGES:
             raise ValueError(f"move takes {sorted(MOVE_EDGES)}, not {edge.name!r}")
         event = EventRecipe.of_task(edge, actor)
-        return self._followed(self._task("task_move", task_params(task_run_id, edge), event), edge)
+        params = task_params(task_run_id, edge, {"promotes": edge.name == PROMOTE})
+        return self._followed(self._task("task_move", params, event), edge)
 
     def claim(
         self,
