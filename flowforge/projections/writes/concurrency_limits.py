@@ -126,6 +126,11 @@ class LimitWrites:
         if row.max_running is not None or LIMITS_MET.is_set():
             self._outbox.enqueued = True
 
+    def drop_hold(self, task_run_id: UUID) -> None:
+        """The held dispatch of a task cancelled while ready, if a limit held it: sent
+        with this transaction's next statement (a PK probe; no round trip of its own)."""
+        self._tx.defer("drop_hold", {"task_run_id": task_run_id})
+
     def change(self, task_type: str, max_running: int | None, *, at: datetime, actor: str) -> bool:
         """An operator's limit on ``task_type`` set (``max_running``) or removed
         (``None``), with its event; False if another change won the race, or for a

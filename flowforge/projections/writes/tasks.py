@@ -57,6 +57,9 @@ MOVE_EDGES = frozenset(
 )
 FINISH_EDGES = frozenset(FINISH_TRANSITIONS)
 _READY = TaskRunState.READY
+#: The one edge out of ``ready`` besides a claim (which drops its hold itself): a
+#: cancelled task's held dispatch, if a limit held it, goes with it.
+_CANCEL_READY = "cancel_ready"
 #: Task edges after which the run has nothing new to do: no mark, no wake-up (a
 #: heartbeat, not an edge, never marks either).
 _LEAVE_RUN_ALONE = frozenset({CLAIM.name})
@@ -327,11 +330,14 @@ class TaskWrites:
 
     def _followed(self, row: TaskRunRow | None, edge: Transition) -> TaskRunRow | None:
         """What follows a won edge besides its event: the run's mark, the slots of a task
-        that left running, and the outbox row of a task that became ready."""
+        that left running (the hold of one cancelled while ready), and the outbox row of
+        a task that became ready."""
         if row is None:
             return None
         if edge.source.value == RUNNING:
             self._limits.free(row)
+        elif edge.name == _CANCEL_READY:
+            self._limits.drop_hold(row.id)
         if edge.name not in _LEAVE_RUN_ALONE:
             self._marks.after_edge(row.workflow_run_id, row.task_key)
         if row.state == _READY and edge.source != _READY:
