@@ -1,7 +1,7 @@
 """Concurrency limits' bookkeeping on both backends (docs/scheduling/limits.md, "What
 is kept, and for how long"): the held row of a task cancelled while held goes with
 the cancel; a change of a limit waiting for a long write does not hold claims and
-finishes behind it (PostgreSQL)."""
+finishes behind it (PostgreSQL); the bound of a counter kept after ``limit unset``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from flowforge.app.service import FlowForge
-from tests.helpers import wait_until
+from tests.helpers import RoundTrip, wait_until
 from tests.integration.test_limits import fan, ids
 from tests.integration.test_schedule_races import waiting_for_a_lock
 from tests.integration.test_wakeups import WAIT_S
@@ -89,3 +89,25 @@ def claim_and_finish(app: FlowForge, task_run_id: UUID) -> None:
     claim = app.claim_task_run(task_run_id, "w1")
     assert claim is not None
     assert app.finish_task_run(task_run_id, claim.fencing_token, "succeed")
+
+
+def test_after_limit_unset_a_type_keeps_its_counter_and_pays_one_round_trip_per_claim(
+    pg_app: FlowForge, round_trips: list[RoundTrip]
+) -> None:
+    """The bound of a counter row kept after ``limit unset`` (docs/scheduling/limits.md,
+    "What is kept"): its type's claims stay on the limited path, one round trip more
+    each and never refused, and the counter keeps counting exactly, so a limit set
+    again applies to the tasks already running."""
+    assert pg_app.set_task_type_limit("slow", 1)
+    assert pg_app.unset_task_type_limit("slow")
+    first, second, third = ids(pg_app, pg_app.start_workflow_run(fan(3)))
+
+    round_trips.clear()
+    assert pg_app.claim_task_run(first, "w") is not None
+    assert len(round_trips) == 2  # the fast claim, which matches no row, then the limited
+    assert pg_app.claim_task_run(second, "w") is not None  # no limit: never refused
+    assert [(v.task_type, v.max_running, v.running) for v in pg_app.task_type_limits()] == [
+        ("slow", None, 2)
+    ]
+    assert pg_app.set_task_type_limit("slow", 2)
+    assert pg_app.claim_task_run(third, "w") is None  # the two running count
