@@ -59,7 +59,8 @@ def start_time(start_at: StartAt, now: datetime) -> datetime | None:
 
 
 def waits(start_at: datetime | None, now: datetime) -> bool:
-    """Whether a pending run with this ``start_at`` must not start yet at ``now``."""
+    """Whether a pending run with this ``start_at`` must not start yet at ``now``, nor any
+    of its tasks be promoted (``task_move``'s run condition, whoever asks)."""
     return start_at is not None and now < start_at
 
 

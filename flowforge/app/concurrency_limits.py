@@ -7,13 +7,21 @@ The rule and its guarantee are in docs/scheduling/limits.md; the writes in
 
 from __future__ import annotations
 
+import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from flowforge import errors
 from flowforge.aggregates import task_type_limit
 from flowforge.aggregates.task_run import ACTOR_USER
 from flowforge.app.core import ServiceCore
 from flowforge.app.results import TaskRunView
+
+#: How long a change of a limit keeps trying to take ``task_runs``' lock.
+CHANGE_DEADLINE_SECONDS = 30.0
+_MAX_PAUSE_SECONDS = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +50,15 @@ class Hold:
 class Limits:
     """The limits' part of the application service."""
 
-    def __init__(self, core: ServiceCore) -> None:
+    def __init__(
+        self,
+        core: ServiceCore,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._core = core
+        self._sleep, self._clock = sleep, clock
 
     def set_task_type_limit(
         self, task_type: str, max_running: int, *, actor: str = ACTOR_USER
@@ -98,6 +113,21 @@ class Limits:
         return Hold(held["held_by"], int(limit), int(counter["running"]), held["held_at"])
 
     def _change(self, task_type: str, max_running: int | None, actor: str) -> bool:
-        with self._core.writes() as writes:
-            at = writes.now()
-            return writes.limits.change(task_type, max_running, at=at, actor=actor)
+        """The change, tried again while its bounded wait for ``task_runs``' lock gives
+        way to a long write (each try holds claims and finishes back 100 ms at most;
+        docs/scheduling/limits.md, "The lock a change takes"), until a deadline."""
+        deadline, pause = self._clock() + CHANGE_DEADLINE_SECONDS, 0.01
+        while True:
+            try:
+                with self._core.writes() as writes:
+                    at = writes.now()
+                    return writes.limits.change(task_type, max_running, at=at, actor=actor)
+            except errors.TransactionConflictError as exc:
+                if self._clock() >= deadline:
+                    raise errors.TransactionConflictError(
+                        f"the limit of {task_type} could not be changed within "
+                        f"{CHANGE_DEADLINE_SECONDS:.0f} s: writes of task_runs kept its "
+                        f"lock ({exc}); nothing was changed; try again"
+                    ) from exc
+                self._sleep(random.uniform(0, pause))
+                pause = min(pause * 2, _MAX_PAUSE_SECONDS)

@@ -130,7 +130,8 @@ class Schedules:
     def resume_schedule(self, name: str, *, actor: str = ACTOR_USER) -> bool:
         """Fire again, from the first fire time after now (the database's clock): the
         fire times that passed while it was paused are not made up. False if it was
-        not paused. ``UnknownScheduleError`` for no such cron_schedule."""
+        not paused. ``UnknownScheduleError`` for no such cron_schedule (one deleted
+        meanwhile included)."""
         edge = SCHEDULE_MACHINE.get("resume")
         with self._core.writes() as writes:
             current = writes.schedule(name)
@@ -138,6 +139,8 @@ class Schedules:
                 raise _unknown(name)
             after = cron_rules.Cron(current.cron, current.timezone).next_fire_after(writes.now())
             row = writes.schedules.move(name, edge, next_fire_at=after, actor=text(actor, "actor"))
+            if row is None and writes.schedule(name) is None:
+                raise _unknown(name)  # deleted since it was read: as a pause would say
         return row is not None
 
     def delete_schedule(self, name: str, *, actor: str = ACTOR_USER) -> bool:

@@ -280,3 +280,23 @@ def test_the_rebuild_reproduces_delayed_runs_exactly(
     assert len(delayed) == 3  # not vacuous
     assert app.get_workflow_run(waiting).state == "pending"
     assert_log_agrees_with_rows(app)
+
+
+def test_a_task_moved_by_hand_before_its_runs_start_time_is_a_lost_race(
+    app: FlowForge,
+) -> None:
+    """The start time is a guard of ``dependencies_satisfied`` too, in its conditional
+    write: before it, a hand's move matches no row (``False``, nothing written, nothing
+    dispatched); once the database's clock has passed it, the same move is taken."""
+    run_id = app.start_workflow_run(DIAMOND, start_at=LATER)
+    a = task_id(app, run_id, "a")
+
+    assert app.transition_task_run(a, "dependencies_satisfied") is False
+
+    assert states(app, run_id)["a"] == "pending"
+    assert app.dispatches_of(a) == []
+    assert app.get_task_run(a).version == 1
+    soon = app.start_workflow_run(DIAMOND, start_at=SOON)
+    wait_for_start_time(app, soon)
+    assert app.transition_task_run(task_id(app, soon, "a"), "dependencies_satisfied") is True
+    assert states(app, soon)["a"] == "ready"

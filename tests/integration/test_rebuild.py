@@ -914,8 +914,10 @@ def test_every_row_matches_the_log_to_the_microsecond_before_and_after_a_rebuild
     """Exact on both backends: every row's times, as the write path and then the rebuild
     wrote them, are its first and last events' timestamps, not a rounding of them."""
     app, _ = on_backend(backend, request)
-    workload = prepared_workload(app, seed=6, runs=5)
-    rng = random.Random(6)
+    # Seed 7 (was 6): since a delayed run's task can no longer be promoted by hand
+    # before its start time, seed 6's 600 steps reached no reclaim on either backend.
+    workload = prepared_workload(app, seed=7, runs=5)
+    rng = random.Random(7)
     for _ in range(600):
         workload.step(rng)
     assert_the_workload_did_its_job(workload)

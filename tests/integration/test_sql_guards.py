@@ -34,6 +34,7 @@ from flowforge.app.service import FlowForge
 from flowforge.projections import statements
 from flowforge.projections.store import Store
 from flowforge.projections.writes import MOVE_EDGES, Writes
+from flowforge.projections.writes.tasks import PROMOTE
 
 ACTOR = "guards"
 #: Every lease, timeout and retry delay is an hour: a row made "an hour ago plus a bit"
@@ -70,7 +71,16 @@ TASK_SITUATIONS: tuple[tuple[str, TaskRunState, tuple[str, ...], int, timedelta]
     ("retrying, due", TaskRunState.READY, ("claim", "fail", "schedule_retry"), 2, STALE),
     ("cancelled", TaskRunState.PENDING, ("cancel_pending",), 2, timedelta(0)),
     ("carried over", TaskRunState.PENDING, ("carry_over",), 2, timedelta(0)),
+    ("pending, its run's start time to come", TaskRunState.PENDING, (), 2, timedelta(0)),
+    ("pending, its run's start time passed", TaskRunState.PENDING, (), 2, timedelta(0)),
 )
+#: The situations whose run is a pending delayed run, by its start time relative to now
+#: (a promotion waits for it: ``task_move``'s run condition, ``start_time.waits``); every
+#: other situation's run is running, undelayed.
+RUN_START_OF_SITUATION: Mapping[str, timedelta] = {
+    "pending, its run's start time to come": HOUR,
+    "pending, its run's start time passed": -HOUR,
+}
 
 
 def task_in(
@@ -258,16 +268,26 @@ def stored(writes: Writes, events: Sequence[Any]) -> None:
     writes.recording.append(events)
 
 
+def run_of(writes: Writes, situation: str, now: datetime) -> WorkflowRun:
+    """The run of a task in ``situation``: running, or pending with a start time."""
+    start_in = RUN_START_OF_SITUATION.get(situation)
+    if start_in is None:
+        return new_run(writes, now)
+    # A start time is recorded only if later than its run's creation.
+    return run_in(writes, now - STALE if start_in < timedelta(0) else now, (), now + start_in)
+
+
 def task_disagreements(store: Store) -> Iterator[str]:
     """Each (situation, write) whose SQL and Python answers differ, in words."""
     for situation in TASK_SITUATIONS:
         for write in TASK_WRITES:
             with store.write() as writes:
                 now = writes.now()
-                run = new_run(writes, now)
+                run = run_of(writes, situation[0], now)
                 task = task_in(situation, now, run.id)
                 stored(writes, task.collect_events())
-                python = write.python(task, now)
+                waits = write.name == PROMOTE and start_time.waits(run.start_at, now)
+                python = not waits and write.python(task, now)
                 sql = write.sql(writes, task, now)
             if sql != python:
                 yield f"task {situation[0]!r} / {write.name}: SQL {sql}, Python {python}"

@@ -141,12 +141,18 @@ SELECT {now} AS db_now,
 -- database (its clock, its token) and return it whole. One statement per transition
 -- (flowforge/projections/writes.py has one method for each).
 
+-- A promotion (:promotes, dependencies_satisfied) is also guarded by its run's start
+-- time: while the run's start_at is still to come by the database's clock it matches
+-- no row, whoever asks (docs/scheduling/delayed-start.md). One probe of the run's key.
 -- name: task_move
 UPDATE task_runs
 SET state = :target,
     finished_at = CASE WHEN :terminal THEN {now} ELSE finished_at END,
     retry_due_at = NULL, version = version + 1, updated_at = {touched_at}
 WHERE id = :id AND state = :source
+    AND (NOT :promotes OR NOT EXISTS (
+        SELECT 1 FROM workflow_runs AS run
+        WHERE run.id = task_runs.workflow_run_id AND run.start_at > {now}))
 RETURNING *;
 
 -- name: task_retry_ready

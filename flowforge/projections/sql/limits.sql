@@ -156,6 +156,11 @@ RETURNING held_by;
 -- name: unhold_claimed
 DELETE FROM held_dispatches WHERE task_run_id = :id AND {claimed_here};
 
+-- A task cancelled while ready (cancel_ready, the only other edge out of ready) leaves
+-- no hold behind, in the cancel's transaction.
+-- name: drop_hold
+DELETE FROM held_dispatches WHERE task_run_id = :task_run_id;
+
 -- Last: the claim's marks cleared, so a counter row holds nothing of one claim after
 -- its transaction (and is what a rebuild makes of it).
 -- name: clear_run_claim_mark

@@ -271,6 +271,14 @@ UPDATE task_runs SET version = version WHERE false;
 -- name: lock_task_runs_for_limit
 LOCK TABLE task_runs IN SHARE ROW EXCLUSIVE MODE;
 
+-- An operator's change of a limit waits for that lock at most 100 ms a try: while it
+-- waits, every new write of task_runs (a claim, a finish) queues behind it, so an
+-- unbounded wait behind one long write would stall them all for as long. Given up, the
+-- change wrote nothing and is tried again (app/concurrency_limits.py). Once it holds the
+-- lock nothing it does waits for another lock: no writer of task_runs is in progress.
+-- name: limit_change_lock_wait
+SELECT set_config('lock_timeout', '100ms', true) AS lock_timeout;
+
 -- The slots a task frees when it leaves running, in the statement that moves it
 -- (task_finish's and task_reclaim's recorded variants, statements.FREEING_STATEMENTS):
 -- its run's counter row, then its type's (the order every writer takes them in: the

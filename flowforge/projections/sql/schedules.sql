@@ -28,6 +28,13 @@ DELETE FROM schedules;
 -- pause, resume, delete and delete_paused: the live schedule of that name, in the
 -- edge's source state. The next fire time is the caller's: none for pause and the
 -- deletes, the first after the database's clock for resume.
+-- A delete's first statement: the live schedule's row, locked until the commit. On
+-- PostgreSQL (READ COMMITTED) it waits for a pause or resume holding the row and then
+-- reads the state that one committed, so the delete's edge (delete from active,
+-- delete_paused from paused) is the one its conditional write will match.
+-- name: lock_live_schedule
+SELECT state FROM schedules WHERE name = :name AND state IN ('active', 'paused') {for_update};
+
 -- name: schedule_move
 UPDATE schedules
 SET state = :target, next_fire_at = :next_fire_at,

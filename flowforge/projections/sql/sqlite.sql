@@ -139,6 +139,9 @@ SELECT 1;
 -- name: lock_task_runs_for_limit
 SELECT 1;
 
+-- name: limit_change_lock_wait
+SELECT 1;
+
 -- Whether the schema was ever created, asked without creating anything (the catalog).
 -- name: schema_table_exists
 SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = 'flowforge_schema';

@@ -126,13 +126,22 @@ class LimitWrites:
         if row.max_running is not None or LIMITS_MET.is_set():
             self._outbox.enqueued = True
 
+    def drop_hold(self, task_run_id: UUID) -> None:
+        """The held dispatch of a task cancelled while ready, if a limit held it: sent
+        with this transaction's next statement (a PK probe; no round trip of its own)."""
+        self._tx.defer("drop_hold", {"task_run_id": task_run_id})
+
     def change(self, task_type: str, max_running: int | None, *, at: datetime, actor: str) -> bool:
         """An operator's limit on ``task_type`` set (``max_running``) or removed
         (``None``), with its event; False if another change won the race, or for a
         removal of a limit that is not set. A raised or removed limit dispatches again
-        as many held tasks as it made room for."""
+        as many held tasks as it made room for. ``TransactionConflictError`` if the
+        lock on ``task_runs`` was not granted within its bounded wait (nothing written)."""
         LIMITS_MET.set()
-        self._tx.run("lock_task_runs_for_limit")
+        # A bounded wait for the lock (TransactionConflictError past it: the caller
+        # tries again), sent with the lock and the read: one round trip.
+        self._tx.defer("limit_change_lock_wait")
+        self._tx.defer("lock_task_runs_for_limit")
         current = self._tx.run("select_task_type_limit", {"task_type": task_type})
         version = current[0]["version"] if current else 0
         if max_running is None and (not current or current[0]["max_running"] is None):

@@ -97,13 +97,17 @@ class ScheduleWrites:
         return row
 
     def delete(self, name: str, *, actor: str) -> ScheduleRow | None:
-        """Delete the live schedule ``name``, active or paused: one conditional write
-        per edge, each matching only its own source state."""
-        for edge in DELETE_EDGES:
-            row = self.move(name, edge, next_fire_at=None, actor=actor)
-            if row is not None:
-                return row
-        return None
+        """Delete the live schedule ``name``, active or paused: its row locked first
+        (``lock_live_schedule``: on PostgreSQL it waits for a pause or resume in flight
+        and reads the state it committed), then the ONE conditional write of the edge
+        from that state, which the lock keeps matching. (Trying each edge's write in
+        turn lost to a resume committing between the two: neither matched.)"""
+        live = self._tx.run("lock_live_schedule", {"name": name})
+        if not live:
+            return None
+        state = ScheduleState(live[0]["state"])
+        (edge,) = (edge for edge in DELETE_EDGES if edge.source is state)
+        return self.move(name, edge, next_fire_at=None, actor=actor)
 
     def fire(
         self,

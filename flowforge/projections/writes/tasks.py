@@ -42,10 +42,13 @@ from flowforge.projections.writes.marks import RunMarks
 from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.recording import EventRecipe, Recording, Statement
 
-#: The edges ``move`` takes: no lease, no token, no clock condition.
+#: The edge that makes a pending task ready once its dependencies are done.
+PROMOTE = "dependencies_satisfied"
+#: The edges ``move`` takes: no lease, no token; the promotion alone has a clock
+#: condition, its run's start time (``task_move``).
 MOVE_EDGES = frozenset(
     {
-        "dependencies_satisfied",
+        PROMOTE,
         "cancel_pending",
         "cancel_ready",
         "cancel_failed",
@@ -54,6 +57,9 @@ MOVE_EDGES = frozenset(
 )
 FINISH_EDGES = frozenset(FINISH_TRANSITIONS)
 _READY = TaskRunState.READY
+#: The one edge out of ``ready`` besides a claim (which drops its hold itself): a
+#: cancelled task's held dispatch, if a limit held it, goes with it.
+_CANCEL_READY = "cancel_ready"
 #: Task edges after which the run has nothing new to do: no mark, no wake-up (a
 #: heartbeat, not an edge, never marks either).
 _LEAVE_RUN_ALONE = frozenset({CLAIM.name})
@@ -104,11 +110,13 @@ class TaskWrites:
         self._recording.append([event])
 
     def move(self, task_run_id: UUID, edge: Transition, *, actor: str) -> TaskRunRow | None:
-        """dependencies_satisfied, cancel_pending or cancel_ready."""
+        """dependencies_satisfied (not before its run's start time), cancel_pending,
+        cancel_ready, cancel_failed or cancel_retrying."""
         if edge.name not in MOVE_EDGES:
             raise ValueError(f"move takes {sorted(MOVE_EDGES)}, not {edge.name!r}")
         event = EventRecipe.of_task(edge, actor)
-        return self._followed(self._task("task_move", task_params(task_run_id, edge), event), edge)
+        params = task_params(task_run_id, edge, {"promotes": edge.name == PROMOTE})
+        return self._followed(self._task("task_move", params, event), edge)
 
     def claim(
         self,
@@ -322,11 +330,14 @@ class TaskWrites:
 
     def _followed(self, row: TaskRunRow | None, edge: Transition) -> TaskRunRow | None:
         """What follows a won edge besides its event: the run's mark, the slots of a task
-        that left running, and the outbox row of a task that became ready."""
+        that left running (the hold of one cancelled while ready), and the outbox row of
+        a task that became ready."""
         if row is None:
             return None
         if edge.source.value == RUNNING:
             self._limits.free(row)
+        elif edge.name == _CANCEL_READY:
+            self._limits.drop_hold(row.id)
         if edge.name not in _LEAVE_RUN_ALONE:
             self._marks.after_edge(row.workflow_run_id, row.task_key)
         if row.state == _READY and edge.source != _READY:
