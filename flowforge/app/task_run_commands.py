@@ -251,7 +251,9 @@ class TaskRunCommands:
         return row is not None
 
     def reclaim_task_run(self, task_run_id: UUID) -> bool:
-        """The reaper's edge: RUNNING with an expired lease back to READY, token + 1."""
+        """The reaper's edge: RUNNING with an expired lease back to READY, token + 1; at
+        the task's bound of lost workers, failed (``WorkerLost``) instead, for the retry
+        policy (``aggregates/lost_workers.py``). The loss is counted either way."""
         with self._core.writes() as writes:
             row = writes.tasks.reclaim(task_run_id, actor=ACTOR_REAPER)
         return row is not None

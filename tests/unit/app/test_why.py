@@ -33,6 +33,7 @@ def view(key: str, state: str, **fields: Any) -> why.TaskView:
         "lease_seconds": 30.0,
         "timeout_seconds": None,
         "max_running": None,
+        "max_worker_losses": None,
         "fencing_token": 0,
         "lease_owner": None,
         "lease_expires_at": None,
@@ -45,6 +46,7 @@ def view(key: str, state: str, **fields: Any) -> why.TaskView:
         "carried_from_run_id": None,
         "carried_from_task_run_id": None,
         "carried_from_attempt": None,
+        "worker_losses": 0,
         **fields,
     }
     return why.TaskView(**values)
