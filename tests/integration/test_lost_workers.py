@@ -101,3 +101,18 @@ def test_a_finish_before_the_reaper_leaves_the_count_alone(app: FlowForge) -> No
     assert app.reclaim_task_run(task) is False
     row = app.get_task_run(task)
     assert (row.state, row.worker_losses) == ("succeeded", 0)
+
+
+def test_the_rebuild_gives_back_the_count_and_the_bound(app: FlowForge) -> None:
+    """``worker_losses`` and ``max_worker_losses`` are carried by the events: dropping
+    the rows and rebuilding them from the log gives the same task row."""
+    retry = {"max_attempts": 2, "backoff_seconds": 0}
+    run_id = app.start_workflow_run(crashing(retry=retry, task={"max_worker_losses": 2}))
+    task = task_id(app, run_id, "crash")
+    lose_worker(app, task, "w1")
+    lose_worker(app, task, "w2")
+    app.schedule_once()
+    before = app.get_task_run(task)
+    assert (before.state, before.worker_losses, before.max_worker_losses) == ("ready", 2, 2)
+    app.rebuild_projections()
+    assert app.get_task_run(task) == before
