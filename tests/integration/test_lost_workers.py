@@ -11,10 +11,13 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from starlette.testclient import TestClient
+
 from flowforge.aggregates.lost_workers import WORKER_LOST
 from flowforge.app.service import FlowForge
 from flowforge.app.why import why
 from flowforge.cli import render
+from flowforge.ui import create_app
 from tests.helpers import claim, states, task_id, wait_until_expired
 
 #: A lease that has expired by the time the test looks (by the database's clock).
@@ -116,3 +119,16 @@ def test_the_rebuild_gives_back_the_count_and_the_bound(app: FlowForge) -> None:
     assert (before.state, before.worker_losses, before.max_worker_losses) == ("ready", 2, 2)
     app.rebuild_projections()
     assert app.get_task_run(task) == before
+
+
+def test_the_ui_says_the_task_lost_its_worker(app: FlowForge) -> None:
+    run_id = app.start_workflow_run(crashing(max_worker_losses=2))
+    task = task_id(app, run_id, "crash")
+    lose_worker(app, task, "w1")
+    with TestClient(create_app(app, token=None)) as client:
+        page = client.get(f"/tasks/{task}").text
+        assert "lost its worker 1 time" in page
+        assert "lost its worker: the lease expired with no finish" in page
+        lose_worker(app, task, "w2")
+        assert "WorkerLost: lost its worker 2 times" in client.get(f"/tasks/{task}").text
+        assert "WorkerLost: lost its worker 2 times" in client.get(f"/runs/{run_id}").text
