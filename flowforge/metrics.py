@@ -111,6 +111,10 @@ LEASES_REAPED = _counter(
 TIMED_OUT = _counter(
     "flowforge_tasks_timed_out", "Attempts this scheduler failed for running past their timeout."
 )
+WORKER_LOST = _counter(
+    "flowforge_tasks_worker_lost",
+    "Attempts this scheduler's reaper failed (WorkerLost) at their bound of lost workers.",
+)
 DISPATCHES = _counter(
     "flowforge_dispatches",
     "Dispatches this publisher sent to the broker (published), that the broker confirmed "
@@ -159,6 +163,9 @@ class Metrics(observe.Observer):
 
     def attempts_timed_out(self, count: int) -> None:
         TIMED_OUT.inc(count)
+
+    def workers_lost_too_often(self, count: int) -> None:
+        WORKER_LOST.inc(count)
 
     def dispatches_published(self, count: int) -> None:
         DISPATCHES.labels("published").inc(count)

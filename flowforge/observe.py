@@ -183,6 +183,9 @@ class Observer:
     def attempts_timed_out(self, count: int) -> None:
         """Attempts failed for running past their timeout."""
 
+    def workers_lost_too_often(self, count: int) -> None:
+        """Attempts the reaper failed (WorkerLost) at their task's bound of lost workers."""
+
     def run_creation(self, creation: RunCreation) -> AbstractContextManager[object] | None:
         """A run is being created: a context around its creation, or None."""
         return None
@@ -248,6 +251,10 @@ class Announcer:
     def attempts_timed_out(self, count: int) -> None:
         for observer in self.observers:
             observer.attempts_timed_out(count)
+
+    def workers_lost_too_often(self, count: int) -> None:
+        for observer in self.observers:
+            observer.workers_lost_too_often(count)
 
     def run_creation(
         self,

@@ -13,6 +13,7 @@ from uuid import UUID
 
 from starlette.testclient import TestClient
 
+from flowforge import observe
 from flowforge.aggregates.lost_workers import WORKER_LOST
 from flowforge.app.service import FlowForge
 from flowforge.app.why import why
@@ -22,6 +23,19 @@ from tests.helpers import claim, states, task_id, wait_until_expired
 
 #: A lease that has expired by the time the test looks (by the database's clock).
 TINY_LEASE_S = 0.02
+
+
+class Counted(observe.Observer):
+    """The reaper's announcements, counted."""
+
+    def __init__(self) -> None:
+        self.reaped = self.lost_too_often = 0
+
+    def leases_reaped(self, count: int) -> None:
+        self.reaped += count
+
+    def workers_lost_too_often(self, count: int) -> None:
+        self.lost_too_often += count
 
 
 def crashing(**fields: Any) -> dict[str, Any]:
@@ -56,8 +70,11 @@ def test_at_the_bound_the_reaper_fails_the_attempt_with_worker_lost_and_the_run_
 ) -> None:
     run_id = app.start_workflow_run(crashing(max_worker_losses=2))
     task = task_id(app, run_id, "crash")
-    lose_worker(app, task, "w1")
-    stale = lose_worker(app, task, "w2")
+    counted = Counted()
+    with observe.installed(counted):
+        lose_worker(app, task, "w1")
+        stale = lose_worker(app, task, "w2")
+    assert (counted.reaped, counted.lost_too_often) == (2, 1)
 
     row = app.get_task_run(task)
     assert (row.state, row.worker_losses, row.lease_owner) == ("failed", 2, None)
