@@ -118,6 +118,10 @@ REDISPATCHED = _counter(
     "or an embedded runner started with its in-process channel empty (runner_started).",
     ["reason"],
 )
+WORKER_LOST = _counter(
+    "flowforge_tasks_worker_lost",
+    "Attempts this scheduler's reaper failed (WorkerLost) at their bound of lost workers.",
+)
 DISPATCHES = _counter(
     "flowforge_dispatches",
     "Dispatches this publisher sent to the broker (published), that the broker confirmed "
@@ -169,6 +173,9 @@ class Metrics(observe.Observer):
 
     def tasks_redispatched(self, reason: str, count: int) -> None:
         REDISPATCHED.labels(reason).inc(count)
+
+    def workers_lost_too_often(self, count: int) -> None:
+        WORKER_LOST.inc(count)
 
     def dispatches_published(self, count: int) -> None:
         DISPATCHES.labels("published").inc(count)

@@ -187,6 +187,9 @@ class Observer:
         """Ready tasks given a new dispatch by the redispatch net, and why
         (``flowforge/app/redispatch.py``: ``queue_short``, ``runner_started``)."""
 
+    def workers_lost_too_often(self, count: int) -> None:
+        """Attempts the reaper failed (WorkerLost) at their task's bound of lost workers."""
+
     def run_creation(self, creation: RunCreation) -> AbstractContextManager[object] | None:
         """A run is being created: a context around its creation, or None."""
         return None
@@ -256,6 +259,10 @@ class Announcer:
     def tasks_redispatched(self, reason: str, count: int) -> None:
         for observer in self.observers:
             observer.tasks_redispatched(reason, count)
+
+    def workers_lost_too_often(self, count: int) -> None:
+        for observer in self.observers:
+            observer.workers_lost_too_often(count)
 
     def run_creation(
         self,

@@ -50,6 +50,15 @@ class Logs(observe.Observer):
             logging.WARNING, "ready tasks redispatched", "redispatched", reason=reason, count=count
         )
 
+    def workers_lost_too_often(self, count: int) -> None:
+        if count:
+            self._line(
+                logging.WARNING,
+                "attempts failed: worker lost too often",
+                "worker_lost",
+                count=count,
+            )
+
     def dispatches_published(self, count: int) -> None:
         self._line(logging.DEBUG, "dispatches published", "published", count=count)
 

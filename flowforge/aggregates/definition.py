@@ -12,6 +12,8 @@ The shape, as TOML (JSON is the same tree)::
     timeout_seconds = 3600       # optional: an attempt running longer fails (none: no limit)
     max_running_tasks = 4        # optional: at most 4 tasks of one run run at once
     on_failure = "fail_fast"     # optional: or "finish_branches" (see OnFailure)
+    max_worker_losses = 3        # optional: a task whose worker is lost (its lease
+                                 # expires) this many times fails (WorkerLost)
 
     [retry]                      # optional: the policy of every task without its own
     max_attempts = 3             # attempts in all, including the first, >= 1
@@ -32,6 +34,7 @@ The shape, as TOML (JSON is the same tree)::
     timeout_seconds = 600        # optional: overrides the workflow's
     max_running = 2              # optional: start only while fewer than 2 tasks of
                                  # this type run (docs/scheduling/limits.md)
+    max_worker_losses = 1        # optional: overrides the workflow's
     [tasks.retry]                # optional: this task's whole policy (fields not given
     max_attempts = 5             # take RetryPolicy's defaults, not the workflow's)
 
@@ -68,6 +71,7 @@ from pydantic_core import PydanticCustomError
 
 from flowforge.aggregates import dag, json_values
 from flowforge.aggregates.on_failure import OnFailure
+from flowforge.aggregates.lost_workers import DEFAULT_MAX_WORKER_LOSSES
 from flowforge.errors import InvalidWorkflowDefinitionError
 
 #: The longest delay any field accepts (a year): anything longer is a typo, and the
@@ -83,6 +87,8 @@ MAX_TIMEOUT_SECONDS = 7 * 24 * 3600.0
 MAX_ATTEMPTS = 2**31 - 1
 #: A concurrency limit is a 32-bit integer column.
 MAX_RUNNING = 2**31 - 1
+#: Lost workers are counted in a 32-bit integer column.
+MAX_WORKER_LOSSES = 2**31 - 1
 #: Growth per failure; past this the cap is reached on the second retry anyway.
 MAX_BACKOFF_MULTIPLIER = 1000.0
 
@@ -224,6 +230,13 @@ class TaskDefinition(BaseModel):
         description="start only while fewer tasks of its type run, in every run "
         "(docs/scheduling/limits.md); none: no limit of its own",
     )
+    max_worker_losses: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_WORKER_LOSSES,
+        strict=True,
+        description="its own bound of lost workers (none: the workflow's)",
+    )
 
     @field_validator("depends_on")
     @classmethod
@@ -287,6 +300,18 @@ class WorkflowDefinition(BaseModel):
             "other tasks finish, and fails the run when they have"
         ),
     )
+    #: FlowForge's extension of the spec's reaper (docs/execution-model.md, "A worker
+    #: lost too often"): without it a handler that kills its own process is reclaimed
+    #: and run again for ever, since a reclaim spends no attempt.
+    max_worker_losses: int = Field(
+        default=DEFAULT_MAX_WORKER_LOSSES,
+        ge=1,
+        le=MAX_WORKER_LOSSES,
+        strict=True,
+        description="a task whose lease expires this many times (its worker lost: "
+        "killed, crashed, out of memory) fails with WorkerLost, and so does each "
+        "later loss; the retry policy applies to each failure",
+    )
 
     @field_validator("tasks")
     @classmethod
@@ -339,6 +364,11 @@ class WorkflowDefinition(BaseModel):
         """The task's own timeout, or else the workflow's (``None``: none)."""
         timeout = self.task(key).timeout_seconds
         return timeout if timeout is not None else self.timeout_seconds
+
+    def max_worker_losses_for(self, key: str) -> int:
+        """The task's own bound of lost workers, or else the workflow's."""
+        bound = self.task(key).max_worker_losses
+        return bound if bound is not None else self.max_worker_losses
 
     def topological_order(self) -> tuple[str, ...]:
         """Every task key, each after all its dependencies.

@@ -53,6 +53,7 @@ class PlannedTask:
     lease_seconds: float
     timeout_seconds: float | None
     max_running: int | None
+    max_worker_losses: int
     state: TaskRunState
     carried: CarriedResult | None = None
 
@@ -118,6 +119,7 @@ class RunPlan:
                 lease_seconds=task.lease_seconds,
                 timeout_seconds=task.timeout_seconds,
                 max_running=task.max_running,
+                max_worker_losses=task.max_worker_losses,
                 state=start_time.held_until_start(task.state, run.start_at),
                 actor=self.actor,
             )
@@ -155,6 +157,7 @@ def planned_tasks(
                 lease_seconds=definition.lease_seconds_for(task.key),
                 timeout_seconds=definition.timeout_seconds_for(task.key),
                 max_running=task.max_running,
+                max_worker_losses=definition.max_worker_losses_for(task.key),
                 state=state,
                 carried=carried,
             )

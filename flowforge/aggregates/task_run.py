@@ -26,6 +26,7 @@ from uuid import UUID
 from flowforge import errors
 from flowforge.aggregates import base
 from flowforge.aggregates.base import Fields, Initial, Show
+from flowforge.aggregates.lost_workers import loses_for_good, worker_lost_error
 from flowforge.aggregates.machines import (
     CARRY_OVER_TRANSITION,
     FINISH_TRANSITIONS,
@@ -55,6 +56,9 @@ class TaskRunFixed(Fields):
     #: of its type run (docs/scheduling/limits.md). None: no limit of its own (and in
     #: events stored before limits existed).
     max_running: Annotated[int | None, Show()]
+    #: How many of its leases may expire (its worker lost) before the reaper fails it
+    #: (``lost_workers``); None in events stored before it: the default.
+    max_worker_losses: Annotated[int | None, Show()]
 
 
 class TaskRunChanges(Fields):
@@ -80,6 +84,8 @@ class TaskRunChanges(Fields):
     carried_from_run_id: Annotated[UUID | None, Show()]
     carried_from_task_run_id: Annotated[UUID | None, Show()]
     carried_from_attempt: Annotated[int | None, Show()]
+    #: How many of its leases expired, over all its attempts (``lost_workers``).
+    worker_losses: Annotated[int, Show(), Initial(0)]
 
 
 DECLARATION = base.declare("TaskRun", TaskRunFixed, TaskRunChanges)
@@ -241,19 +247,34 @@ class TaskRun(base.MachineAggregate, TaskRunFixed, TaskRunChanges):
         return True
 
     def reclaim(self, *, at: datetime) -> bool:
-        """The reaper's edge: only a running task whose lease expired before ``at``."""
-        edge = REAPER_TRANSITION
+        """The reaper's edge: only a running task whose lease expired before ``at``;
+        at its bound of lost workers, the fail edge instead (``lost_workers``)."""
         expires = self.lease_expires_at
-        if self.state != edge.source or expires is None or not expires < at:
+        if self.state != REAPER_TRANSITION.source or expires is None or not expires < at:
             return False
+        losses = self.worker_losses + 1
+        cleared: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+        if not loses_for_good(losses, self.max_worker_losses):
+            return self._take(
+                REAPER_TRANSITION,
+                at=at,
+                actor=ACTOR_REAPER,
+                fencing_token=self.fencing_token + 1,
+                deadline_at=None,
+                worker_losses=losses,
+                **cleared,
+            )
         return self._take(
-            edge,
+            TASK_RUN_MACHINE.get("fail"),
             at=at,
             actor=ACTOR_REAPER,
             fencing_token=self.fencing_token + 1,
-            lease_owner=None,
-            lease_expires_at=None,
             deadline_at=None,
+            worker_losses=losses,
+            finished_at=at,
+            result=None,
+            error=worker_lost_error(losses, self.max_worker_losses),
+            **cleared,
         )
 
     def carry_over(self, result: Any, source: Provenance, *, at: datetime, actor: str) -> bool:
@@ -398,6 +419,7 @@ def new_task_run(
     lease_seconds: float | None = None,
     timeout_seconds: float | None = None,
     max_running: int | None = None,
+    max_worker_losses: int | None = None,
 ) -> TaskRun:
     """A new task run, its creation event (version 1) not yet collected."""
     return TaskRun._create(
@@ -412,6 +434,7 @@ def new_task_run(
         lease_seconds=lease_seconds,
         timeout_seconds=timeout_seconds,
         max_running=max_running,
+        max_worker_losses=max_worker_losses,
         state=state.value,
         actor=actor,
     )

@@ -62,6 +62,7 @@ def _entry(event: object, task_key: str | None) -> AuditEntry:
             error=event.error,
             # Events stored before reruns lack these (and decode without them).
             **{name: vars(event).get(name) for name in _PROVENANCE},
+            worker_losses=vars(event).get("worker_losses", 0),
         )
     if isinstance(event, WorkflowRun.Created):
         return _base(

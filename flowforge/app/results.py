@@ -126,6 +126,8 @@ class AuditEntry:
     carried_from_run_id: UUID | None = None
     carried_from_task_run_id: UUID | None = None
     carried_from_attempt: int | None = None
+    #: A task's lost workers so far (its leases that expired), as the event recorded.
+    worker_losses: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +155,7 @@ class TaskRunView:
     lease_seconds: float | None
     timeout_seconds: float | None
     max_running: int | None
+    max_worker_losses: int | None
     state: str
     fencing_token: int
     attempt: int
@@ -167,6 +170,7 @@ class TaskRunView:
     carried_from_run_id: UUID | None
     carried_from_task_run_id: UUID | None
     carried_from_attempt: int | None
+    worker_losses: int
     version: int
     created_at: datetime
     updated_at: datetime
@@ -262,10 +266,11 @@ def task_run_view(row: tables.TaskRunRow) -> TaskRunView:
     return TaskRunView(
         row.id, row.workflow_run_id, row.task_key, row.task_type, row.depends_on,
         row.max_attempts, row.lease_seconds, row.timeout_seconds, row.max_running,
-        row.state, row.fencing_token, row.attempt, row.lease_owner, row.lease_expires_at,
-        row.deadline_at, row.started_at, row.finished_at, row.retry_due_at, row.result,
-        row.error, row.carried_from_run_id, row.carried_from_task_run_id,
-        row.carried_from_attempt, row.version, row.created_at, row.updated_at,
+        row.max_worker_losses, row.state, row.fencing_token, row.attempt, row.lease_owner,
+        row.lease_expires_at, row.deadline_at, row.started_at, row.finished_at,
+        row.retry_due_at, row.result, row.error, row.carried_from_run_id,
+        row.carried_from_task_run_id, row.carried_from_attempt, row.worker_losses,
+        row.version, row.created_at, row.updated_at,
     )  # fmt: skip
 
 

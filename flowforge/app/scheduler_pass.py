@@ -17,6 +17,7 @@ from collections.abc import Callable
 from uuid import UUID
 
 from flowforge import observe
+from flowforge.aggregates.states import TaskRunState
 from flowforge.app import advance
 from flowforge.app.commands import Commands
 from flowforge.app.core import ServiceCore
@@ -173,12 +174,15 @@ class Scheduling:
     def reap_expired_leases(self, *, scope: Scope | None = None) -> list[UUID]:
         """Reclaim every task whose lease expired by the database's clock (only of the
         runs ``scope`` names, if it names runs: another run's lease is its own
-        runner's to reclaim)."""
+        runner's to reclaim); a task at its bound of lost workers is failed instead
+        (``WorkerLost``), and counted apart too."""
         candidates = self._queries.expired_leases(REAP_BATCH, scope=scope)
-        reaped = [
-            task_run_id
-            for task_run_id in candidates
-            if self._commands.reclaim_task_run(task_run_id)
-        ]
+        reaped, lost_too_often = [], 0
+        for task_run_id in candidates:
+            state = self._commands.reap_task_run(task_run_id)
+            if state is not None:
+                reaped.append(task_run_id)
+                lost_too_often += state is TaskRunState.FAILED
         observe.announce.leases_reaped(len(reaped))
+        observe.announce.workers_lost_too_often(lost_too_often)
         return reaped

@@ -18,6 +18,7 @@ from flowforge import errors
 from flowforge.aggregates import json_values
 from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS
 from flowforge.aggregates.machines import Transition
+from flowforge.aggregates.states import TaskRunState
 from flowforge.aggregates.task_run import (
     ACTOR_REAPER,
     ACTOR_SCHEDULER,
@@ -251,10 +252,17 @@ class TaskRunCommands:
         return row is not None
 
     def reclaim_task_run(self, task_run_id: UUID) -> bool:
-        """The reaper's edge: RUNNING with an expired lease back to READY, token + 1."""
+        """The reaper's edge: RUNNING with an expired lease back to READY, token + 1; at
+        the task's bound of lost workers, failed (``WorkerLost``) instead, for the retry
+        policy (``aggregates/lost_workers.py``). The loss is counted either way."""
+        return self.reap_task_run(task_run_id) is not None
+
+    def reap_task_run(self, task_run_id: UUID) -> TaskRunState | None:
+        """:meth:`reclaim_task_run`, saying where it left the task: ready, or failed at
+        its bound of lost workers; None if it wrote nothing."""
         with self._core.writes() as writes:
             row = writes.tasks.reclaim(task_run_id, actor=ACTOR_REAPER)
-        return row is not None
+        return None if row is None else row.task_state
 
     def time_out_task_run(self, task_run_id: UUID, fencing_token: int) -> bool:
         """The execution timeout: fail the attempt holding ``fencing_token`` (error type

@@ -184,6 +184,8 @@ def _history_note(entry: AuditEntry) -> str:
         return f"lease until {timefmt.iso(entry.lease_expires_at)}"
     if entry.retry_due_at is not None and entry.transition == "schedule_retry":
         return f"retry due {timefmt.iso(entry.retry_due_at)}"
+    if entry.transition == "reap_lease":
+        return f"lost its worker ({entry.worker_losses} so far): lease expired, ready again"
     if entry.start_at is not None and entry.transition == "create":
         return f"starts at {timefmt.iso(entry.start_at)}"
     return _rerun_history_note(entry)

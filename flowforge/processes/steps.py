@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from flowforge import errors, observe
-from flowforge.aggregates import failures
+from flowforge.aggregates import failures, lost_workers
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.app.results import Claim, TaskRunView
 from flowforge.app.service import FlowForge
@@ -178,6 +178,8 @@ class Steps:
             handler = self.registry.get(task.task_type)
         except errors.UnknownTaskTypeError as exc:
             return _outcome(task, claim, None, error_details(exc))
+        if task.worker_losses:
+            self._lost_before(task, claim)
         heartbeat = Heartbeat(
             self.app,
             claim,
@@ -204,6 +206,21 @@ class Steps:
             task.task_type, outcome.edge, time.perf_counter() - began
         )
         return outcome
+
+    def _lost_before(self, task: TaskRunView, claim: Claim) -> None:
+        """Say, as it starts, that a task lost its worker before (its handler may be
+        what kills the worker): rare, so a line only then, none on the hot path."""
+        log.warning(
+            "task starting that lost its worker before",
+            extra=self.extra(
+                task_run_id=str(task.id),
+                task_key=task.task_key,
+                attempt=claim.attempt,
+                fencing_token=claim.fencing_token,
+                worker_losses=task.worker_losses,
+                max_worker_losses=lost_workers.worker_losses_bound(task.max_worker_losses),
+            ),
+        )
 
     def _abandon(self, task: TaskRunView, claim: Claim, call: HandlerCall) -> Outcome:
         """Stop waiting for a handler whose lease is lost: it goes on on its lane, and

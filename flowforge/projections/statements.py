@@ -20,7 +20,7 @@ from functools import cache
 from importlib import resources
 from types import MappingProxyType
 
-from flowforge.aggregates import cron_schedule, task_run, workflow_run
+from flowforge.aggregates import cron_schedule, lost_workers, task_run, workflow_run
 from flowforge.aggregates.base import Declaration
 from flowforge.aggregates.states import ScheduleState, TaskRunState, WorkflowRunState
 from flowforge.projections import event_log, event_sql
@@ -101,6 +101,7 @@ RECORDED_STATEMENTS: Mapping[str, Declaration] = MappingProxyType(
                 "task_time_out",
                 "task_renew_lease",
                 "task_reclaim",
+                "task_reclaim_failing",
                 "task_schedule_retry",
                 "task_retry_ready",
             ),
@@ -133,7 +134,9 @@ POSTGRES_ONLY_STATEMENTS = frozenset(
 #: The recorded statements whose edges leave ``running``: on PostgreSQL they also free
 #: the task's concurrency-limit slots, in the same statement ({free_slots_of_row},
 #: postgres.sql; docs/scheduling/limits.md).
-FREEING_STATEMENTS = frozenset({"task_finish", "task_time_out", "task_reclaim"})
+FREEING_STATEMENTS = frozenset(
+    {"task_finish", "task_time_out", "task_reclaim", "task_reclaim_failing"}
+)
 RECORDED_SUFFIX = "_recorded"
 _RECORDING_DIALECTS = frozenset({"postgres"})
 #: How each driver takes a named parameter, as the replacement of ``:name``: psycopg's
@@ -157,6 +160,8 @@ def code_macros() -> dict[str, str]:
         "schedule_states": _quoted([s.value for s in ScheduleState]),
         # The states task_runs_unfinished_idx covers (schema.sql), in its order.
         "unfinished_task_states": _quoted([s.value for s in UNFINISHED_TASK_STATES]),
+        # A task's bound of lost workers when its row has none (task_reclaim).
+        "default_max_worker_losses": str(lost_workers.DEFAULT_MAX_WORKER_LOSSES),
         # The column lists an event fills, from the aggregates' field declarations.
         "task_run_assignments": _assignments(task_run.MUTABLE_FIELDS),
         "workflow_run_assignments": _assignments(workflow_run.MUTABLE_FIELDS),

@@ -142,6 +142,7 @@ class TaskRunRow(_Row):
     lease_seconds: float | None
     timeout_seconds: float | None
     max_running: int | None
+    max_worker_losses: int | None
     state: str
     fencing_token: int
     attempt: int
@@ -156,6 +157,7 @@ class TaskRunRow(_Row):
     carried_from_run_id: UUID | None
     carried_from_task_run_id: UUID | None
     carried_from_attempt: int | None
+    worker_losses: int
     version: int
     created_at: datetime
     updated_at: datetime

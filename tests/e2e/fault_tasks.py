@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -67,3 +68,12 @@ def held(ctx: TaskContext) -> dict[str, Any]:
         _wait_for_release()
     _record(ctx, "ran")
     return {"pid": os.getpid(), "token": ctx.fencing_token}
+
+
+@task("suicide")
+def suicide(ctx: TaskContext) -> dict[str, Any]:
+    """Kills its own worker, every attempt (as ``os._exit``, a segfault or the OOM killer
+    would): docs/execution-model.md, "A worker lost too often"."""
+    _record(ctx, "started")
+    os.kill(os.getpid(), signal.SIGKILL)
+    return {"unreachable": True}

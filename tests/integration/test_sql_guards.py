@@ -43,6 +43,7 @@ ACTOR = "guards"
 HOUR = timedelta(hours=1)
 STALE = timedelta(hours=2)
 SOURCE = Provenance(uuid4(), uuid4(), 1)
+LOST_STEP = timedelta(milliseconds=1)
 
 edge = TASK_RUN_MACHINE.get
 run_edge = WORKFLOW_RUN_MACHINE.get
@@ -58,6 +59,23 @@ TASK_SITUATIONS: tuple[tuple[str, TaskRunState, tuple[str, ...], int, timedelta]
     ("ready", TaskRunState.READY, (), 2, timedelta(0)),
     ("running", TaskRunState.READY, ("claim",), 2, timedelta(0)),
     ("running, lease expired, overdue", TaskRunState.READY, ("claim",), 2, STALE),
+    # A worker lost too often (aggregates/lost_workers.py): two leases expired before,
+    # and the third either held (the reaper must wait) or expired (at the default bound
+    # of 3: the reaper's fail edge, not reap_lease).
+    (
+        "running, worker lost twice",
+        TaskRunState.READY,
+        ("lose_worker", "lose_worker", "claim"),
+        2,
+        timedelta(0),
+    ),
+    (
+        "running, worker lost twice, lease expired",
+        TaskRunState.READY,
+        ("lose_worker", "lose_worker", "claim"),
+        2,
+        STALE,
+    ),
     ("succeeded", TaskRunState.READY, ("claim", "succeed"), 2, timedelta(0)),
     ("failed, attempts left", TaskRunState.READY, ("claim", "fail"), 2, timedelta(0)),
     ("failed, no attempt left", TaskRunState.READY, ("claim", "fail"), 1, timedelta(0)),
@@ -105,8 +123,16 @@ def task_in(
         lease_seconds=HOUR.total_seconds(),
         timeout_seconds=HOUR.total_seconds(),
     )
+    # Each lost worker: a claim with no lease, reclaimed a millisecond later, before
+    # ``at`` (so the situation's own claim and age are as without them).
+    lost_at = at - LOST_STEP * 2 * path.count("lose_worker")
     for name in path:
-        if name == "claim":
+        if name == "lose_worker":
+            assert task.claim("w0", timedelta(0), at=lost_at)
+            lost_at += LOST_STEP
+            assert task.reclaim(at=lost_at)
+            lost_at += LOST_STEP
+        elif name == "claim":
             assert task.claim("w1", HOUR, at=at)
         elif name in ("succeed", "fail"):
             assert task.finish(name, task.fencing_token, at=at, actor=ACTOR, result=1)
@@ -125,8 +151,10 @@ class Write:
     aggregate's rule (does it take the edge?), given the same task and clock."""
 
     name: str
-    sql: Callable[[Writes, TaskRun, datetime], bool]
-    python: Callable[[TaskRun, datetime], bool]
+    #: Whether it matched a row; for the reaper, the state it left the row in (its
+    #: two edges, ready below the bound of lost workers and failed at it).
+    sql: Callable[[Writes, TaskRun, datetime], bool | str]
+    python: Callable[[TaskRun, datetime], bool | str]
 
 
 def carry_over_sql(writes: Writes, task: TaskRun, at: datetime) -> bool:
@@ -145,6 +173,11 @@ def carry_over_sql(writes: Writes, task: TaskRun, at: datetime) -> bool:
     except errors.CorruptEventLogError:
         return False
     return True
+
+
+def reclaim_sql(writes: Writes, task: TaskRun, _: datetime) -> bool | str:
+    row = writes.tasks.reclaim(task.id, actor=ACTOR)
+    return row is not None and row.state
 
 
 def move(name: str) -> Write:
@@ -204,11 +237,7 @@ TASK_WRITES: tuple[Write, ...] = (
     ),
     *(time_out(offset) for offset in (0, -1, 1)),
     *(renew(offset) for offset in (0, -1, 1)),
-    Write(
-        "reap_lease",
-        lambda w, t, _: w.tasks.reclaim(t.id, actor=ACTOR) is not None,
-        lambda t, at: t.reclaim(at=at),
-    ),
+    Write("reap_lease", reclaim_sql, lambda t, at: t.reclaim(at=at) and str(t.state)),
     Write(
         "schedule_retry",
         lambda w, t, _: w.tasks.schedule_retry(t.id, 0.0, actor=ACTOR) is not None,
@@ -379,3 +408,25 @@ def test_a_wrong_guard_is_caught(sqlite_app: FlowForge, monkeypatch: pytest.Monk
     found = list(task_disagreements(sqlite_app.store))
     assert "task 'running' / succeed, token -1: SQL True, Python False" in found
     assert "task 'running' / fail, token +1: SQL True, Python False" in found
+
+
+def test_a_reaper_without_its_bound_of_lost_workers_is_caught(
+    sqlite_app: FlowForge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check sees which edge the reaper took: ``task_reclaim`` without its bound
+    makes a task ready again where the aggregate fails it (WorkerLost)."""
+    load = statements.load
+    right = load("sqlite")["task_reclaim"]
+    bound = "AND worker_losses + 1 < coalesce(max_worker_losses, 3)"
+    assert bound in right
+    wrong = right.replace(bound, "")
+
+    def without_the_bound(dialect: str) -> Mapping[str, str]:
+        loaded = load(dialect)
+        return {**loaded, "task_reclaim": wrong} if dialect == "sqlite" else loaded
+
+    monkeypatch.setattr(statements, "load", without_the_bound)
+    found = list(task_disagreements(sqlite_app.store))
+    assert found == [
+        "task 'running, worker lost twice, lease expired' / reap_lease: SQL ready, Python failed"
+    ]

@@ -16,6 +16,11 @@ lost with its dispatch held, and each task that leaves ``running`` dispatching a
 oldest held task of its type and of its run; the counter rows must equal the model's
 running tasks.
 
+So are lost workers (docs/execution-model.md, "A worker lost too often"): runs drawn with
+a small ``max_worker_losses``, so that the reaper's reclaim at the bound (the fail edge,
+``WorkerLost``) is driven as often as its ``reap_lease``; the model is the aggregate's
+``reclaim``.
+
 A success finished by a worker also advances its run in the same transaction when the
 run is running (``advance.advance_after_finish``); the model follows the same rule
 (:meth:`ServiceAgainstAggregates.follow_the_finish_advance`).
@@ -257,6 +262,11 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
         run_limit = data.draw(st.sampled_from([None, None, 1, 2]), label="max_running_tasks")
         if run_limit is not None:
             spec["max_running_tasks"] = run_limit
+        # A worker lost too often (docs/execution-model.md): a small bound makes the
+        # reaper's fail edge as likely as its reap_lease; None: the default (3).
+        losses = data.draw(st.sampled_from([None, 1, 2]), label="max_worker_losses")
+        if losses is not None:
+            spec["max_worker_losses"] = losses
         run_id = self.app.start_workflow_run(spec, {"n": 1}, actor="user")
         self.run_limits[run_id] = run_limit
 
@@ -287,6 +297,7 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
                 depends_on=deps[key],
                 max_attempts=max_attempts,
                 lease_seconds=load_definition(spec).lease_seconds_for(key),
+                max_worker_losses=load_definition(spec).max_worker_losses_for(key),
                 state=TaskRunState.PENDING if deps[key] else TaskRunState.READY,
                 actor="user",
             )

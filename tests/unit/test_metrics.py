@@ -74,6 +74,7 @@ def test_the_metrics_observer_counts_each_hook_in_its_metric() -> None:
         ),
         (lambda: observer.leases_reaped(3), "flowforge_leases_reaped_total", {}, 3),
         (lambda: observer.attempts_timed_out(2), "flowforge_tasks_timed_out_total", {}, 2),
+        (lambda: observer.workers_lost_too_often(2), "flowforge_tasks_worker_lost_total", {}, 2),
         (
             lambda: observer.tasks_redispatched("queue_short", 3),
             "flowforge_redispatched_total",

@@ -30,6 +30,7 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "leases_reaped": (2,),
     "attempts_timed_out": (3,),
     "tasks_redispatched": ("queue_short", 7),
+    "workers_lost_too_often": (2,),
     "dispatches_published": (4,),
     "dispatches_confirmed": (5,),
     "dispatches_returned": (6,),

@@ -18,12 +18,15 @@ def test_each_event_is_a_line_with_its_name_and_fields(caplog: pytest.LogCapture
         observe.announce.claim_skipped("not ready")
         observe.announce.dead_lettered()
         observe.announce.tasks_redispatched("queue_short", 3)
+        observe.announce.workers_lost_too_often(1)
+        observe.announce.workers_lost_too_often(0)  # none: no line
     lines = [(r.levelname, r.getMessage(), r.__dict__["event"]) for r in caplog.records]
     assert lines == [
         ("INFO", "expired leases reaped", "leases_reaped"),
         ("DEBUG", "dispatch skipped", "claim_skipped"),
         ("WARNING", "message dead-lettered", "dead_lettered"),
         ("WARNING", "ready tasks redispatched", "redispatched"),
+        ("WARNING", "attempts failed: worker lost too often", "worker_lost"),
     ]
     assert caplog.records[0].__dict__["count"] == 2
     assert caplog.records[1].__dict__["reason"] == "not ready"

@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 from flowforge import timefmt
+from flowforge.aggregates import lost_workers
 from flowforge.app.why.facts import Situation
 from flowforge.app.why.sentences import (
     SCHEDULER_RUNNING,
     Answer,
     ago,
     clock,
+    count,
     error_text,
     iso,
     until,
@@ -28,13 +30,7 @@ def running(s: Situation) -> Answer:
             "lease_expired",
             f"{key} is running on {owner}, but its lease expired at {clock(expires)} "
             f"({ago(expires, s.at)}): the reaper will reclaim it",
-            [
-                *beat,
-                f"{owner} died or stalled. The reaper (in `flowforge scheduler`) moves the "
-                f"task back to ready with fencing token {task.fencing_token + 1} and it is "
-                f"dispatched again; a late write by {owner} carries token "
-                f"{task.fencing_token} and is refused",
-            ],
+            [*beat, _reclaim(s, owner)],
         )
     deadline = task.deadline_at
     if deadline is not None and deadline < s.at:
@@ -58,8 +54,41 @@ def running(s: Situation) -> Answer:
             *beat,
             f"started at {iso(task.started_at)}; the worker's heartbeat renews the lease",
             _time_limit(s),
+            *_losses_before(s),
         ],
     )
+
+
+def _reclaim(s: Situation, owner: str) -> str:
+    """What the reaper does with an expired lease: below the task's bound of lost
+    workers, ready again; at it, the attempt fails (docs/execution-model.md)."""
+    task = s.task
+    losses = task.worker_losses + 1
+    bound = lost_workers.worker_losses_bound(task.max_worker_losses)
+    refused = f"a late write by {owner} carries token {task.fencing_token} and is refused"
+    if lost_workers.loses_for_good(losses, task.max_worker_losses):
+        return (
+            f"{owner} died or stalled, and the task will have lost its worker {losses} "
+            f"times (max_worker_losses = {bound}): the reaper (in `flowforge scheduler`) "
+            f"fails the attempt (WorkerLost) and the retry policy applies; {refused}"
+        )
+    return (
+        f"{owner} died or stalled (lost worker {losses} of at most {bound}). The reaper "
+        f"(in `flowforge scheduler`) moves the task back to ready with fencing token "
+        f"{task.fencing_token + 1} and it is dispatched again; {refused}"
+    )
+
+
+def _losses_before(s: Situation) -> list[str]:
+    """A task that lost its worker before: how often, and its bound."""
+    task = s.task
+    if not task.worker_losses:
+        return []
+    bound = lost_workers.worker_losses_bound(task.max_worker_losses)
+    return [
+        f"it lost its worker {count(task.worker_losses, 'time')} before "
+        f"(max_worker_losses = {bound}: at that many the reaper fails an attempt)"
+    ]
 
 
 def _time_limit(s: Situation) -> str:

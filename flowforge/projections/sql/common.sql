@@ -214,12 +214,31 @@ SET lease_expires_at = {now} + {seconds[lease_seconds]},
 WHERE id = :id AND state = :source AND fencing_token = :fencing_token
 RETURNING *;
 
+-- The reaper's edge (reap_lease), below the task's bound of lost workers: the loss is
+-- counted, and the task is ready again with a new token (FlowForge's extension: the
+-- spec's reap_lease, bounded; docs/execution-model.md, "A worker lost too often").
 -- name: task_reclaim
 UPDATE task_runs
 SET state = :target, fencing_token = fencing_token + 1, lease_owner = NULL,
-    lease_expires_at = NULL, deadline_at = NULL, version = version + 1,
-    updated_at = {touched_at}
+    lease_expires_at = NULL, deadline_at = NULL, worker_losses = worker_losses + 1,
+    version = version + 1, updated_at = {touched_at}
 WHERE id = :id AND state = :source AND lease_expires_at < {now}
+  AND worker_losses + 1 < coalesce(max_worker_losses, {default_max_worker_losses})
+RETURNING *;
+
+-- The reaper's fail edge at the bound: the same expired lease, counted, and the attempt
+-- failed (WorkerLost) for the retry policy to decide. Guarded by the token and the count
+-- the reaper read to write its error (how many losses it says): a row that moved since
+-- matches nothing, and the next pass reads it again.
+-- name: task_reclaim_failing
+UPDATE task_runs
+SET state = :target, fencing_token = fencing_token + 1, lease_owner = NULL,
+    lease_expires_at = NULL, deadline_at = NULL, worker_losses = worker_losses + 1,
+    finished_at = {now}, result = NULL, error = :error,
+    version = version + 1, updated_at = {touched_at}
+WHERE id = :id AND state = :source AND lease_expires_at < {now}
+  AND fencing_token = :fencing_token AND worker_losses = :worker_losses
+  AND worker_losses + 1 >= coalesce(max_worker_losses, {default_max_worker_losses})
 RETURNING *;
 
 -- name: task_schedule_retry

@@ -58,6 +58,10 @@ CREATE TABLE task_runs (
     deadline_at {timestamp}
         CONSTRAINT task_runs_deadline_only_running CHECK (deadline_at IS NULL OR state = 'running'),
     max_running integer CONSTRAINT task_runs_max_running_positive CHECK (max_running >= 1),
+    max_worker_losses integer
+        CONSTRAINT task_runs_max_worker_losses_positive CHECK (max_worker_losses >= 1),
+    worker_losses integer NOT NULL DEFAULT 0
+        CONSTRAINT task_runs_worker_losses_non_negative CHECK (worker_losses >= 0),
     CONSTRAINT task_runs_workflow_run_task_key_unique UNIQUE (workflow_run_id, task_key),
     CONSTRAINT taskrun_lease_iff_running
         CHECK ((state = 'running') = (lease_expires_at IS NOT NULL))

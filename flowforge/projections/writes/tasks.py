@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
-from flowforge.aggregates import task_run
+from flowforge.aggregates import lost_workers, task_run
 from flowforge.aggregates.machines import (
     CARRY_OVER_TRANSITION,
     FINISH_TRANSITIONS,
@@ -27,7 +27,7 @@ from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.projections import projector
 from flowforge.projections.db.protocols import Row
-from flowforge.projections.reads import runs_of_tasks_unless_known
+from flowforge.projections.reads import first_row, runs_of_tasks_unless_known
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes.concurrency_limits import LimitWrites
 from flowforge.projections.writes.edges import (
@@ -260,10 +260,28 @@ class TaskWrites:
         return self._task("task_renew_lease", params, event, last=last)
 
     def reclaim(self, task_run_id: UUID, *, actor: str) -> TaskRunRow | None:
-        """The reaper's edge: only once the lease expired by the database's clock."""
+        """The reaper's edge: only once the lease expired by the database's clock. Below
+        the task's bound of lost workers, ``reap_lease`` (back to ready); at it, the fail
+        edge with a ``WorkerLost`` error, tried only when the first write matched nothing
+        and the row, read in this transaction, is at the bound (the common reclaim costs
+        one statement, as before). Either way the token moves on and the loss counts."""
         event = EventRecipe.of_task(REAPER_TRANSITION, actor)
         row = self._task("task_reclaim", task_params(task_run_id, REAPER_TRANSITION), event)
-        return self._followed(row, REAPER_TRANSITION)
+        if row is not None:
+            return self._followed(row, REAPER_TRANSITION)
+        current = first_row(TaskRunRow, self._tx.run("select_task_run", {"id": task_run_id}))
+        if current is None or current.state != _RUNNING:
+            return None
+        losses = current.worker_losses + 1
+        if not lost_workers.loses_for_good(losses, current.max_worker_losses):
+            return None  # lost the race, or the lease has not expired
+        error = lost_workers.worker_lost_error(losses, current.max_worker_losses)
+        own = {"fencing_token": current.fencing_token, "worker_losses": current.worker_losses}
+        params = finish_params(task_run_id, FAIL_TASK, current.fencing_token, None, error)
+        written = {"result": None, "error": error}
+        failing = EventRecipe.of_task(FAIL_TASK, actor, written)
+        row = self._task("task_reclaim_failing", {**params, **own}, failing)
+        return self._followed(row, FAIL_TASK)
 
     def schedule_retry(
         self, task_run_id: UUID, delay_seconds: float, *, actor: str

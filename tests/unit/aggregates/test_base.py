@@ -86,6 +86,7 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "carried_from_run_id",
         "carried_from_task_run_id",
         "carried_from_attempt",
+        "worker_losses",
     )
     assert workflow_run.MUTABLE_FIELDS == ("state", "started_at", "finished_at")
     assert task_run.STATIC_FIELDS == (
@@ -97,6 +98,7 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "lease_seconds",
         "timeout_seconds",
         "max_running",
+        "max_worker_losses",
     )
     assert workflow_run.STATIC_FIELDS == (
         "workflow_name",

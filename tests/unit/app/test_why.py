@@ -33,6 +33,7 @@ def view(key: str, state: str, **fields: Any) -> why.TaskView:
         "lease_seconds": 30.0,
         "timeout_seconds": None,
         "max_running": None,
+        "max_worker_losses": None,
         "fencing_token": 0,
         "lease_owner": None,
         "lease_expires_at": None,
@@ -45,6 +46,7 @@ def view(key: str, state: str, **fields: Any) -> why.TaskView:
         "carried_from_run_id": None,
         "carried_from_task_run_id": None,
         "carried_from_attempt": None,
+        "worker_losses": 0,
         **fields,
     }
     return why.TaskView(**values)
@@ -250,6 +252,39 @@ def test_why_of_a_long_running_task_without_a_timeout_says_how_long_and_that_non
     assert found.reason == "running"
     (line,) = [d for d in found.details if "no timeout is set" in d]
     assert "has run for 5m00s" in line
+
+
+def expired(**fields: Any) -> why.TaskView:
+    return view(
+        "slow",
+        "running",
+        lease_owner="worker-1",
+        lease_expires_at=AT - timedelta(seconds=5),
+        fencing_token=1,
+        **fields,
+    )
+
+
+def test_why_of_an_expired_lease_below_the_bound_counts_the_lost_worker() -> None:
+    found = why.explain(situation(expired(worker_losses=1)))
+    assert found.reason == "lease_expired"
+    (line,) = [d for d in found.details if "died or stalled" in d]
+    assert "(lost worker 2 of at most 3)" in line
+    assert "back to ready with fencing token 2" in line
+
+
+def test_why_of_an_expired_lease_at_the_bound_says_the_reaper_fails_the_attempt() -> None:
+    found = why.explain(situation(expired(worker_losses=1, max_worker_losses=2)))
+    (line,) = [d for d in found.details if "died or stalled" in d]
+    assert "will have lost its worker 2 times (max_worker_losses = 2)" in line
+    assert "fails the attempt (WorkerLost) and the retry policy applies" in line
+
+
+def test_why_of_a_running_task_that_lost_its_worker_before_says_so() -> None:
+    assert not [d for d in why.explain(situation(running())).details if "lost its" in d]
+    found = why.explain(situation(running(worker_losses=2)))
+    assert found.reason == "running"
+    assert "it lost its worker 2 times before (max_worker_losses = 3" in "\n".join(found.details)
 
 
 # --- a delayed run (flowforge submit --at/--in) ------------------------------------------
