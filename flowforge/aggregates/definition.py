@@ -70,8 +70,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from flowforge.aggregates import dag, json_values
-from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.lost_workers import DEFAULT_MAX_WORKER_LOSSES
+from flowforge.aggregates.on_failure import OnFailure
 from flowforge.errors import InvalidWorkflowDefinitionError
 
 #: The longest delay any field accepts (a year): anything longer is a typo, and the

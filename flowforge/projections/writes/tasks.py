@@ -270,7 +270,7 @@ class TaskWrites:
         if row is not None:
             return self._followed(row, REAPER_TRANSITION)
         current = first_row(TaskRunRow, self._tx.run("select_task_run", {"id": task_run_id}))
-        if current is None or current.state != _RUNNING:
+        if current is None or current.state != RUNNING:
             return None
         losses = current.worker_losses + 1
         if not lost_workers.loses_for_good(losses, current.max_worker_losses):
