@@ -486,7 +486,7 @@ def test_a_failed_run_exits_1_with_the_task_errors(cli: Cli) -> None:
     assert cli("status", run["run_id"]).returncode == 1
     after = cli.json("why", f"{run['run_id']}/after")
     assert after["reason"] == "cancelled"
-    assert "first failed for good" in after["headline"]
+    assert "first, which it depends on, failed for good" in after["headline"]
 
 
 def test_demo_runs_the_example_and_shows_its_history(tmp_path: Path) -> None:
