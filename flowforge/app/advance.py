@@ -204,10 +204,11 @@ def advance_changes(
     changed task failed for good or was cancelled, a task was cancelled, or a step lost
     a race. Then the full advance (or, in a worker, a mark for one) judges the run.
     """
+    definition = definitions.cached(run_id) or definitions.of(load_run(writes, run_id))
     keys = set(changed_keys)
-    if keys and not _step_changes(writes, run_id, keys, definitions, rand, result, actor, known):
+    if keys and not _step_changes(writes, run_id, keys, definition, rand, result, actor, known):
         return False
-    branches = _branches_after_a_failure(writes, run_id, definitions)
+    branches = _branches_after_a_failure(writes, run_id, definition)
     if branches is not None:
         return branches
     # The check and the run's succeed edge go together (one round trip); the edge
@@ -222,7 +223,7 @@ def advance_changes(
 
 
 def _branches_after_a_failure(
-    writes: Writes, run_id: UUID, definitions: DefinitionCache
+    writes: Writes, run_id: UUID, definition: WorkflowDefinition
 ) -> bool | None:
     """Under finish_branches, a run with a task failed for good: whether the run is
     settled (``True``: a branch is still alive, and its own finish will judge the run)
@@ -233,7 +234,6 @@ def _branches_after_a_failure(
     (one with attempts left is), so it would call such a run settled for ever. This
     reads every task of the run: a cost only finish_branches runs pay, on each change.
     """
-    definition = definitions.cached(run_id) or definitions.of(load_run(writes, run_id))
     if definition.on_failure is OnFailure.FAIL_FAST:
         return None
     states = {t.task_key: _effective_state(t) for t in writes.task_runs_of(run_id)}
@@ -251,7 +251,7 @@ def _step_changes(
     writes: Writes,
     run_id: UUID,
     keys: set[str],
-    definitions: DefinitionCache,
+    definition: WorkflowDefinition,
     rand: Callable[[], float],
     result: AdvanceResult,
     actor: str,
@@ -259,7 +259,6 @@ def _step_changes(
 ) -> bool:
     """Step the changed tasks, their dependents and the dependents' dependencies; False
     if a changed task ends the run or a step lost a race (see advance_changes)."""
-    definition = definitions.cached(run_id) or definitions.of(load_run(writes, run_id))
     dependents = {key for changed in keys for key in definition.dependents(changed)}
     dependencies = {
         key for dependent in dependents for key in definition.task(dependent).depends_on

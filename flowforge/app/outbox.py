@@ -113,7 +113,8 @@ class Outbox:
                 tally = redispatch.Tally(count, queued[task_type], [row.id for row in rows])
                 ripe, later = redispatch.choose(tally, suspects, now, confirm)
                 self._suspects.update(later)
-                chosen += [row for row in rows if row.id in set(ripe)]
+                ripe_ids = set(ripe)
+                chosen += [row for row in rows if row.id in ripe_ids]
             for row in chosen:
                 writes.outbox.redispatch(row, redispatch.QUEUE_SHORT, at=at)
         self._announce(redispatch.QUEUE_SHORT, len(chosen))

@@ -11,6 +11,7 @@ import pytest
 
 from flowforge.config import BrokerConfig
 from tests import servers, topology
+from tests.e2e.cluster import Cluster
 from tests.e2e.test_cli import Cli, clean_environment, make_cli
 
 
@@ -66,3 +67,13 @@ def production(tmp_path: Path) -> Iterator[Cli]:
     with psycopg.connect(f"{admin_url}/{servers.POSTGRES_ADMIN_DB}", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
     topology.delete_topology(BrokerConfig.from_env(env))
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A deployment's processes on the default servers (the HA tests bring their own)."""
+    servers.require_postgres()
+    servers.require_rabbitmq()
+    cluster = Cluster(tmp_path)
+    yield cluster
+    cluster.close()

@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from uuid import UUID
 
 import pika
@@ -20,7 +19,6 @@ import pytest
 from flowforge.app.dispatch import message_for
 from flowforge.app.service import FlowForge
 from flowforge.processes.rabbitmq import RabbitDispatchPublisher
-from tests import servers
 from tests.e2e.cluster import Cluster, admin
 from tests.helpers import rabbitmqctl, wait_until
 
@@ -42,15 +40,6 @@ def single(task_type: str, **extra: object) -> dict[str, object]:
         "tasks": [{"key": "victim", "type": task_type}],
         **extra,
     }
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    servers.require_postgres()
-    servers.require_rabbitmq()
-    cluster = Cluster(tmp_path)
-    yield cluster
-    cluster.close()
 
 
 def transitions(app: FlowForge, task_run_id: UUID) -> list[str]:

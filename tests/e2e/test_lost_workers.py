@@ -13,15 +13,10 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from flowforge.aggregates.lost_workers import DEFAULT_MAX_WORKER_LOSSES, WORKER_LOST
 from flowforge.app.results import WorkflowRunView
 from flowforge.app.why import why
-from tests import servers
 from tests.e2e.cluster import Cluster
 from tests.e2e.test_cli import Cli
 
@@ -29,15 +24,6 @@ from tests.e2e.test_cli import Cli
 LEASE_S = 1
 #: Bounds the whole crash loop: a restart is a Python start-up on a loaded machine.
 LOOP_S = 120.0
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    servers.require_postgres()
-    servers.require_rabbitmq()
-    cluster = Cluster(tmp_path)
-    yield cluster
-    cluster.close()
 
 
 def supervise(cluster: Cluster, run_id: object, workers: int = 2) -> WorkflowRunView:

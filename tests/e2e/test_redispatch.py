@@ -7,15 +7,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from flowforge.app import why as explain_task
 from flowforge.processes import rabbitmq
-from tests import servers
 from tests.e2e.cluster import Cluster, admin, ran
 from tests.helpers import wait_until
 
@@ -24,15 +19,6 @@ PERIOD_S = 2.0
 BACKLOG = 300
 #: The issue's bound: a backlog adds at most 2 % duplicate dispatches.
 DUPLICATES_ALLOWED = 0.02
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    servers.require_postgres()
-    servers.require_rabbitmq()
-    cluster = Cluster(tmp_path)
-    yield cluster
-    cluster.close()
 
 
 def flat(n: int, task_type: str) -> dict[str, Any]:
