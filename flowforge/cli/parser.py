@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import textwrap
 from dataclasses import replace
-from importlib import metadata
 from typing import Any
 
 from flowforge import errors
@@ -77,7 +76,7 @@ def build() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_global_options(suppress=False)],
     )
-    main.add_argument("--version", action="version", version=f"flowforge {_version()}")
+    main.add_argument("--version", action=_VersionAction, nargs=0, help=_VERSION_HELP)
     commands = main.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for group in maintenance.GROUPS:
         _group(commands, group)
@@ -103,7 +102,28 @@ def check_unicode(args: argparse.Namespace) -> None:
                 )
 
 
+_VERSION_HELP = "show program's version number and exit"
+
+
+class _VersionAction(argparse.Action):
+    """argparse's ``version`` action, with the version looked up only when asked for:
+    ``importlib.metadata`` and the lookup cost every command ~25 ms of its start-up
+    (docs/performance.md, "Start-up")."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"flowforge {_version()}")
+        parser.exit()
+
+
 def _version() -> str:
+    from importlib import metadata  # noqa: PLC0415 -- only --version needs it
+
     try:
         return metadata.version("flowforge")
     except metadata.PackageNotFoundError:  # run from a source tree that is not installed
