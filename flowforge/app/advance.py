@@ -43,7 +43,6 @@ _FINISH_RUN = {
     WorkflowRunState.CANCELLED: WORKFLOW_RUN_MACHINE.get("cancel"),
 }
 _START = WORKFLOW_RUN_MACHINE.get("start")
-_PROMOTE = TASK_RUN_MACHINE.get("dependencies_satisfied")
 #: The run states in which a success's finish advances its run itself.
 _ADVANCED_BY_A_FINISH = frozenset({WorkflowRunState.PENDING, WorkflowRunState.RUNNING})
 #: A changed task in one of these (effective) states decides the run's fate: only the
@@ -316,9 +315,9 @@ def _tasks(writes: Writes, run_id: UUID) -> list[TaskRunRow]:
     return sorted(writes.task_runs_of(run_id), key=_by_id)
 
 
-def _by_id(task: TaskRunRow) -> UUID:
+def _by_id(task: TaskRunRow) -> int:
     # Task rows are written in id order (the lock order, see the module's docstring).
-    return task.id
+    return task.id.int  # the order of UUIDs, compared as ints in C (a fan-out sorts 50,000)
 
 
 def _step_tasks(
@@ -335,11 +334,14 @@ def _step_tasks(
     lost to another writer (whose change only a fresh read shows). ``now`` is asked
     only for a retry's due time (one query fewer when nothing is retrying)."""
     succeeded = {t.task_key for t in tasks if t.task_state is _T.SUCCEEDED}
+    eligible = [t for t in tasks if t.task_state is _T.PENDING and succeeded >= set(t.depends_on)]
+    # All at once (a fan-out's thousands in one statement: TaskWrites.promote).
+    promoted = writes.tasks.promote(eligible, actor=actor)
     after: list[TaskRunRow] | None = []
     for task in tasks:
         row: TaskRunRow | None = task
         if task.task_state is _T.PENDING and succeeded.issuperset(task.depends_on):
-            row = writes.tasks.move(task.id, _PROMOTE, actor=actor)
+            row = promoted.get(task.id)
             if row:
                 result.promoted.append(task.task_key)
         elif task.task_state is _T.FAILED and task.attempt < task.max_attempts:

@@ -94,14 +94,17 @@ def event_state(declaration: Declaration) -> str:
     return f"convert_to(json_build_object(\n    {body})::text, 'UTF8')"
 
 
-def recorded(update: str, declaration: Declaration, events_table: str, also: str = "") -> str:
+def recorded(
+    update: str, declaration: Declaration, events_table: str, also: str = "", returning: str = "*"
+) -> str:
     """``update`` (a conditional UPDATE ... RETURNING *, as rendered, without its ``;``)
-    as one statement that also stores its event; it returns the UPDATE's rows. ``also``:
-    more CTEs (each ending with a comma) run in the same statement, reading ``t``."""
+    as one statement that also stores its event; it returns the UPDATE's rows (the
+    columns ``returning`` names). ``also``: more CTEs (each ending with a comma) run in
+    the same statement, reading ``t``."""
     return (
         f"WITH {ROW} AS ({update}),\n{also}"
         f"e AS (INSERT INTO {events_table} (originator_id, originator_version, topic, state)\n"
         f"  SELECT {ROW}.id, {ROW}.version, :event_topic::text, {event_state(declaration)}\n"
         f"  FROM {ROW})\n"
-        f"SELECT * FROM {ROW}"
+        f"SELECT {returning} FROM {ROW}"
     )

@@ -95,6 +95,7 @@ RECORDED_STATEMENTS: Mapping[str, Declaration] = MappingProxyType(
         **dict.fromkeys(
             (
                 "task_move",
+                "task_promote_many",
                 "task_claim",
                 "task_claim_limited",
                 "task_finish",
@@ -136,6 +137,13 @@ POSTGRES_ONLY_STATEMENTS = frozenset(
 #: postgres.sql; docs/scheduling/limits.md).
 FREEING_STATEMENTS = frozenset(
     {"task_finish", "task_time_out", "task_reclaim", "task_reclaim_failing"}
+)
+#: Recorded statements that write more than their events in the same statement, and
+#: return fewer columns: the bulk promotion (``TaskWrites.promote``) writes its tasks'
+#: dispatches and marks ({promoted_follow_ups}, postgres.sql) and returns what the
+#: advance reads of the new rows, so that no row is decoded per task.
+BULK_RECORDED_STATEMENTS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {"task_promote_many": ("{promoted_follow_ups}\n", "t.id, t.state, t.version, t.updated_at")}
 )
 RECORDED_SUFFIX = "_recorded"
 _RECORDING_DIALECTS = frozenset({"postgres"})
@@ -242,8 +250,9 @@ def load(dialect: str) -> Mapping[str, str]:
         for name, declaration in RECORDED_STATEMENTS.items():
             update = raw[name].rstrip().rstrip(";")
             also = "{free_slots_of_row}\n" if name in FREEING_STATEMENTS else ""
+            bulk_also, returning = BULK_RECORDED_STATEMENTS.get(name, ("", "*"))
             raw[recorded_name(name)] = event_sql.recorded(
-                update, declaration, "{events_table}", also
+                update, declaration, "{events_table}", also + bulk_also, returning
             )
     style = _PARAMETER_STYLES[dialect]
     rendered = {name: _PARAMETER.sub(style, body.format_map(macros)) for name, body in raw.items()}

@@ -155,6 +155,23 @@ WHERE id = :id AND state = :source
         WHERE run.id = task_runs.workflow_run_id AND run.start_at > {now}))
 RETURNING *;
 
+-- A fan-out's promotions in ONE statement (TaskWrites.promote): task_move's promotion of
+-- every task of :task_run_ids still pending, none before its run's start time. Sent only by an
+-- advance that holds the run's row, as every writer of a run's pending tasks does, so
+-- no other transaction waits for these rows in another order. On PostgreSQL its
+-- recorded variant also writes each promoted task's event, its dispatch and (with
+-- :mark_runs) its run's mark, in the same statement ({promoted_follow_ups}, postgres.sql),
+-- and returns only what the advance reads of the new rows: one statement and no row
+-- decoded per task, where task_move was a round trip each (50,000 tasks: ~40 s).
+-- name: task_promote_many
+UPDATE task_runs
+SET state = :target, retry_due_at = NULL, version = version + 1, updated_at = {touched_at}
+WHERE id IN ({uuid_list[task_run_ids]}) AND state = :source
+    AND NOT EXISTS (
+        SELECT 1 FROM workflow_runs AS run
+        WHERE run.id = task_runs.workflow_run_id AND run.start_at > {now})
+RETURNING *;
+
 -- name: task_retry_ready
 UPDATE task_runs
 SET state = :target, retry_due_at = NULL, version = version + 1, updated_at = {touched_at}

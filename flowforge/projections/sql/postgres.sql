@@ -301,3 +301,16 @@ type_freed AS (
 -- name: count_unfinished_tasks_by_state
 SELECT state, count(*) AS tasks FROM task_runs
 WHERE state IN ({unfinished_task_states}) GROUP BY state;
+
+-- What a bulk promotion writes besides its events (task_promote_many's recorded
+-- variant, reading its updated rows ``t``): each promoted task's dispatch, as
+-- OutboxWrites.enqueue writes it for one (its dispatch id random, as a released hold's),
+-- and, when the transaction's edges mark their run (:mark_runs), a mark per task as
+-- RunMarks.after_edge writes it.
+-- macro: promoted_follow_ups
+d AS (INSERT INTO dispatch_outbox (dispatch_id, task_run_id, task_key, task_type,
+                                   fencing_token, created_at)
+      SELECT {random_uuid}, t.id, t.task_key, t.task_type, t.fencing_token, t.updated_at
+      FROM t),
+m AS (INSERT INTO run_wakeups (workflow_run_id, marked_at, task_key)
+      SELECT t.workflow_run_id, {now}, t.task_key FROM t WHERE :mark_runs),

@@ -143,6 +143,10 @@ class Recording:
                 self.append([event.built_from(row)])
         return row
 
+    def recorded_many(self, event: EventRecipe, count: int) -> None:
+        """``count`` transitions whose statement stored each one's ``event`` itself."""
+        self.taken.extend([machine_and_edge(event.event_class)] * count)
+
     def unread_where_stored(self, positions: list[int]) -> list[int]:
         """``positions`` (of transition statements in a ``run_each``) as its ``unread``:
         where the statement stores its event nobody needs its rows; where the event is

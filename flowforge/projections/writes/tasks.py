@@ -12,6 +12,7 @@ this transaction, so PostgreSQL sends the COMMIT with the statement.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -27,7 +28,7 @@ from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.projections import projector
 from flowforge.projections.db.protocols import Row
-from flowforge.projections.reads import first_row, runs_of_tasks_unless_known
+from flowforge.projections.reads import first_row, id_list, runs_of_tasks_unless_known
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes.concurrency_limits import LimitWrites
 from flowforge.projections.writes.edges import (
@@ -44,6 +45,7 @@ from flowforge.projections.writes.recording import EventRecipe, Recording, State
 
 #: The edge that makes a pending task ready once its dependencies are done.
 PROMOTE = "dependencies_satisfied"
+_PROMOTE_EDGE = TASK_RUN_MACHINE.get(PROMOTE)
 #: The edges ``move`` takes: no lease, no token; the promotion alone has a clock
 #: condition, its run's start time (``task_move``).
 MOVE_EDGES = frozenset(
@@ -117,6 +119,39 @@ class TaskWrites:
         event = EventRecipe.of_task(edge, actor)
         params = task_params(task_run_id, edge, {"promotes": edge.name == PROMOTE})
         return self._followed(self._task("task_move", params, event), edge)
+
+    def promote(self, tasks: Sequence[TaskRunRow], *, actor: str) -> dict[UUID, TaskRunRow]:
+        """dependencies_satisfied for each of ``tasks`` (pending rows of one run whose
+        row this transaction holds); the new rows of those promoted, by id. On
+        PostgreSQL, two or more in ONE statement that also writes their events,
+        dispatches and marks (``task_promote_many``); else :meth:`move` for each."""
+        if len(tasks) < 2 or not self._recording.events_in_sql:
+            moved = {task.id: self.move(task.id, _PROMOTE_EDGE, actor=actor) for task in tasks}
+            return {task_run_id: row for task_run_id, row in moved.items() if row is not None}
+        params = {
+            "task_run_ids": id_list([task.id for task in tasks]),
+            "source": _PROMOTE_EDGE.source.value,
+            "target": _PROMOTE_EDGE.target.value,
+            "mark_runs": self._marks.after_edges,
+        }
+        event = EventRecipe.of_task(_PROMOTE_EDGE, actor)
+        rows = self._tx.run(*self._recording.statement("task_promote_many", params, event))
+        by_id = {task.id: task for task in tasks}
+        promoted = {
+            row["id"]: replace(
+                by_id[row["id"]],
+                state=row["state"],
+                version=row["version"],
+                updated_at=row["updated_at"],
+                retry_due_at=None,
+            )
+            for row in rows
+        }
+        self._recording.recorded_many(event, len(promoted))
+        if promoted:
+            self._outbox.enqueued = True
+            self._marks.made = self._marks.made or self._marks.after_edges
+        return promoted
 
     def claim(
         self,
