@@ -169,6 +169,10 @@ class Observer:
     this and overrides what it watches. Hooks are called on the thread where the thing
     happened, after it happened (a transition after its commit)."""
 
+    #: Whether this observer reads a run's trace context from its dispatches: only then
+    #: does a publisher read the runs' contexts to carry them (``Announcer.traced``).
+    carries_trace_context = False
+
     # --- the store ----------------------------------------------------------------------
     def transitions_committed(self, taken: Sequence[tuple[str, str]]) -> None:
         """A transaction committed these transitions, each ``(machine, edge)``."""
@@ -239,6 +243,12 @@ class Announcer:
         """Whether any observer is installed: a caller may skip building what only an
         observer would read."""
         return bool(self.observers)
+
+    @property
+    def traced(self) -> bool:
+        """Whether an installed observer carries trace context (the traces observer): a
+        publisher without one sends no run's context, and skips reading them."""
+        return any(observer.carries_trace_context for observer in self.observers)
 
     def transitions_committed(self, taken: Sequence[tuple[str, str]]) -> None:
         for observer in self.observers:

@@ -96,6 +96,8 @@ class Traces(observe.Observer):
     """A run's creation and each attempt as spans (an observer of ``flowforge.observe``);
     without OpenTelemetry installed it records nothing."""
 
+    carries_trace_context = True
+
     def run_creation(self, creation: observe.RunCreation) -> RunTrace | None:
         return RunTrace(creation) if installed() else None
 

@@ -44,7 +44,9 @@ class Outbox:
         """
         with self._core.writes() as writes:
             scope = scope or EVERY_RUN
-            rows = writes.outbox.pending(limit, scope.task_types, scope.run_ids)
+            rows = writes.outbox.pending(
+                limit, scope.task_types, scope.run_ids, traced=observe.announce.traced
+            )
             if not rows:
                 return 0
             publisher.publish(

@@ -44,7 +44,11 @@ CONTEXT_HOOKS = {"run_creation", "attempt_started"}
 
 
 def hooks() -> list[str]:
-    return sorted(name for name in vars(observe.Observer) if not name.startswith("_"))
+    return sorted(
+        name
+        for name, value in vars(observe.Observer).items()
+        if not name.startswith("_") and callable(value)
+    )
 
 
 class Recorder(observe.Observer):

@@ -11,10 +11,13 @@ VALUES (:dispatch_id, :task_run_id, :task_key, :task_type, :fencing_token,
 -- What a sweep publishes of each pending row: the row, and its run's trace context
 -- (docs/observability.md, "Traces"), which the dispatch carries in its headers. Read
 -- by primary keys in a subquery, not joined: the row lock ({for_update_skip_locked})
--- takes the outbox rows only, never a task row a worker is claiming.
+-- takes the outbox rows only, never a task row a worker is claiming. Only when the
+-- publisher carries traces (:traced): the subquery was 40 % of the read's time
+-- (docs/performance.md, "Features cost nothing when not used").
 -- macro: pending_outbox
-SELECT o.*, (SELECT r.trace_context FROM task_runs t JOIN workflow_runs r
-             ON r.id = t.workflow_run_id WHERE t.id = o.task_run_id) AS trace_context
+SELECT o.*, CASE WHEN :traced THEN
+           (SELECT r.trace_context FROM task_runs t JOIN workflow_runs r
+            ON r.id = t.workflow_run_id WHERE t.id = o.task_run_id) END AS trace_context
 FROM dispatch_outbox o WHERE o.published_at IS NULL
 
 -- Parallel publishers divide the pending rows (see {for_update_skip_locked}).

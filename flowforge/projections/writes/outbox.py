@@ -70,21 +70,24 @@ class OutboxWrites:
         limit: int,
         task_types: Collection[str] | None = None,
         run_ids: Collection[UUID] | None = None,
+        *,
+        traced: bool = True,
     ) -> list[PendingOutboxRow]:
         """Up to ``limit`` unpublished rows, oldest first (each with its run's trace
-        context), locked for this transaction;
+        context if ``traced``, else none), locked for this transaction;
         on PostgreSQL a row another publisher holds is skipped. Only the dispatches of
         ``run_ids``, if given (the runs' task types are then not looked at: a runner
         scoped to runs was checked to have their handlers); else only of
         ``task_types``, if given."""
+        own: dict[str, object] = {"limit": limit, "traced": traced}
         if run_ids is not None:
-            params: dict[str, object] = {"limit": limit, "run_ids": id_list(run_ids)}
-            rows = self._tx.run("select_pending_outbox_of_runs", params)
+            params: dict[str, object] = {"run_ids": id_list(run_ids)}
+            rows = self._tx.run("select_pending_outbox_of_runs", {**params, **own})
         elif task_types is not None:
-            params = {"limit": limit, "task_types": sorted(task_types)}
-            rows = self._tx.run("select_pending_outbox_of_types", params)
+            params = {"task_types": sorted(task_types)}
+            rows = self._tx.run("select_pending_outbox_of_types", {**params, **own})
         else:
-            rows = self._tx.run("select_pending_outbox", {"limit": limit})
+            rows = self._tx.run("select_pending_outbox", own)
         return [PendingOutboxRow.from_mapping(r) for r in rows]
 
     def mark_published(self, dispatch_ids: Collection[UUID]) -> None:
