@@ -108,7 +108,7 @@ _VERSION_HELP = "show program's version number and exit"
 class _VersionAction(argparse.Action):
     """argparse's ``version`` action, with the version looked up only when asked for:
     ``importlib.metadata`` and the lookup cost every command ~25 ms of its start-up
-    (docs/performance.md, "Start-up")."""
+    (docs/performance.md, "Per feature")."""
 
     def __call__(
         self,

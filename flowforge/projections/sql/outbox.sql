@@ -13,7 +13,7 @@ VALUES (:dispatch_id, :task_run_id, :task_key, :task_type, :fencing_token,
 -- by primary keys in a subquery, not joined: the row lock ({for_update_skip_locked})
 -- takes the outbox rows only, never a task row a worker is claiming. Only when the
 -- publisher carries traces (:traced): the subquery was 40 % of the read's time
--- (docs/performance.md, "Features cost nothing when not used").
+-- (docs/performance.md, "Per feature").
 -- macro: pending_outbox
 SELECT o.*, CASE WHEN :traced THEN
            (SELECT r.trace_context FROM task_runs t JOIN workflow_runs r
