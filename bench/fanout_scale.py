@@ -5,11 +5,11 @@
 
 * **fan-out**: one run of a root task and ``--width`` tasks that depend on it, created
   (one ``start_workflow_run``: reported as tasks created per second); the root claimed
-  and succeeded by ``claim_task_run`` / ``finish_task_run``, as a worker's finish does
-  it (the finish advances the run in its own transaction, or marks it for a
-  scheduler); then the wall time from the finish call until every dependant is seen
-  ready (probed every 50 ms; each with its dispatch in the outbox, checked), and the
-  finish call's own.
+  and succeeded as a worker does it (``claim_task_run_and_its_run``, the run's
+  definition parsed into the service's cache, then ``finish_task_run``: the finish
+  advances the run in its own transaction, or marks it for a scheduler); then the wall
+  time from the finish call until every dependant is seen ready (probed every 50 ms;
+  each with its dispatch in the outbox, checked), and the finish call's own.
 * **bulk start**: ``start_workflow_runs`` of ``--runs`` one-task runs in one call:
   runs/s.
 
@@ -58,10 +58,14 @@ def fanout(width: int) -> dict[str, Any]:
         (root_id,) = probe.one(
             f"SELECT id FROM task_runs WHERE workflow_run_id = '{run_id}' AND task_key = 'root'"
         )
-        claim = app.claim_task_run(root_id, "bench")
-        assert claim is not None
+        # As a worker claims: the run read with the claim and its definition parsed
+        # into the service's cache then (processes/run_cache.py), not at the finish.
+        claimed, run = app.claim_task_run_and_its_run(root_id, "bench")
+        assert claimed is not None
+        assert run is not None
+        app.definitions.of(run)
         started = time.perf_counter()
-        assert app.finish_task_run(root_id, claim.fencing_token, "succeed")
+        assert app.finish_task_run(root_id, claimed.fencing_token, "succeed")
         finish_call = time.perf_counter() - started
         _wait_ready(probe, run_id, width)
         seconds = time.perf_counter() - started
