@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from flowforge import errors
+from flowforge import errors, timefmt
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.app import audit, results
@@ -43,6 +43,14 @@ class Queries:
     def get_workflow_run(self, run_id: UUID) -> WorkflowRunView:
         with self._core.reads() as reads:
             run = reads.workflow_run(run_id)
+            archived = reads.archived_run(run_id) if run is None else None
+        if archived is not None:
+            raise errors.ArchivedRunError(
+                f"workflow run {run_id} ({archived['workflow_name']}) was archived "
+                f"{timefmt.iso(archived['archived_at'])} to {archived['archive_file']} "
+                f"({archived['event_count']} events, {archived['task_count']} tasks); bring "
+                f"it back with `flowforge db restore {archived['archive_file']}`"
+            )
         if run is None:
             raise errors.UnknownRunError(
                 f"no workflow run {run_id}; list runs with `flowforge runs`"

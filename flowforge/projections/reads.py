@@ -64,6 +64,11 @@ class Reads:
         value: datetime = row["db_now"]
         return value
 
+    def archived_run(self, run_id: UUID) -> Row | None:
+        """Where the run went, if it was archived (``archived_runs``; app/archive.py)."""
+        rows = self._tx.run("select_archived_run", {"workflow_run_id": run_id})
+        return rows[0] if rows else None
+
     def workflow_run(self, run_id: UUID) -> WorkflowRunRow | None:
         return first_row(WorkflowRunRow, self._tx.run("select_workflow_run", {"id": run_id}))
 

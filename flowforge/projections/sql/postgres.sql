@@ -301,3 +301,16 @@ type_freed AS (
 -- name: count_unfinished_tasks_by_state
 SELECT state, count(*) AS tasks FROM task_runs
 WHERE state IN ({unfinished_task_states}) GROUP BY state;
+
+-- The archiver's lock (`flowforge db archive`, the scheduler's retention): at most one
+-- archiver at a time per database, held by a session of its own for the archive's
+-- whole length and freed with it (app/archive.py). Its key is a fixed number.
+-- name: try_archiver_lock
+SELECT pg_try_advisory_lock(:lock_key) AS taken;
+
+-- name: archiver_unlock
+SELECT pg_advisory_unlock(:lock_key) AS freed;
+
+-- The database's size on disk (`flowforge db stats`).
+-- name: stats_database_bytes
+SELECT pg_database_size(current_database()) AS bytes;
