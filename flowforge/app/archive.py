@@ -49,6 +49,12 @@ BATCH_EVENTS = 12000
 #: At most this many runs per archive file by default.
 MAX_RUNS_PER_FILE = 1_000_000
 
+#: The scheduler's retention archives at most this many runs per pass, so that a pass
+#: stays short; a backlog takes several passes (docs/operations.md).
+RETENTION_RUNS = 2000
+#: An archive file's name's ending.
+SUFFIX = ".ffarchive"
+
 #: ``progress(step, done, total)``: ``step`` is "write", "verify", "delete" or "restore".
 Progress = Callable[[str, int, int], None]
 _T = TypeVar("_T")
@@ -81,7 +87,7 @@ class RestoreReport:
     seconds: float
 
 
-def _no_progress(step: str, done: int, total: int) -> None:
+def no_progress(step: str, done: int, total: int) -> None:
     del step, done, total
 
 
@@ -92,7 +98,7 @@ def archive(
     older_than: timedelta,
     source: dict[str, Any],
     limit: int = MAX_RUNS_PER_FILE,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
     between_batches: Callable[[int], None] | None = None,
 ) -> ArchiveReport:
     """Archive the runs that ended more than ``older_than`` ago (by the database's
@@ -192,8 +198,39 @@ def _unchanged(count_events: Callable[[list[Any]], int], record: RunRecord) -> b
     return count_events(record.aggregate_ids) == len(record.events)
 
 
+def apply_retention(
+    store: Store,
+    directory: Path,
+    *,
+    older_than: timedelta,
+    source: dict[str, Any],
+    name: str,
+    limit: int = RETENTION_RUNS,
+) -> ArchiveReport | None:
+    """Archive up to ``limit`` runs ended more than ``older_than`` ago into a new file
+    in ``directory`` (``<name>-<UTC time>.ffarchive``); None if another archiver is at
+    work. A file left unfinished by an archiver killed while writing it is removed (the
+    lock is held: nobody is writing it)."""
+    with store.database.archiver_lock() as taken:
+        if not taken:
+            return None
+        for partial in directory.glob(f"{name}-*{SUFFIX}.partial"):
+            partial.unlink(missing_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    try:
+        return archive(
+            store,
+            directory / f"{name}-{stamp}{SUFFIX}",
+            older_than=older_than,
+            source=source,
+            limit=limit,
+        )
+    except errors.ArchiverBusyError:
+        return None
+
+
 def restore(
-    store: Store, path: Path, *, progress: Progress = _no_progress
+    store: Store, path: Path, *, progress: Progress = no_progress
 ) -> RestoreReport:
     """Put back every run of the archive file that is not live."""
     started = time.monotonic()

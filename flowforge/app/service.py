@@ -15,9 +15,11 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
-from flowforge.app import rebuild, results
+from flowforge.app import archive, db_stats, rebuild, results
 from flowforge.app.caches import ClaimCache, DefinitionCache
 from flowforge.app.commands import Commands
 from flowforge.app.concurrency_limits import Limits
@@ -173,6 +175,64 @@ class FlowForge:
     def rebuild_projections(self) -> RebuildReport:
         """Delete the projected rows and rebuild them from the log (``app/rebuild.py``)."""
         return rebuild.rebuild_projections(self.store, self.events)
+
+    # --- bounded history: archive and restore (app/archive.py), db stats ------------------
+
+    def archive_runs(
+        self,
+        to: Path,
+        *,
+        older_than: timedelta,
+        limit: int = archive.MAX_RUNS_PER_FILE,
+        progress: archive.Progress | None = None,
+        between_batches: Callable[[int], None] | None = None,
+    ) -> archive.ArchiveReport:
+        """Move the runs that ended more than ``older_than`` ago (by the database's
+        clock) into the archive file ``to``; or, if it exists, finish its deletes."""
+        return archive.archive(
+            self.store,
+            to,
+            older_than=older_than,
+            source=self._archive_source(),
+            limit=limit,
+            progress=progress or archive.no_progress,
+            between_batches=between_batches,
+        )
+
+    def restore_runs(
+        self, path: Path, *, progress: archive.Progress | None = None
+    ) -> archive.RestoreReport:
+        """Put back every run of the archive file ``path`` that is not live."""
+        return archive.restore(self.store, path, progress=progress or archive.no_progress)
+
+    def apply_retention(
+        self, older_than: timedelta, directory: Path, *, limit: int = archive.RETENTION_RUNS
+    ) -> archive.ArchiveReport | None:
+        """The scheduler's retention: archive up to ``limit`` runs that ended more than
+        ``older_than`` ago into a new file in ``directory``; None if another archiver
+        holds the lock (it will do the work)."""
+        return archive.apply_retention(
+            self.store,
+            directory,
+            older_than=older_than,
+            source=self._archive_source(),
+            name=f"flowforge-{self.deployment_id}",
+            limit=limit,
+        )
+
+    def database_stats(self) -> db_stats.DatabaseStats:
+        """The live database's size and the archive files (``flowforge db stats``)."""
+        return db_stats.database_stats(self.store)
+
+    def _archive_source(self) -> dict[str, object]:
+        return {
+            "source": {
+                "dialect": self.database.dialect,
+                "database": self.database.location,
+                "deployment_id": self.deployment_id,
+                "schema_version": self.schema_version,
+            }
+        }
 
     # --- queries: the projected tables and the audit log (app/queries.py) -----------------
 
