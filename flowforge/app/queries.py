@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -33,6 +33,16 @@ def _unknown_task_run(task_run_id: UUID) -> errors.UnknownTaskRunError:
     )
 
 
+def _archived(row: Mapping[str, Any]) -> errors.ArchivedRunError:
+    """Where an archived run went, and how to bring it back (``archived_runs``)."""
+    return errors.ArchivedRunError(
+        f"workflow run {row['workflow_run_id']} ({row['workflow_name']}) was archived "
+        f"{timefmt.iso(row['archived_at'])} to {row['archive_file']} ({row['event_count']} "
+        f"events, {row['task_count']} tasks); bring it back with `flowforge db restore "
+        f"{row['archive_file']}`"
+    )
+
+
 class Queries:
     """The service's reads: the projected tables as the application's views
     (``app/results.py``), and the audit log."""
@@ -45,17 +55,23 @@ class Queries:
             run = reads.workflow_run(run_id)
             archived = reads.archived_run(run_id) if run is None else None
         if archived is not None:
-            raise errors.ArchivedRunError(
-                f"workflow run {run_id} ({archived['workflow_name']}) was archived "
-                f"{timefmt.iso(archived['archived_at'])} to {archived['archive_file']} "
-                f"({archived['event_count']} events, {archived['task_count']} tasks); bring "
-                f"it back with `flowforge db restore {archived['archive_file']}`"
-            )
+            raise _archived(archived)
         if run is None:
             raise errors.UnknownRunError(
                 f"no workflow run {run_id}; list runs with `flowforge runs`"
             )
         return results.workflow_run_view(run)
+
+    def raise_if_archived(self, text: str) -> None:
+        """``ArchivedRunError`` if ``text`` (a full or partial id no live run has) names
+        one archived run; nothing otherwise."""
+        part = text.strip().lower()
+        if not part or any(c not in "0123456789abcdef-" for c in part):
+            return
+        with self._core.reads() as reads:
+            found = reads.archived_runs_like(part)
+        if len(found) == 1:
+            raise _archived(found[0])
 
     def get_task_run(self, task_run_id: UUID) -> TaskRunView:
         with self._core.reads() as reads:

@@ -69,6 +69,12 @@ class Reads:
         rows = self._tx.run("select_archived_run", {"workflow_run_id": run_id})
         return rows[0] if rows else None
 
+    def archived_runs_like(self, part: str) -> list[Row]:
+        """At most two archived runs whose id (with its hyphens) starts or ends with
+        ``part``, a user's short id (lower-case hex and hyphens only: no wildcard)."""
+        params = {"starts": f"{part}%", "ends": f"%{part}"}
+        return self._tx.run("select_archived_runs_like", params)
+
     def workflow_run(self, run_id: UUID) -> WorkflowRunRow | None:
         return first_row(WorkflowRunRow, self._tx.run("select_workflow_run", {"id": run_id}))
 

@@ -136,3 +136,10 @@ WHERE state IN ('succeeded', 'failed', 'cancelled');
 SELECT archive_file, count(*) AS runs, sum(event_count) AS event_count,
        sum(task_count) AS task_count, max(archived_at) AS archived_at
 FROM archived_runs GROUP BY archive_file ORDER BY max(archived_at), archive_file;
+
+-- An archived run by the start or end of its id as a user typed it (a short id): only
+-- asked when no live run matches, so a scan of this table is fine.
+-- name: select_archived_runs_like
+SELECT * FROM archived_runs
+WHERE CAST(workflow_run_id AS text) LIKE :starts OR CAST(workflow_run_id AS text) LIKE :ends
+LIMIT 2;
