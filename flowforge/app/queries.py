@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from flowforge import errors, timefmt
+from flowforge import errors
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
-from flowforge.app import audit, results
+from flowforge.app import archived_runs, audit, results
 from flowforge.app.core import ServiceCore
 from flowforge.app.results import (
     AuditEntry,
@@ -33,16 +33,6 @@ def _unknown_task_run(task_run_id: UUID) -> errors.UnknownTaskRunError:
     )
 
 
-def _archived(row: Mapping[str, Any]) -> errors.ArchivedRunError:
-    """Where an archived run went, and how to bring it back (``archived_runs``)."""
-    return errors.ArchivedRunError(
-        f"workflow run {row['workflow_run_id']} ({row['workflow_name']}) was archived "
-        f"{timefmt.iso(row['archived_at'])} to {row['archive_file']} ({row['event_count']} "
-        f"events, {row['task_count']} tasks); bring it back with `flowforge db restore "
-        f"{row['archive_file']}`"
-    )
-
-
 class Queries:
     """The service's reads: the projected tables as the application's views
     (``app/results.py``), and the audit log."""
@@ -55,7 +45,7 @@ class Queries:
             run = reads.workflow_run(run_id)
             archived = reads.archived_run(run_id) if run is None else None
         if archived is not None:
-            raise _archived(archived)
+            raise archived_runs.archived_error(archived)
         if run is None:
             raise errors.UnknownRunError(
                 f"no workflow run {run_id}; list runs with `flowforge runs`"
@@ -71,7 +61,7 @@ class Queries:
         with self._core.reads() as reads:
             found = reads.archived_runs_like(part)
         if len(found) == 1:
-            raise _archived(found[0])
+            raise archived_runs.archived_error(found[0])
 
     def get_task_run(self, task_run_id: UUID) -> TaskRunView:
         with self._core.reads() as reads:
