@@ -166,9 +166,10 @@ def _delete(
 ) -> tuple[int, int, int]:
     """Delete the file's runs that are live and as the file has them: how many runs and
     events it archived, and how many runs were gone already."""
-    total, done, archived, events, gone, batches = len(manifest["runs"]), 0, 0, 0, 0, 0
+    total, done, archived, events, gone = len(manifest["runs"]), 0, 0, 0, 0
     name = str(to.resolve())
-    for batch in _batches(archive_file.records(to, manifest), _weight, BATCH_EVENTS):
+    batches = _batches(archive_file.records(to, manifest), _weight, BATCH_EVENTS)
+    for number, batch in enumerate(batches, start=1):
         with store.write() as writes:
             versions = writes.archive.lock_runs([r.id for r in batch])
             gone += sum(1 for r in batch if r.id not in versions)
@@ -185,10 +186,9 @@ def _delete(
         archived += len(kept)
         events += sum(len(r.events) for r in kept)
         done += len(batch)
-        batches += 1
         progress("delete", done, total)
         if between_batches is not None:
-            between_batches(batches)
+            between_batches(number)
     return archived, events, gone
 
 
@@ -229,9 +229,7 @@ def apply_retention(
         return None
 
 
-def restore(
-    store: Store, path: Path, *, progress: Progress = no_progress
-) -> RestoreReport:
+def restore(store: Store, path: Path, *, progress: Progress = no_progress) -> RestoreReport:
     """Put back every run of the archive file that is not live."""
     started = time.monotonic()
     with store.database.archiver_lock() as taken:

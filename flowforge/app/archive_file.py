@@ -25,6 +25,7 @@ import os
 import zipfile
 import zlib
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -187,21 +188,16 @@ def records(path: Path, manifest: Mapping[str, Any]) -> Iterator[RunRecord]:
         raise _corrupt(path, f"it holds {seen} of the {len(expected)} runs its manifest lists")
 
 
-class _opened:
-    def __init__(self, path: Path) -> None:
-        self._path = path
-
-    def __enter__(self) -> zipfile.ZipFile:
-        try:
-            self._zip = zipfile.ZipFile(self._path)
-        except FileNotFoundError:
-            raise errors.ArchiveFileError(f"no archive file {self._path}") from None
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:
-            raise _corrupt(self._path, f"it is not a whole zip file ({exc})") from exc
-        return self._zip
-
-    def __exit__(self, *_: object) -> None:
-        self._zip.close()
+@contextmanager
+def _opened(path: Path) -> Iterator[zipfile.ZipFile]:
+    try:
+        archive = zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise errors.ArchiveFileError(f"no archive file {path}") from None
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise _corrupt(path, f"it is not a whole zip file ({exc})") from exc
+    with archive:
+        yield archive
 
 
 def _member(archive: zipfile.ZipFile, path: Path) -> IO[bytes]:
@@ -259,15 +255,17 @@ def _value(value: Any) -> Any:
 
 
 def _unrow(row: Mapping[str, Any]) -> dict[str, Any]:
-    decoded = {}
-    for name, value in row.items():
-        kind = COLUMN_CODECS.get(name)
-        if value is not None and kind in (ColumnCodec.UUID, ColumnCodec.ORIGINATOR_ID):
-            value = UUID(value)
-        elif value is not None and kind is ColumnCodec.TIMESTAMP:
-            value = timefmt.parse_iso(value)
-        decoded[name] = value
-    return decoded
+    return {name: _unvalue(COLUMN_CODECS.get(name), value) for name, value in row.items()}
+
+
+def _unvalue(kind: ColumnCodec | None, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind in (ColumnCodec.UUID, ColumnCodec.ORIGINATOR_ID):
+        return UUID(value)
+    if kind is ColumnCodec.TIMESTAMP:
+        return timefmt.parse_iso(value)
+    return value
 
 
 def _event(event: StoredEvent) -> dict[str, Any]:

@@ -28,7 +28,12 @@ CHAIN = {
     "max_running_tasks": 2,
     "tasks": [
         {"key": "a", "type": "work", "retry": {"max_attempts": 1}},
-        {"key": "b", "type": "work", "depends_on": ["a"], "retry": {"max_attempts": 2, "backoff_seconds": 0}},
+        {
+            "key": "b",
+            "type": "work",
+            "depends_on": ["a"],
+            "retry": {"max_attempts": 2, "backoff_seconds": 0},
+        },
     ],
 }
 NOW = timedelta(0)
@@ -298,7 +303,7 @@ def test_a_restored_run_can_be_run_again(app: FlowForge, tmp_path: Path) -> None
 
 
 def test_a_short_id_of_an_archived_run_names_its_file(app: FlowForge, tmp_path: Path) -> None:
-    from flowforge.app import ids  # noqa: PLC0415
+    from flowforge.app import ids
 
     done = finished_runs(app)[0]
     file = tmp_path / "old.ffarchive"

@@ -39,8 +39,9 @@ DB_ACTIONS = (
         "archive",
         "move the runs that ended before a cutoff to an archive file (verified first)",
         """\
-        flowforge db archive --finished-before 30d --to archive/2026-12.ffarchive
-          archived 1200 runs (36420 events) to archive/2026-12.ffarchive in 1.9s; the file holds 1200 runs, 36420 events
+        flowforge db archive --finished-before 30d --to 2026-12.ffarchive
+          archived 1200 runs (36420 events) to 2026-12.ffarchive in 1.9s; the file
+          holds 1200 runs, 36420 events
         """,
         "flowforge.cli.archive:archive",
         (flags.FINISHED_BEFORE, flags.ARCHIVE_TO),
@@ -56,8 +57,8 @@ DB_ACTIONS = (
         "restore",
         "bring back the runs of an archive file (idempotent)",
         """\
-        flowforge db restore archive/2026-12.ffarchive
-          restored 1200 runs (36420 events) from archive/2026-12.ffarchive in 2.4s
+        flowforge db restore 2026-12.ffarchive
+          restored 1200 runs (36420 events) from 2026-12.ffarchive in 2.4s
         """,
         "flowforge.cli.archive:restore",
         (flags.ARCHIVE_FILE,),

@@ -6,10 +6,10 @@
 locks of an advance, ``runs.py``), ``leaves`` (the leaf shortcut, ``leaves.py``),
 ``outbox`` (dispatches, ``outbox.py``), ``limits`` (concurrency limits, ``concurrency_limits.py``),
 ``marks`` (the scheduler's wake-ups, ``marks.py``), ``schedules`` (cron schedules,
-``cron_schedules.py``), ``rebuild`` (``rebuild.py``) and ``archive`` (``archive.py``). Each edge is one conditional write with
-its event (``recording.py``) and what follows it in the same transaction (the run's
-mark, the outbox row of a task that became ready): the transaction commits all of it or
-none of it.
+``cron_schedules.py``), ``rebuild`` (``rebuild.py``) and ``archive`` (``archive.py``).
+Each edge is one conditional write with its event (``recording.py``) and what follows
+it in the same transaction (the run's mark, the outbox row of a task that became
+ready): the transaction commits all of it or none of it.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class ArchiveWrites:
         params = {"originator_ids": id_list(owner)}
         for row in self._tx.run("archive_events", params):
             event = stored_event(row)
-            owner[event.originator_id].events.append(event)
+            owner[UUID(str(event.originator_id))].events.append(event)
         return [records[run_id] for run_id in run_ids if run_id in records]
 
     def lock_runs(self, run_ids: Collection[UUID]) -> dict[UUID, int]:
