@@ -58,9 +58,9 @@ def test_an_archiver_killed_between_batches_leaves_each_run_live_or_archived(
         runs = _ended_runs(app, RUNS)
     file, marker = embedded_cli.cwd / "old.ffarchive", embedded_cli.cwd / "paused"
     env = {**embedded_cli.env, PAUSE_VARIABLE: f"1:{marker}"}
+    command = ["db", "archive", "--finished-before", "0s", "--to", str(file)]
     archiver = subprocess.Popen(
-        [sys.executable, "-m", "flowforge", "db", "archive", "--finished-before", "0s"]
-        + ["--to", str(file)],
+        [sys.executable, "-m", "flowforge", *command],
         cwd=embedded_cli.cwd,
         env=env,
         stdout=subprocess.DEVNULL,
