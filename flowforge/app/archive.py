@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from flowforge import errors, timefmt
 from flowforge.app import archive_file
 from flowforge.projections.store import Store
-from flowforge.projections.writes.archive import Candidate, RunRecord
+from flowforge.projections.writes.archive import ArchivedRun, Candidate, RunRecord
 
 #: A batch's bounds: its runs and its aggregates (a run and its tasks) or events. One
 #: batch is one transaction, whose rows stay locked until it commits.
@@ -168,23 +168,21 @@ def _delete(
     events it archived, and how many runs were gone already."""
     total, done, archived, events, gone = len(manifest["runs"]), 0, 0, 0, 0
     name = str(to.resolve())
-    batches = _batches(archive_file.records(to, manifest), _weight, BATCH_EVENTS)
+    batches = _batches(archive_file.manifest_runs(manifest), _weight_of_run, BATCH_EVENTS)
     for number, batch in enumerate(batches, start=1):
         with store.write() as writes:
             versions = writes.archive.lock_runs([r.id for r in batch])
             gone += sum(1 for r in batch if r.id not in versions)
-            kept = [r for r in batch if versions.get(r.id) == r.run["version"]]
+            kept = [r for r in batch if versions.get(r.id) == r.version]
             aggregates = [a for r in kept for a in r.aggregate_ids]
-            if kept and writes.archive.count_events(aggregates) != sum(
-                len(r.events) for r in kept
-            ):
+            if kept and writes.archive.count_events(aggregates) != sum(r.events for r in kept):
                 kept = [r for r in kept if _unchanged(writes.archive.count_events, r)]
                 aggregates = [a for r in kept for a in r.aggregate_ids]
             if kept:
                 writes.archive.delete([r.id for r in kept], aggregates)
                 writes.archive.record_archived(name, kept)
         archived += len(kept)
-        events += sum(len(r.events) for r in kept)
+        events += sum(r.events for r in kept)
         done += len(batch)
         progress("delete", done, total)
         if between_batches is not None:
@@ -192,10 +190,10 @@ def _delete(
     return archived, events, gone
 
 
-def _unchanged(count_events: Callable[[list[Any]], int], record: RunRecord) -> bool:
+def _unchanged(count_events: Callable[[list[Any]], int], run: ArchivedRun) -> bool:
     """The run's aggregates have exactly the events the file holds (one by one, after a
     batch's total disagreed: a run that changed since it was written stays live)."""
-    return count_events(record.aggregate_ids) == len(record.events)
+    return count_events(list(run.aggregate_ids)) == run.events
 
 
 def apply_retention(
@@ -256,6 +254,10 @@ def restore(store: Store, path: Path, *, progress: Progress = no_progress) -> Re
 
 def _weight(record: RunRecord) -> int:
     return len(record.events) + len(record.tasks) + 1
+
+
+def _weight_of_run(run: ArchivedRun) -> int:
+    return run.events + len(run.aggregate_ids)
 
 
 def _batches(items: Iterable[_T], weight: Callable[[_T], int], bound: int) -> Iterator[list[_T]]:

@@ -35,7 +35,7 @@ from eventsourcing.persistence import StoredEvent
 
 from flowforge import errors, timefmt
 from flowforge.projections.tables import COLUMN_CODECS, ColumnCodec
-from flowforge.projections.writes.archive import BOOKKEEPING, RunRecord
+from flowforge.projections.writes.archive import BOOKKEEPING, ArchivedRun, RunRecord
 
 FORMAT = "flowforge-archive"
 FORMAT_VERSION = 1
@@ -92,6 +92,7 @@ class ArchiveWriter:
                 "version": record.run["version"],
                 "events": len(record.events),
                 "task_runs": len(record.tasks),
+                "task_run_ids": [str(task["id"]) for task in record.tasks],
                 "sha256": _hash(line),
             }
         )
@@ -109,6 +110,7 @@ class ArchiveWriter:
             **self._header,
             "counts": {"runs": len(self._runs), **self._counts},
             "members": {RUNS: {"sha256": self._digest.hexdigest(), "bytes": self._bytes}},
+            "runs_sha256": _runs_hash(self._runs),
             "runs": self._runs,
         }
         self._zip.writestr(README, _README)
@@ -155,16 +157,45 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 
 def verify(path: Path) -> dict[str, Any]:
-    """Read the whole file, checking every checksum and count; its manifest."""
+    """Read the whole file, checking every checksum and count; its manifest. Its runs'
+    lines are checked by their SHA-256, not decoded: the deletes read what they need
+    from the manifest (``manifest_runs``), whose list of runs has its own SHA-256."""
     manifest = read_manifest(path)
-    for _ in records(path, manifest):
+    try:
+        listed = _runs_hash(manifest["runs"]) == manifest["runs_sha256"]
+    except (KeyError, TypeError, ValueError):
+        listed = False
+    if not listed:
+        raise _corrupt(path, "its manifest's list of runs does not match its checksum")
+    for _ in _lines(path, manifest):
         pass
     return manifest
 
 
+def manifest_runs(manifest: Mapping[str, Any]) -> Iterator[ArchivedRun]:
+    """The runs of a verified file's manifest, in file order."""
+    for run in manifest["runs"]:
+        yield ArchivedRun(
+            UUID(run["id"]),
+            run["workflow_name"],
+            int(run["version"]),
+            (UUID(run["id"]), *(UUID(task) for task in run["task_run_ids"])),
+            int(run["events"]),
+        )
+
+
 def records(path: Path, manifest: Mapping[str, Any]) -> Iterator[RunRecord]:
-    """The file's runs in order, each checked against the manifest as it is read; the
-    whole member's checksum and the counts are checked after the last."""
+    """The file's runs in order, each checked against the manifest as it is read."""
+    for expected, line in _lines(path, manifest):
+        record = decode_record(line)
+        if record.summary() != next(manifest_runs({"runs": [expected]})):
+            raise _corrupt(path, f"run {record.id} is not what its manifest lists")
+        yield record
+
+
+def _lines(path: Path, manifest: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """Each run's line with its manifest entry, its SHA-256 checked; the whole member's
+    checksum and the number of runs are checked after the last."""
     expected: list[dict[str, Any]] = manifest["runs"]
     digest, seen = hashlib.sha256(), 0
     with _opened(path) as archive, _member(archive, path) as member:
@@ -173,19 +204,17 @@ def records(path: Path, manifest: Mapping[str, Any]) -> Iterator[RunRecord]:
                 digest.update(line)
                 if seen >= len(expected) or _hash(line) != expected[seen]["sha256"]:
                     raise _corrupt(path, f"run {seen + 1} does not match its checksum")
-                record = decode_record(line)
-                if (len(record.events), len(record.tasks)) != (
-                    expected[seen]["events"],
-                    expected[seen]["task_runs"],
-                ):
-                    raise _corrupt(path, f"run {record.id} does not have its counts")
                 seen += 1
-                yield record
+                yield expected[seen - 1], line
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
             raise _corrupt(path, f"its runs cannot be read ({exc})") from exc
     want = manifest["members"][RUNS]["sha256"]
     if seen != len(expected) or digest.hexdigest() != want:
         raise _corrupt(path, f"it holds {seen} of the {len(expected)} runs its manifest lists")
+
+
+def _runs_hash(runs: Any) -> str:
+    return _hash(json.dumps(runs, sort_keys=True, separators=(",", ":")).encode())
 
 
 @contextmanager

@@ -5,6 +5,7 @@ archive each run once; a restored run can be run again."""
 
 from __future__ import annotations
 
+import json
 import threading
 import zipfile
 from collections.abc import Callable, Iterator
@@ -12,7 +13,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -184,10 +185,23 @@ def _edited(path: Path) -> None:
             new.writestr(name, data)
 
 
+def _listed(path: Path) -> None:
+    """A whole zip whose manifest lists another run (the deletes read their ids there)."""
+    with zipfile.ZipFile(path) as old:
+        members = {name: old.read(name) for name in old.namelist()}
+    manifest = json.loads(members[archive_file.MANIFEST])
+    manifest["runs"][0]["id"] = str(uuid4())
+    members[archive_file.MANIFEST] = json.dumps(manifest).encode()
+    with zipfile.ZipFile(path, "w") as new:
+        for name, data in members.items():
+            new.writestr(name, data)
+
+
 CORRUPTIONS: dict[str, Callable[[Path], None]] = {
     "truncated": _truncated,
     "flipped": _flipped,
     "edited": _edited,
+    "listed": _listed,
 }
 
 

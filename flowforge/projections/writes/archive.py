@@ -32,6 +32,23 @@ class Candidate:
     task_count: int
 
 
+@dataclass(frozen=True, slots=True)
+class ArchivedRun:
+    """What the deletes need of an archived run (an archive file's manifest has it):
+    its id and name, the version of its row, its aggregates (the run's and its tasks'
+    ids) and how many events they had."""
+
+    id: UUID
+    workflow_name: str
+    version: int
+    aggregate_ids: tuple[UUID, ...]
+    events: int
+
+    @property
+    def tasks(self) -> int:
+        return len(self.aggregate_ids) - 1
+
+
 @dataclass(slots=True)
 class RunRecord:
     """One run as an archive file holds it: its row, its tasks' rows, its bookkeeping
@@ -53,6 +70,15 @@ class RunRecord:
     def aggregate_ids(self) -> list[UUID]:
         """The run's and its tasks' ids: the originators of its events."""
         return [self.id, *(task["id"] for task in self.tasks)]
+
+    def summary(self) -> ArchivedRun:
+        return ArchivedRun(
+            self.id,
+            self.run["workflow_name"],
+            int(self.run["version"]),
+            tuple(self.aggregate_ids),
+            len(self.events),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,20 +159,20 @@ class ArchiveWrites:
             ]
         )
 
-    def record_archived(self, archive_file: str, records: Iterable[RunRecord]) -> None:
+    def record_archived(self, archive_file: str, runs: Iterable[ArchivedRun]) -> None:
         self._tx.run_each(
             [
                 (
                     "insert_archived_run",
                     {
-                        "workflow_run_id": record.id,
-                        "workflow_name": record.run["workflow_name"],
+                        "workflow_run_id": run.id,
+                        "workflow_name": run.workflow_name,
                         "archive_file": archive_file,
-                        "event_count": len(record.events),
-                        "task_count": len(record.tasks),
+                        "event_count": run.events,
+                        "task_count": run.tasks,
                     },
                 )
-                for record in records
+                for run in runs
             ]
         )
 
