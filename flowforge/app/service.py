@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
+from uuid import UUID
 
 from flowforge.app import archive, db_stats, rebuild, results
 from flowforge.app.caches import ClaimCache, DefinitionCache
@@ -175,6 +176,11 @@ class FlowForge:
     def rebuild_projections(self) -> RebuildReport:
         """Delete the projected rows and rebuild them from the log (``app/rebuild.py``)."""
         return rebuild.rebuild_projections(self.store, self.events)
+
+    def logged_aggregates(self) -> dict[UUID, Any]:
+        """Every run's, task run's and schedule's aggregate reconstituted from the log,
+        by id, in one read of the log (``db rebuild``'s check; ``app/rebuild.py``)."""
+        return rebuild.logged_aggregates(self.store, self.events)
 
     # --- bounded history: archive and restore (app/archive.py), db stats ------------------
 

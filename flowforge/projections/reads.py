@@ -58,6 +58,10 @@ class Reads:
         params = {"originator_ids": id_list(aggregate_ids)}
         return [stored_event(row) for row in self._tx.run("select_stored_events_of", params)]
 
+    def every_stored_event(self) -> list[StoredEvent]:
+        """Every stored event, in the log's order, in one read (the rebuild's check)."""
+        return [stored_event(row) for row in self._tx.run("select_stored_events")]
+
     def now(self) -> datetime:
         """The database's clock: the one that decides leases and retry times."""
         (row,) = self._tx.run("db_now")
