@@ -60,8 +60,8 @@ def _rebuild_once(store: Store, events: EventStore) -> RebuildReport:
     with store.write(rebuild=True) as writes:
         stored = writes.rebuild.stored_events()
         writes.rebuild.delete_projections()
-        for record in stored:
-            writes.rebuild.apply(events.mapper.to_domain_event(record))
+        to_domain_event = events.mapper.to_domain_event
+        writes.rebuild.apply_all(to_domain_event(record) for record in stored)
         writes.rebuild.fill_missing_task_leases()
         writes.rebuild.recount_limits()
     runs = sum(1 for s in stored if s.topic.endswith("WorkflowRun.Created"))
