@@ -327,3 +327,21 @@ def test_a_short_id_of_an_archived_run_names_its_file(app: FlowForge, tmp_path: 
         ids.resolve_run(app, done.hex[-8:])
     with pytest.raises(errors.UnknownRunError):
         ids.resolve_run(app, "0123abcd")
+
+
+def test_the_web_ui_of_an_archived_run_says_where_it_went(app: FlowForge, tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from flowforge.ui.web import create_app
+
+    done = finished_runs(app)[0]
+    file = tmp_path / "old.ffarchive"
+    app.archive_runs(file, older_than=NOW)
+
+    with TestClient(create_app(app, token=None)) as client:
+        page = client.get(f"/runs/{done}")
+        search = client.get("/", params={"q": done.hex[-8:]})
+
+    assert page.status_code == search.status_code == 404
+    assert str(file) in page.text
+    assert f"flowforge db restore {file}" in search.text
