@@ -345,3 +345,20 @@ def test_the_web_ui_of_an_archived_run_says_where_it_went(app: FlowForge, tmp_pa
     assert page.status_code == search.status_code == 404
     assert str(file) in page.text
     assert f"flowforge db restore {file}" in search.text
+
+
+def test_a_run_that_ends_while_the_archive_works_is_left_for_the_next_one(
+    app: FlowForge, tmp_path: Path
+) -> None:
+    ended, live = finished_runs(app), live_run(app)
+
+    def end_the_live_run(step: str, done: int, total: int) -> None:
+        if step == "write" and app.get_workflow_run(live).state == "running":
+            work(app, live, "b")
+            app.advance_workflow_run(live)
+
+    report = app.archive_runs(tmp_path / "a", older_than=NOW, progress=end_the_live_run)
+
+    assert report.archived == len(ended)
+    assert app.get_workflow_run(live).state == "succeeded"  # ended, and still live
+    assert app.archive_runs(tmp_path / "b", older_than=NOW).archived == 1
