@@ -35,7 +35,7 @@ from flowforge.app.ports import QueueProbe, QueueState
 from flowforge.app.results import WorkflowRunView
 from flowforge.app.scope import Scope
 from flowforge.app.service import REDISPATCH_AFTER_S, FlowForge
-from flowforge.config import BrokerConfig, Settings
+from flowforge.config import BrokerConfig, RetentionConfig, Settings
 from flowforge.processes import outbox_publisher
 from flowforge.processes import scheduler as scheduler_loop
 from flowforge.processes.loop import Stop
@@ -176,6 +176,8 @@ class Processes:
     #: The scheduler's way to ask the broker about a queue (the transport's, or the
     #: configured broker's for a scheduler wired without a transport); None: no net.
     probe: QueueProbe | None = None
+    #: What the scheduler archives on its own (``FLOWFORGE_ARCHIVE_AFTER``); None: nothing.
+    retention: RetentionConfig | None = None
 
     def scheduler(
         self,
@@ -192,6 +194,7 @@ class Processes:
             probe=probe,
             stop=self.stop,
             scope=scope,
+            retention=self.retention,
         )
 
     def publisher(
@@ -299,6 +302,7 @@ def bootstrap(
         registry=registry,
         stop=stop or Stop(),
         probe=probe,
+        retention=settings.retention,
     )
 
 

@@ -8,7 +8,9 @@ setting raises ``ConfigurationError`` naming the variable and what to check.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
@@ -174,6 +176,52 @@ PREPARED_STATEMENTS_VARIABLE = "FLOWFORGE_PREPARED_STATEMENTS"
 _SWITCH = {"on": True, "off": False}
 
 
+#: Retention (docs/operations.md): runs that ended longer ago than this are archived by
+#: the scheduler, into files in ``FLOWFORGE_ARCHIVE_DIR``. Unset: nothing is archived.
+ARCHIVE_AFTER_VARIABLE = "FLOWFORGE_ARCHIVE_AFTER"
+ARCHIVE_DIR_VARIABLE = "FLOWFORGE_ARCHIVE_DIR"
+#: Where the archive files go when only the age is set.
+DEFAULT_ARCHIVE_DIR = Path(".flowforge/archive")
+_AGE_PART = r"(\d+(?:\.\d+)?)([dhms])"
+_AGE = re.compile(rf"(?:{_AGE_PART})+")
+_AGE_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_age(text: str, setting: str = "the age") -> timedelta:
+    """An age such as ``30d``, ``12h``, ``1d12h`` or ``90m`` (d, h, m, s); a
+    ``ConfigurationError`` naming ``setting`` if it is none."""
+    compact = text.strip().lower()
+    if not _AGE.fullmatch(compact):
+        raise errors.ConfigurationError(
+            f"{setting} must be an age such as 30d, 12h, 1d12h or 90m; got {text!r}"
+        )
+    return timedelta(
+        seconds=sum(float(n) * _AGE_UNITS[unit] for n, unit in re.findall(_AGE_PART, compact))
+    )
+
+
+class RetentionConfig(BaseModel):
+    """The retention the scheduler applies on its own: archive the runs that ended more
+    than ``archive_after`` ago into files in ``archive_dir`` (docs/operations.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    archive_after: timedelta
+    archive_dir: Path = DEFAULT_ARCHIVE_DIR
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> RetentionConfig | None:
+        """The retention ``FLOWFORGE_ARCHIVE_AFTER`` (and ``_DIR``) set; None: none."""
+        after = environ.get(ARCHIVE_AFTER_VARIABLE, "").strip()
+        if not after:
+            return None
+        directory = environ.get(ARCHIVE_DIR_VARIABLE, "").strip()
+        return cls(
+            archive_after=parse_age(after, ARCHIVE_AFTER_VARIABLE),
+            archive_dir=Path(directory) if directory else DEFAULT_ARCHIVE_DIR,
+        )
+
+
 class Settings(BaseModel):
     """Where the database is and, if configured, the broker (else: in-process dispatch)."""
 
@@ -183,6 +231,7 @@ class Settings(BaseModel):
     listen_database_url: str | None = Field(None, repr=False)
     prepared_statements: bool = True
     broker: BrokerConfig | None = None
+    retention: RetentionConfig | None = None
 
     @classmethod
     def from_env(
@@ -200,6 +249,7 @@ class Settings(BaseModel):
             listen_database_url=listen_url,
             prepared_statements=_switch(environ, PREPARED_STATEMENTS_VARIABLE, default=True),
             broker=broker,
+            retention=RetentionConfig.from_env(environ),
         )
 
     @property

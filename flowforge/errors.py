@@ -12,6 +12,8 @@ its ``except`` clauses::
         PermanentPersistenceError   wrong schema: retrying never helps, an operator must act
       BrokerError          RabbitMQ refused the operation (publish, declare, consume)
         BrokerUnavailableError      unreachable or connection lost: reconnect with backoff
+      ArchiveError         an archive or restore could not be done (app/archive.py)
+        ArchiveFileError            the file is missing, or not a whole FlowForge archive
       ConfigurationError   a setting is invalid: fix it and start again
       ProcessError         a long-running process cannot go on: its supervisor restarts it
         HandlersHungError           a worker's abandoned handlers would not return
@@ -162,6 +164,10 @@ class UnknownTaskRunError(UnknownRunError):
     """No task run has that id; list a run's tasks with `flowforge status RUN`."""
 
 
+class ArchivedRunError(NotFoundError):
+    """The run was archived: bring it back with `flowforge db restore FILE`."""
+
+
 class UnknownScheduleError(NotFoundError):
     """No schedule has that name; list them with `flowforge schedule list`."""
 
@@ -246,6 +252,27 @@ class HandlersHungError(ProcessError):
     not return. The worker exits so that its supervisor (systemd, Kubernetes, ...)
     starts a fresh process; find the handler that hangs (the worker's log names each
     task it abandoned) and give it a timeout of its own."""
+
+
+# --- archives (`flowforge db archive` / `db restore`; docs/operations.md) -----------------
+
+
+class ArchiveError(FlowForgeError):
+    """The archive or restore could not be done; nothing was deleted or restored."""
+
+
+class ArchiveFileError(ArchiveError):
+    """The archive file cannot be used; name a file `flowforge db archive` wrote."""
+
+
+class CorruptArchiveError(ArchiveFileError):
+    """The archive file is damaged or truncated, and is refused; nothing was deleted or
+    restored. Use an intact copy of the file."""
+
+
+class ArchiverBusyError(ArchiveError):
+    """Another archiver (a `flowforge db archive`, `db restore` or a scheduler's
+    retention) is running on this database; wait for it to finish and try again."""
 
 
 class ConfigurationError(FlowForgeError):

@@ -25,7 +25,7 @@ from tests.helpers import RoundTrip
 
 TABLES = (
     *("dispatch_outbox", "task_runs", "workflow_runs", "flowforge_events", "run_wakeups"),
-    *("task_type_limits", "run_limits", "held_dispatches", "schedules"),
+    *("task_type_limits", "run_limits", "held_dispatches", "schedules", "archived_runs"),
 )
 
 

@@ -30,6 +30,7 @@ from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import ACTOR_SCHEDULER, is_due
+from flowforge.app import archived_runs
 from flowforge.app.caches import DefinitionCache
 from flowforge.app.results import AdvanceResult
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
@@ -307,6 +308,9 @@ def _advance_locked(
 def load_run(writes: Writes, run_id: UUID, *, lock: bool = False) -> WorkflowRunRow:
     run = writes.runs.lock(run_id) if lock else writes.workflow_run(run_id)
     if run is None:
+        archived = writes.archived_run(run_id)
+        if archived is not None:
+            raise archived_runs.archived_error(archived)
         raise errors.UnknownRunError(f"no workflow run {run_id}; list runs with `flowforge runs`")
     return run
 

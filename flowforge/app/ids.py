@@ -33,6 +33,8 @@ def resolve_run(app: FlowForge, text: str) -> WorkflowRunView:
     if full is not None:
         return app.get_workflow_run(full)
     matches = [run for run in recent_runs(app, text) if matches_id(run.id, text)]
+    if not matches:
+        app.raise_if_archived(text)  # a short id of an archived run: say where it went
     return one(matches, text, "workflow run", "list runs with `flowforge runs`")
 
 

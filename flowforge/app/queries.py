@@ -10,7 +10,7 @@ from uuid import UUID
 from flowforge import errors
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
-from flowforge.app import audit, results
+from flowforge.app import archived_runs, audit, results
 from flowforge.app.core import ServiceCore
 from flowforge.app.results import (
     AuditEntry,
@@ -43,11 +43,25 @@ class Queries:
     def get_workflow_run(self, run_id: UUID) -> WorkflowRunView:
         with self._core.reads() as reads:
             run = reads.workflow_run(run_id)
+            archived = reads.archived_run(run_id) if run is None else None
+        if archived is not None:
+            raise archived_runs.archived_error(archived)
         if run is None:
             raise errors.UnknownRunError(
                 f"no workflow run {run_id}; list runs with `flowforge runs`"
             )
         return results.workflow_run_view(run)
+
+    def raise_if_archived(self, text: str) -> None:
+        """``ArchivedRunError`` if ``text`` (a full or partial id no live run has) names
+        one archived run; nothing otherwise."""
+        part = text.strip().lower()
+        if not part or any(c not in "0123456789abcdef-" for c in part):
+            return
+        with self._core.reads() as reads:
+            found = reads.archived_runs_like(part)
+        if len(found) == 1:
+            raise archived_runs.archived_error(found[0])
 
     def get_task_run(self, task_run_id: UUID) -> TaskRunView:
         with self._core.reads() as reads:

@@ -6,6 +6,10 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.application import project_aggregate
 
 from flowforge import errors
 from flowforge.app.event_store import EventStore
@@ -56,10 +60,26 @@ def _rebuild_once(store: Store, events: EventStore) -> RebuildReport:
     with store.write(rebuild=True) as writes:
         stored = writes.rebuild.stored_events()
         writes.rebuild.delete_projections()
-        for record in stored:
-            writes.rebuild.apply(events.mapper.to_domain_event(record))
+        to_domain_event = events.mapper.to_domain_event
+        writes.rebuild.apply_all(to_domain_event(record) for record in stored)
         writes.rebuild.fill_missing_task_leases()
         writes.rebuild.recount_limits()
     runs = sum(1 for s in stored if s.topic.endswith("WorkflowRun.Created"))
     tasks = sum(1 for s in stored if s.topic.endswith("TaskRun.Created"))
     return RebuildReport(events=len(stored), workflow_runs=runs, task_runs=tasks)
+
+
+def logged_aggregates(store: Store, events: EventStore) -> dict[UUID, Any]:
+    """Every aggregate reconstituted from the log, by id: the whole log read once and
+    folded in memory by the library's own projector function (``project_aggregate``,
+    what its repository folds one aggregate's events with), where a repository read per
+    row cost a round trip each."""
+    with store.read() as reads:
+        stored = reads.every_stored_event()
+    aggregates: dict[UUID, Any] = {}
+    to_domain_event = events.mapper.to_domain_event
+    for record in stored:
+        event = to_domain_event(record)
+        key = UUID(str(event.originator_id))
+        aggregates[key] = project_aggregate(aggregates.get(key), (event,))
+    return aggregates

@@ -15,9 +15,12 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
+from uuid import UUID
 
-from flowforge.app import rebuild, results
+from flowforge.app import archive, db_stats, rebuild, results
 from flowforge.app.caches import ClaimCache, DefinitionCache
 from flowforge.app.commands import Commands
 from flowforge.app.concurrency_limits import Limits
@@ -174,10 +177,74 @@ class FlowForge:
         """Delete the projected rows and rebuild them from the log (``app/rebuild.py``)."""
         return rebuild.rebuild_projections(self.store, self.events)
 
+    def logged_aggregates(self) -> dict[UUID, Any]:
+        """Every run's, task run's and schedule's aggregate reconstituted from the log,
+        by id, in one read of the log (``db rebuild``'s check; ``app/rebuild.py``)."""
+        return rebuild.logged_aggregates(self.store, self.events)
+
+    # --- bounded history: archive and restore (app/archive.py), db stats ------------------
+
+    def archive_runs(
+        self,
+        to: Path,
+        *,
+        older_than: timedelta,
+        limit: int = archive.MAX_RUNS_PER_FILE,
+        progress: archive.Progress | None = None,
+        between_batches: Callable[[int], None] | None = None,
+    ) -> archive.ArchiveReport:
+        """Move the runs that ended more than ``older_than`` ago (by the database's
+        clock) into the archive file ``to``; or, if it exists, finish its deletes."""
+        return archive.archive(
+            self.store,
+            to,
+            older_than=older_than,
+            source=self._archive_source(),
+            limit=limit,
+            progress=progress or archive.no_progress,
+            between_batches=between_batches,
+        )
+
+    def restore_runs(
+        self, path: Path, *, progress: archive.Progress | None = None
+    ) -> archive.RestoreReport:
+        """Put back every run of the archive file ``path`` that is not live."""
+        return archive.restore(self.store, path, progress=progress or archive.no_progress)
+
+    def apply_retention(
+        self, older_than: timedelta, directory: Path, *, limit: int = archive.RETENTION_RUNS
+    ) -> archive.ArchiveReport | None:
+        """The scheduler's retention: archive up to ``limit`` runs that ended more than
+        ``older_than`` ago into a new file in ``directory``; None if another archiver
+        holds the lock (it will do the work)."""
+        return archive.apply_retention(
+            self.store,
+            directory,
+            older_than=older_than,
+            source=self._archive_source(),
+            name=f"flowforge-{self.deployment_id}",
+            limit=limit,
+        )
+
+    def database_stats(self) -> db_stats.DatabaseStats:
+        """The live database's size and the archive files (``flowforge db stats``)."""
+        return db_stats.database_stats(self.store)
+
+    def _archive_source(self) -> dict[str, object]:
+        return {
+            "source": {
+                "dialect": self.database.dialect,
+                "database": self.database.location,
+                "deployment_id": self.deployment_id,
+                "schema_version": self.schema_version,
+            }
+        }
+
     # --- queries: the projected tables and the audit log (app/queries.py) -----------------
 
     get_workflow_run = _on("queries", Queries.get_workflow_run)
     get_task_run = _on("queries", Queries.get_task_run)
+    raise_if_archived = _on("queries", Queries.raise_if_archived)
     task_run_and_its_run = _on("queries", Queries.task_run_and_its_run)
     task_results = _on("queries", Queries.task_results)
     task_runs = _on("queries", Queries.task_runs)

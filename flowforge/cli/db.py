@@ -73,14 +73,15 @@ def verify(app: FlowForge) -> tuple[int, list[str]]:
     """Compare every row with its aggregate reconstituted from the log: how many run
     and task rows were checked, and each difference (schedules' too)."""
     checked, problems = 0, []
+    # The whole log read once, folded in memory: a read of the log per row was most of
+    # the rebuild's time (docs/performance.md, "Archive, restore and rebuild").
+    logged = app.logged_aggregates()
     for run in app.every_run():
-        aggregate = logged_row(app.workflow_run_aggregate(run.id))
-        problems += differences(f"workflow run {run.id}", aggregate, dataclasses.asdict(run))
+        problems += _compared(f"workflow run {run.id}", logged.get(run.id), run)
         checked += 1
         for task in app.task_runs(run.id):
-            expected = logged_row(app.task_run_aggregate(task.id))
-            problems += differences(
-                f"task run {task.id} ({task.task_key})", expected, dataclasses.asdict(task)
+            problems += _compared(
+                f"task run {task.id} ({task.task_key})", logged.get(task.id), task
             )
             checked += 1
     # The cron schedules (not counted: the report counts runs and tasks), the live ones.
@@ -90,6 +91,12 @@ def verify(app: FlowForge) -> tuple[int, list[str]]:
             f"schedule {schedule.name}", expected, dataclasses.asdict(schedule)
         )
     return checked, problems
+
+
+def _compared(label: str, aggregate: MachineAggregate | None, row: Any) -> list[str]:
+    if aggregate is None:
+        return [f"{label}: the table has it but the log has no event of it"]
+    return differences(label, logged_row(aggregate), dataclasses.asdict(row))
 
 
 def logged_row(aggregate: MachineAggregate) -> dict[str, Any]:

@@ -397,3 +397,33 @@ CATCH_UP = Flag(
     help="after a scheduler downtime, also run up to N missed fire times (the newest N, "
     "oldest first) besides the latest (default: 0: run once, for the latest)",
 )
+
+
+def _age(text: str) -> Any:
+    """``--finished-before``: an age (30d, 12h, 90m), refused as a usage error."""
+    from flowforge import config, errors  # noqa: PLC0415 - kept off --help's imports
+
+    try:
+        return config.parse_age(text, "--finished-before")
+    except errors.ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# `flowforge db archive` / `db restore` (docs/operations.md).
+FINISHED_BEFORE = Flag(
+    ("--finished-before",),
+    type=_age,
+    required=True,
+    metavar="AGE",
+    help="archive the runs that ended longer ago than AGE by the database's clock: "
+    "30d, 12h, 1d12h, 90m",
+)
+ARCHIVE_TO = Flag(
+    ("--to",),
+    required=True,
+    metavar="FILE",
+    dest="archive_to",
+    help="the archive file to write; if it exists, the archive it began is finished "
+    "(the runs still live are deleted; nothing else changes)",
+)
+ARCHIVE_FILE = Flag(("file",), metavar="FILE", help="an archive file `flowforge db archive` wrote")

@@ -8,10 +8,12 @@ import time
 from dataclasses import asdict
 
 from flowforge import errors
+from flowforge.app.archive import RETENTION_RUNS
 from flowforge.app.ports import QueueProbe
 from flowforge.app.results import ScheduleSummary
 from flowforge.app.scope import Scope
 from flowforge.app.service import REDISPATCH_AFTER_S, FlowForge
+from flowforge.config import RetentionConfig
 from flowforge.processes.loop import LISTEN_READY_S, Stop
 
 log = logging.getLogger(__name__)
@@ -20,6 +22,8 @@ DEFAULT_INTERVAL_S = 1.0
 #: The shortest sleep before a timer pass, so a timer that keeps falling due at once
 #: (a retry whose run cannot be advanced) cannot spin the loop.
 MIN_TIMER_S = 0.05
+#: How often a scheduler with a retention looks for runs to archive.
+RETENTION_EVERY_S = 600.0
 
 
 class Scheduler:
@@ -42,8 +46,12 @@ class Scheduler:
         probe: QueueProbe | None = None,
         stop: Stop | None = None,
         scope: Scope | None = None,
+        retention: RetentionConfig | None = None,
     ) -> None:
         self.app = app
+        #: Archive ended runs on its own (docs/operations.md, "Retention"); None: never.
+        self.retention = retention
+        self._next_retention = 0.0
         self.interval = interval
         self.redispatch_after = redispatch_after
         #: Asks the broker how many messages a type's queue holds, for the redispatch
@@ -73,6 +81,7 @@ class Scheduler:
                 self._next_pass = now + self.interval
                 self.run_once()
                 timer = self.app.seconds_to_next_timer(scope=self.scope)
+                self._apply_retention(now)
             else:
                 summary = self.app.advance_woken_runs(scope=self.scope)
                 _log_changes("woken runs advanced", summary)
@@ -88,6 +97,32 @@ class Scheduler:
         if timer is not None:
             self._next_pass = min(self._next_pass, time.monotonic() + max(timer, MIN_TIMER_S))
         return max(0.0, self._next_pass - time.monotonic())
+
+    def _apply_retention(self, now: float) -> None:
+        """Every ``RETENTION_EVERY_S``, archive what the retention says has aged out
+        (a bounded amount per pass; another scheduler holding the archiver's lock does
+        it instead). An embedded runner's scheduler (a scope) leaves it to the others."""
+        if self.retention is None or self.scope is not None or now < self._next_retention:
+            return
+        self._next_retention = now + RETENTION_EVERY_S
+        try:
+            report = self.app.apply_retention(
+                self.retention.archive_after, self.retention.archive_dir
+            )
+        except (errors.ArchiveError, OSError) as exc:
+            log.warning("retention failed; trying again later", extra={"error": str(exc)})
+            return
+        if report is not None and report.file is not None:
+            log.info(
+                "runs archived",
+                extra={
+                    "archive_file": str(report.file),
+                    "runs": report.archived,
+                    "events": report.archived_events,
+                },
+            )
+            if report.runs >= RETENTION_RUNS:
+                self._next_retention = now  # a backlog: the next pass goes on with it
 
     def run(self) -> None:
         """Loop until a stop is requested; a database outage is logged and retried."""

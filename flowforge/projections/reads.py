@@ -58,11 +58,26 @@ class Reads:
         params = {"originator_ids": id_list(aggregate_ids)}
         return [stored_event(row) for row in self._tx.run("select_stored_events_of", params)]
 
+    def every_stored_event(self) -> list[StoredEvent]:
+        """Every stored event, in the log's order, in one read (the rebuild's check)."""
+        return [stored_event(row) for row in self._tx.run("select_stored_events")]
+
     def now(self) -> datetime:
         """The database's clock: the one that decides leases and retry times."""
         (row,) = self._tx.run("db_now")
         value: datetime = row["db_now"]
         return value
+
+    def archived_run(self, run_id: UUID) -> Row | None:
+        """Where the run went, if it was archived (``archived_runs``; app/archive.py)."""
+        rows = self._tx.run("select_archived_run", {"workflow_run_id": run_id})
+        return rows[0] if rows else None
+
+    def archived_runs_like(self, part: str) -> list[Row]:
+        """At most two archived runs whose id (with its hyphens) starts or ends with
+        ``part``, a user's short id (lower-case hex and hyphens only: no wildcard)."""
+        params = {"starts": f"{part}%", "ends": f"%{part}"}
+        return self._tx.run("select_archived_runs_like", params)
 
     def workflow_run(self, run_id: UUID) -> WorkflowRunRow | None:
         return first_row(WorkflowRunRow, self._tx.run("select_workflow_run", {"id": run_id}))

@@ -23,14 +23,21 @@ from types import MappingProxyType
 from flowforge.aggregates import cron_schedule, lost_workers, task_run, workflow_run
 from flowforge.aggregates.base import Declaration
 from flowforge.aggregates.states import ScheduleState, TaskRunState, WorkflowRunState
-from flowforge.projections import event_log, event_sql
+from flowforge.projections import event_log, event_sql, tables
 from flowforge.projections.migration_files import migration_files
 
 DIALECTS = ("postgres", "sqlite")
 #: The statements both databases run, one file per concept (as procrastinate keeps one
 #: per manager), loaded in this order after the dialect's file: a macro may use only the
 #: ones defined before it.
-SHARED_FILES = ("common.sql", "outbox.sql", "wakeups.sql", "limits.sql", "schedules.sql")
+SHARED_FILES = (
+    "common.sql",
+    "outbox.sql",
+    "wakeups.sql",
+    "limits.sql",
+    "schedules.sql",
+    "archive.sql",
+)
 
 _BLOCK = re.compile(r"^-- (name|macro): (\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{3})_\w+\.sql$")
@@ -130,6 +137,9 @@ POSTGRES_ONLY_STATEMENTS = frozenset(
         "run_succeed_after_finish",
         "mark_run_wakeup_after_finish",
         "insert_stored_event_at_now",
+        # The archiver's lock (app/archive.py): SQLite's is a file lock.
+        "try_archiver_lock",
+        "archiver_unlock",
     }
 )
 #: The recorded statements whose edges leave ``running``: on PostgreSQL they also free
@@ -182,6 +192,13 @@ def code_macros() -> dict[str, str]:
     ):
         macros[f"{name}_static_columns"] = ", ".join(fields)
         macros[f"{name}_static_values"] = ", ".join(f":{f}" for f in fields)
+    # Every column of a row, for a restore from an archive file (archive.sql).
+    for name, columns in (
+        ("task_run", tables.TASK_RUN_COLUMNS),
+        ("workflow_run", tables.WORKFLOW_RUN_COLUMNS),
+    ):
+        macros[f"{name}_row_columns"] = ", ".join(columns)
+        macros[f"{name}_row_values"] = ", ".join(f":{c}" for c in columns)
     return macros
 
 

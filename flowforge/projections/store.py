@@ -21,6 +21,7 @@ from flowforge.projections.db.protocols import Database, Transaction
 from flowforge.projections.reads import Reads
 from flowforge.projections.wakeups import Wakeups
 from flowforge.projections.writes import Writes
+from flowforge.projections.writes.archive import ArchiveWrites
 
 #: The rebuild's first statements: the tables' exclusive locks, task_runs' with a bound
 #: on the wait (the SQL says why).
@@ -110,6 +111,14 @@ class Store:
             yield self.wakeups
         finally:
             listener.close()
+
+    @contextmanager
+    def archive_read(self) -> Iterator[ArchiveWrites]:
+        """The archive's reads (its choice of runs, their records), in one read as
+        :meth:`read` opens it: a write lock would hold every writer back meanwhile."""
+        tx: Transaction
+        with self.database.read() as tx:
+            yield ArchiveWrites(tx)
 
     @contextmanager
     def read(self) -> Iterator[Reads]:

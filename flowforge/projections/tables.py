@@ -71,6 +71,9 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     "as_of": ColumnCodec.TIMESTAMP,
     "changed_at": ColumnCodec.TIMESTAMP,
     "held_at": ColumnCodec.TIMESTAMP,
+    # The archived runs (migration 15).
+    "archived_at": ColumnCodec.TIMESTAMP,
+    "archived_run_id": ColumnCodec.UUID,
 }
 
 

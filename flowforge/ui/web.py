@@ -62,7 +62,7 @@ _RUN_NOTICES = {
 
 
 #: What a page's id can fail with: the page shows the message, as a 404.
-NOT_FOUND = (errors.UnknownRunError, errors.InvalidIdError)
+NOT_FOUND = (errors.UnknownRunError, errors.InvalidIdError, errors.ArchivedRunError)
 
 
 class BadQueryError(ValueError):

@@ -168,6 +168,9 @@ class _KillBeforeCommit:
     def read(self) -> AbstractContextManager[Transaction]:
         return self._inner.read()
 
+    def archiver_lock(self) -> AbstractContextManager[bool]:
+        return self._inner.archiver_lock()
+
 
 def test_a_connection_lost_at_commit_surfaces_and_the_command_is_not_retried(
     pg_app: FlowForge, postgres_url: str

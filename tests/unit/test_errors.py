@@ -14,6 +14,7 @@ KINDS = (
     errors.NotFoundError,
     errors.PersistenceError,
     errors.BrokerError,
+    errors.ArchiveError,
     errors.ConfigurationError,
     errors.ProcessError,
 )

@@ -35,6 +35,44 @@ DB_ACTIONS = (
         """,
         "flowforge.cli.db:rebuild",
     ),
+    Command(
+        "archive",
+        "move the runs that ended before a cutoff to an archive file (verified first)",
+        """\
+        flowforge db archive --finished-before 30d --to 2026-12.ffarchive
+          archived 1200 runs (36420 events) to 2026-12.ffarchive in 1.9s; the file
+          holds 1200 runs, 36420 events
+        """,
+        "flowforge.cli.archive:archive",
+        (flags.FINISHED_BEFORE, flags.ARCHIVE_TO),
+        description="Move every run that ended longer ago than AGE (by the database's "
+        "clock), with its tasks, events, dispatches and limit bookkeeping, into FILE: a "
+        "zip with a manifest of counts and SHA-256 checksums, events in the event "
+        "library's stored form. The file is read back and checked before anything is "
+        "deleted; the deletes go in batches, one transaction each. Live runs are never "
+        "touched. Given a FILE that exists, finishes that archive (idempotent). "
+        "docs/operations.md.",
+    ),
+    Command(
+        "restore",
+        "bring back the runs of an archive file (idempotent)",
+        """\
+        flowforge db restore 2026-12.ffarchive
+          restored 1200 runs (36420 events) from 2026-12.ffarchive in 2.4s
+        """,
+        "flowforge.cli.archive:restore",
+        (flags.ARCHIVE_FILE,),
+        description="Check FILE whole (a damaged or truncated file is refused and nothing "
+        "is restored), then put back every run of it that is not live, byte for byte, "
+        "in batches of one transaction each. docs/operations.md.",
+    ),
+    Command(
+        "stats",
+        "the live database's size: events, bytes per event, rows per table, archives",
+        "flowforge db stats",
+        "flowforge.cli.archive:stats",
+        (flags.JSON,),
+    ),
 )
 
 
@@ -137,7 +175,7 @@ LIMIT_ACTIONS = (
 GROUPS = (
     Group(
         "db",
-        "create, migrate or rebuild the database",
+        "create, migrate, rebuild, archive or restore the database",
         "Database maintenance. Only db init / db migrate (and run, demo) change the schema; "
         "every other command checks its version.",
         DB_ACTIONS,

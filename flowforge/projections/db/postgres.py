@@ -265,6 +265,12 @@ class _PostgresRead(_PostgresStatements):
         raise TypeError(f"a read runs no script ({name}); open a transaction")
 
 
+#: The archiver's advisory lock key (``try_archiver_lock``): "ffarchiv" as a bigint.
+ARCHIVER_LOCK_KEY = int.from_bytes(b"ffarchiv", "big") & (2**63 - 1)
+#: The archiver's lock connection's name in pg_stat_activity.
+ARCHIVER_APPLICATION_NAME = "flowforge-archiver"
+
+
 class PostgresDatabase:
     dialect = "postgres"
     builds_events = True
@@ -303,6 +309,20 @@ class PostgresDatabase:
 
     def listener(self, wakeups: Wakeups) -> PostgresListener:
         return PostgresListener(self._listen_connection, wakeups).start()
+
+    @contextmanager
+    def archiver_lock(self) -> Iterator[bool]:
+        sql, params = statements.load("postgres"), {"lock_key": ARCHIVER_LOCK_KEY}
+        with translate_errors(self.location):
+            conn = self._pool_settings_connection(ARCHIVER_APPLICATION_NAME)
+        with conn, translate_errors(self.location):
+            row = conn.execute(sql["try_archiver_lock"], params).fetchone()
+            taken = bool(row and row[0])
+            try:
+                yield taken
+            finally:
+                if taken and not conn.closed:
+                    conn.execute(sql["archiver_unlock"], params)
 
     def _notify_connection(self) -> psycopg.Connection[Any]:
         """A new autocommit connection outside the pool, to send NOTIFY."""

@@ -106,3 +106,11 @@ class Database(Protocol):
         set: a LISTEN needs a session of its own on the server, which a
         transaction-pooling PgBouncer cannot give); on SQLite one that does nothing."""
         ...
+
+    def archiver_lock(self) -> AbstractContextManager[bool]:
+        """Held for the block: True if this process is now the database's one archiver,
+        False if another holds the lock (``flowforge db archive``, app/archive.py).
+        PostgreSQL's session advisory lock, on a connection of its own (freed with it,
+        even by a killed process); on SQLite an exclusive file lock beside the database
+        file (freed by the kernel when its holder dies)."""
+        ...

@@ -3,8 +3,10 @@ write lock up front, and timestamps, uuids and JSON are stored as integers and t
 
 from __future__ import annotations
 
+import fcntl
 import json
 import sqlite3
+import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
@@ -82,6 +84,10 @@ def _decode_sqlite(row: sqlite3.Row) -> Row:
     return decoded
 
 
+#: The archiver's lock of an in-memory database (``SqliteDatabase.archiver_lock``).
+_MEMORY_ARCHIVER = threading.Lock()
+
+
 class SqliteDatabase:
     dialect = "sqlite"
     # No data-modifying CTE: a transition's event is built in Python (writes.py).
@@ -103,6 +109,33 @@ class SqliteDatabase:
 
     def listener(self, wakeups: Wakeups) -> InProcessOnly:
         return InProcessOnly()
+
+    @contextmanager
+    def archiver_lock(self) -> Iterator[bool]:
+        # A file lock, not a row: the kernel frees it when its holder dies, as
+        # PostgreSQL frees an advisory lock with its session. flock() conflicts between
+        # two opens of the file even in one process. An in-memory database has no file:
+        # a lock of this process stands in.
+        name = self._datastore.pool.db_name
+        if self._datastore.pool.is_sqlite_memory_mode:
+            taken = _MEMORY_ARCHIVER.acquire(blocking=False)
+            try:
+                yield taken
+            finally:
+                if taken:
+                    _MEMORY_ARCHIVER.release()
+            return
+        with translate_errors(self.location), open(f"{name}.archiver-lock", "a") as file:
+            try:
+                fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                taken = True
+            except BlockingIOError:
+                taken = False
+            try:
+                yield taken
+            finally:
+                if taken:
+                    fcntl.flock(file.fileno(), fcntl.LOCK_UN)
 
     def read(self) -> AbstractContextManager[_SqliteTransaction]:
         # A deferred transaction: a consistent snapshot that does not block writers.

@@ -314,3 +314,16 @@ d AS (INSERT INTO dispatch_outbox (dispatch_id, task_run_id, task_key, task_type
       FROM t),
 m AS (INSERT INTO run_wakeups (workflow_run_id, marked_at, task_key)
       SELECT t.workflow_run_id, {now}, t.task_key FROM t WHERE :mark_runs),
+
+-- The archiver's lock (`flowforge db archive`, the scheduler's retention): at most one
+-- archiver at a time per database, held by a session of its own for the archive's
+-- whole length and freed with it (app/archive.py). Its key is a fixed number.
+-- name: try_archiver_lock
+SELECT pg_try_advisory_lock(:lock_key) AS taken;
+
+-- name: archiver_unlock
+SELECT pg_advisory_unlock(:lock_key) AS freed;
+
+-- The database's size on disk (`flowforge db stats`).
+-- name: stats_database_bytes
+SELECT pg_database_size(current_database()) AS bytes;

@@ -135,3 +135,19 @@ CREATE UNIQUE INDEX schedules_live_name_unique ON schedules (name) WHERE state <
 CREATE INDEX schedules_next_fire_at_idx ON schedules (next_fire_at) WHERE state = 'active';
 
 {create_limit_tables};
+
+-- Runs moved to an archive file (migration 15; `flowforge db archive`,
+-- docs/operations.md): a run is live or named here, never both.
+CREATE TABLE archived_runs (
+    workflow_run_id {uuid} PRIMARY KEY,
+    workflow_name text NOT NULL,
+    archive_file text NOT NULL,
+    archived_at {timestamp} NOT NULL,
+    event_count integer NOT NULL CONSTRAINT archived_runs_event_count_positive
+        CHECK (event_count >= 1),
+    task_count integer NOT NULL CONSTRAINT archived_runs_task_count_non_negative
+        CHECK (task_count >= 0)
+);
+CREATE INDEX archived_runs_archive_file_idx ON archived_runs (archive_file);
+CREATE INDEX workflow_runs_finished_at_idx ON workflow_runs (finished_at)
+    WHERE state IN ('succeeded', 'failed', 'cancelled');

@@ -155,3 +155,7 @@ SELECT 1
 -- name: count_unfinished_tasks_by_state
 SELECT state, count(*) AS tasks FROM task_runs INDEXED BY task_runs_unfinished_idx
 WHERE state IN ({unfinished_task_states}) GROUP BY state;
+
+-- The database's size on disk (`flowforge db stats`).
+-- name: stats_database_bytes
+SELECT page_count * page_size AS bytes FROM pragma_page_count(), pragma_page_size();

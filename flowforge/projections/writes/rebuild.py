@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
@@ -40,6 +41,11 @@ class RebuildWrites:
         """Apply one event of the log to the rows; False only for a run whose idempotency
         key another run has (``projector.apply_event``)."""
         return projector.apply_event(self._tx, event)
+
+    def apply_all(self, events: Iterable[DomainEventProtocol[UUID]]) -> int:
+        """Apply the log's events in order, their statements batched
+        (``projector.apply_events``); how many."""
+        return projector.apply_events(self._tx, events)
 
     def fill_missing_task_leases(self) -> None:
         """Give task rows rebuilt from creation events stored before a task's lease was
