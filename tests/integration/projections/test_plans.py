@@ -47,6 +47,9 @@ WHOLE_TABLE = {
     "select_every_run": "the rebuild's verification reads every run",
     "insert_task_type_limit_counters": "the rebuild makes a counter for every type a "
     "task's own max_running limits",
+    "stats_counts": "`db stats` counts every table's rows",
+    "archive_candidates": "when every run ended before the cutoff (this history's), "
+    "all are candidates and a whole read is the planner's best; the LIMIT bounds the answer",
 }
 _SEQ_SCAN = re.compile(r"Seq Scan on (\w+)")
 
@@ -169,6 +172,7 @@ SQLITE_WHOLE_TABLE = {
     "fill_missing_task_leases": WHOLE_TABLE["fill_missing_task_leases"],
     "select_every_run": WHOLE_TABLE["select_every_run"],
     "select_stored_events": "the rebuild replays every event",
+    "stats_counts": WHOLE_TABLE["stats_counts"],
     "insert_task_type_limit_counters": WHOLE_TABLE["insert_task_type_limit_counters"],
     "recount_task_type_limits": "the rebuild recounts every type's running tasks",
     "change_task_type_limit": "an operator's change of a limit counts its type's running "
