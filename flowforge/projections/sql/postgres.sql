@@ -301,3 +301,42 @@ type_freed AS (
 -- name: count_unfinished_tasks_by_state
 SELECT state, count(*) AS tasks FROM task_runs
 WHERE state IN ({unfinished_task_states}) GROUP BY state;
+
+-- --- the feed (feed.sql; docs/feed.md) ----------------------------------------------------
+-- Notification ids are NOT issued in commit order here (appends take no table lock:
+-- docs/architecture.md, "Throughput decision"), so the feed orders events by the id of
+-- the transaction that wrote them, recorded in each event's row (migration 18), then by
+-- notification id, and reads only below the oldest transaction still running: every
+-- transaction below it has ended, so no event can ever appear before what was read.
+-- txid_current() and txid_current_snapshot() (64-bit, with the epoch) rather than
+-- pg_current_xact_id() and pg_current_snapshot(), which need PostgreSQL 13.
+-- The column is added with a constant default first (no table rewrite: the events
+-- written before it read as transaction 0, in notification order, before every later
+-- one), then given its real default for the rows to come.
+-- macro: record_feed_transactions
+ALTER TABLE {events_table} ADD COLUMN transaction_id bigint NOT NULL DEFAULT 0;
+ALTER TABLE {events_table} ALTER COLUMN transaction_id SET DEFAULT txid_current();
+CREATE INDEX {events_table}_feed_idx ON {events_table} (transaction_id, notification_id)
+
+-- macro: feed_transaction
+e.transaction_id
+
+-- macro: feed_task_run_id
+e.originator_id
+
+-- The oldest transaction still running, as the statement's snapshot sees it.
+-- macro: feed_horizon
+txid_snapshot_xmin(txid_current_snapshot())
+
+-- macro: feed_order
+e.transaction_id, e.notification_id
+
+-- macro: feed_order_desc
+e.transaction_id DESC, e.notification_id DESC
+
+-- macro: feed_after
+(e.transaction_id, e.notification_id) > (:transaction_id, :notification_id)
+
+-- Whether issue 47's archive has written its table (the feed names where events went).
+-- name: archived_runs_exist
+SELECT 1 AS present WHERE to_regclass('archived_runs') IS NOT NULL;

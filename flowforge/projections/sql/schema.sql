@@ -135,3 +135,7 @@ CREATE UNIQUE INDEX schedules_live_name_unique ON schedules (name) WHERE state <
 CREATE INDEX schedules_next_fire_at_idx ON schedules (next_fire_at) WHERE state = 'active';
 
 {create_limit_tables};
+
+-- The feed (migration 18; docs/feed.md): each event's transaction, and the feed's index,
+-- on PostgreSQL; nothing on SQLite.
+{record_feed_transactions};

@@ -155,3 +155,36 @@ SELECT 1
 -- name: count_unfinished_tasks_by_state
 SELECT state, count(*) AS tasks FROM task_runs INDEXED BY task_runs_unfinished_idx
 WHERE state IN ({unfinished_task_states}) GROUP BY state;
+
+-- --- the feed (feed.sql; docs/feed.md) ----------------------------------------------------
+-- One writer at a time (BEGIN IMMEDIATE): a transaction's rowids are issued after every
+-- committed one's and before any later one's, so the rowid order is the commit order and
+-- the feed needs no transaction id (every position's transaction part is 0) and no
+-- horizon (every committed event may be read).
+-- macro: record_feed_transactions
+SELECT 1
+
+-- macro: feed_transaction
+0
+
+-- The library keeps the originator id as 32 hex digits; task_runs' id is the dashed form.
+-- macro: feed_task_run_id
+(substr(e.originator_id, 1, 8) || '-' || substr(e.originator_id, 9, 4) || '-'
+ || substr(e.originator_id, 13, 4) || '-' || substr(e.originator_id, 17, 4) || '-'
+ || substr(e.originator_id, 21))
+
+-- macro: feed_horizon
+9223372036854775807
+
+-- macro: feed_order
+e.rowid
+
+-- macro: feed_order_desc
+e.rowid DESC
+
+-- macro: feed_after
+e.rowid > :notification_id
+
+-- Whether issue 47's archive has written its table (the feed names where events went).
+-- name: archived_runs_exist
+SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = 'archived_runs';
