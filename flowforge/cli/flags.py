@@ -397,3 +397,22 @@ CATCH_UP = Flag(
     help="after a scheduler downtime, also run up to N missed fire times (the newest N, "
     "oldest first) besides the latest (default: 0: run once, for the latest)",
 )
+
+# --- the feed (flowforge events; docs/feed.md) ---------------------------------------
+FOLLOW = Flag(
+    ("--follow",),
+    action="store_true",
+    help="keep printing transitions as they commit, until Ctrl-C",
+)
+AFTER = Flag(
+    ("--after",),
+    metavar="POSITION",
+    help="start after this feed position (the last column of a line, or --json's "
+    '"position"; default: from the oldest event in the log)',
+)
+EVENTS_LIMIT = Flag(
+    ("--limit",),
+    type=_whole_number(MAX_ROWS),
+    metavar="N",
+    help="stop after N transitions (default: all of them; with --follow, no end)",
+)
