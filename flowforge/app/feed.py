@@ -139,7 +139,8 @@ class Feed:
         start = parse_position(after)
         with self._core.reads() as reads:
             page = reads.feed_page(start, limit)
-            if after is not None and page.oldest is not None and start < page.oldest:
+            # The start ("0.0", the head of an empty log) precedes every event ever.
+            if page.oldest is not None and store_feed.START < start < page.oldest:
                 where = reads.archive_locations()
                 raise errors.FeedPositionArchivedError(
                     position_token(start), position_token(page.oldest), where
