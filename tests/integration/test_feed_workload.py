@@ -109,3 +109,7 @@ def test_eight_writers_and_two_followers_each_follower_projects_what_the_rebuild
         assert projection.runs == rebuilt_runs
         assert projection.tasks == rebuilt_tasks
     assert projections[0].seen == projections[1].seen  # one order for every follower
+    last: dict[UUID, int] = {}
+    for aggregate_id, version in projections[0].seen:  # each aggregate's in version order
+        assert version == last.get(aggregate_id, 0) + 1, (aggregate_id, version)
+        last[aggregate_id] = version

@@ -1,9 +1,9 @@
 -- The feed: every event of the log, in an order no later commit can precede
 -- (docs/feed.md has the guarantee and its proof sketch). The dialects' macros
--- (postgres.sql, sqlite.sql, "the feed"): {feed_transaction} the transaction that wrote
--- the event (0 on SQLite), {feed_after} "after the position :transaction_id,
--- :notification_id", {feed_horizon} the oldest transaction still running (none on
--- SQLite), {feed_task_run_id} the originator id as task_runs' id, {feed_order} and
+-- (postgres.sql, sqlite.sql, "the feed"): {feed_transaction} the event's key (0 on
+-- SQLite), {feed_after} "after the position :transaction_id, :notification_id",
+-- {feed_below_horizon} "below the oldest transaction still running" (always, on
+-- SQLite), {feed_from_start} "any event" (a range the index serves), {feed_task_run_id} the originator id as task_runs' id, {feed_order} and
 -- {feed_order_desc} the feed's order (an integer in ORDER BY would name a column).
 
 -- A page of the feed after a position, in (transaction, notification) order, only below
@@ -15,7 +15,7 @@ SELECT {feed_transaction} AS transaction_id, e.{event_order} AS notification_id,
        t.workflow_run_id, t.task_key
 FROM {events_table} e
 LEFT JOIN task_runs t ON t.id = {feed_task_run_id}
-WHERE {feed_after} AND {feed_transaction} < {feed_horizon}
+WHERE {feed_after} AND {feed_below_horizon}
 ORDER BY {feed_order}
 LIMIT :limit;
 
@@ -23,13 +23,14 @@ LIMIT :limit;
 -- theirs still runs): the follower looks again soon rather than at its next poll.
 -- name: feed_held_back
 SELECT 1 AS held FROM {events_table} e
-WHERE {feed_after} AND {feed_transaction} >= {feed_horizon}
+WHERE {feed_after} AND NOT {feed_below_horizon}
 LIMIT 1;
 
 -- The oldest event still in the log: a position before it was archived past.
 -- name: feed_oldest
 SELECT {feed_transaction} AS transaction_id, e.{event_order} AS notification_id
 FROM {events_table} e
+WHERE {feed_from_start}
 ORDER BY {feed_order}
 LIMIT 1;
 
@@ -38,7 +39,7 @@ LIMIT 1;
 -- name: feed_head
 SELECT {feed_transaction} AS transaction_id, e.{event_order} AS notification_id
 FROM {events_table} e
-WHERE {feed_transaction} < {feed_horizon}
+WHERE {feed_below_horizon}
 ORDER BY {feed_order_desc}
 LIMIT 1;
 
