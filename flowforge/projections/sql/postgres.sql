@@ -323,10 +323,14 @@ WHERE state IN ({unfinished_task_states}) GROUP BY state;
 ALTER TABLE {events_table} ADD COLUMN transaction_id bigint NOT NULL DEFAULT 0;
 CREATE FUNCTION flowforge_feed_key() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    NEW.transaction_id := greatest(txid_current(), (
-        SELECT p.transaction_id FROM {events_table} p
-        WHERE p.originator_id = NEW.originator_id
-            AND p.originator_version = NEW.originator_version - 1));
+    IF NEW.originator_version = 1 THEN
+        NEW.transaction_id := txid_current();
+    ELSE
+        NEW.transaction_id := greatest(txid_current(), (
+            SELECT p.transaction_id FROM {events_table} p
+            WHERE p.originator_id = NEW.originator_id
+                AND p.originator_version = NEW.originator_version - 1));
+    END IF;
     RETURN NEW;
 END
 $$;
