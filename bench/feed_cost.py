@@ -149,8 +149,7 @@ def main() -> None:
             one_round(app, url, "on", 100)  # warm up: pool, prepared statements, caches
             order = list(MODES)
             rounds = [
-                one_round(app, url, order[i % len(order)], args.cycles)
-                for i in range(args.rounds)
+                one_round(app, url, order[i % len(order)], args.cycles) for i in range(args.rounds)
             ]
         report(rounds)
     finally:

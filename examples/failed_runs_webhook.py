@@ -48,7 +48,9 @@ def payload(event: FeedEvent) -> dict[str, str]:
 
 def post(url: str, event: FeedEvent) -> None:
     """POST the run; raises ``OSError`` (``urllib.error.URLError``) unless answered 2xx."""
-    request = urllib.request.Request(
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"the webhook must be an http(s) URL, got {url!r}")
+    request = urllib.request.Request(  # noqa: S310 (http or https: checked above)
         url,
         data=json.dumps(payload(event)).encode(),
         headers={"Content-Type": "application/json", "Idempotency-Key": str(event.run_id)},

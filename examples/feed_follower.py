@@ -169,6 +169,6 @@ if __name__ == "__main__":
     # Run with -m, this file is __main__; the board's events must name their class by
     # its import path (the library resolves the topic when it reads them back), so the
     # module's own import runs the follower.
-    from examples import feed_follower
+    from examples import feed_follower  # noqa: PLW0406 (see above)
 
     feed_follower.main()

@@ -27,9 +27,11 @@ CHAIN = {
     ],
 }
 PAIR = {"name": "pair", "tasks": [{"key": "a", "type": "work"}, {"key": "b", "type": "work"}]}
-#: How long a test waits for the feed to pass an event (the shared server's other
-#: transactions can hold the horizon for a moment): far above the time it takes.
-FEED_DEADLINE_S = 60.0
+#: How long a test waits for the feed to pass an event: far above the time it takes. The
+#: horizon is the server's (docs/feed.md): a transaction another client holds open on
+#: any database of the shared server holds every feed back until it ends (seen: over a
+#: minute, another bench's), which is the guarantee working, not a failure.
+FEED_DEADLINE_S = 300.0
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
@@ -57,7 +59,7 @@ def execute(url: str, *statements: str) -> None:
 def logged(app: FlowForge) -> list[tuple[UUID, int]]:
     """Every event of the log, as the library's own recorder reads it."""
     rows = app.events.recorder.select_notifications(start=None, limit=1_000_000)
-    return [(row.originator_id, row.originator_version) for row in rows]
+    return [(UUID(str(row.originator_id)), row.originator_version) for row in rows]
 
 
 def keys(events: list[FeedEvent]) -> list[tuple[UUID, int]]:
@@ -121,7 +123,11 @@ def test_a_feed_event_says_run_task_attempt_transition_actor_and_time(
     claimed = by_edge["extract", "claim"]
     assert claimed.actor == "test-worker" and claimed.at <= failed.at
     created = by_edge[None, "create"]
-    assert (created.run_id, created.aggregate, created.task_run_id) == (run_id, "WorkflowRun", None)
+    assert (created.run_id, created.aggregate, created.task_run_id) == (
+        run_id,
+        "WorkflowRun",
+        None,
+    )
 
 
 @pytest.mark.parametrize("token", ["", "12", "1.x", "-1.2", "1.2.3", "99999999999999999999.1"])
@@ -156,7 +162,7 @@ def test_a_position_older_than_the_oldest_event_left_is_refused_as_archived_nami
     quoted = ", ".join(f"'{i}'" for i in ids)
     execute(url, f"DELETE FROM {table} WHERE originator_id IN ({quoted})")
 
-    with pytest.raises(errors.FeedPositionArchivedError, match="were archived. Restore") as exc:
+    with pytest.raises(errors.FeedPositionArchivedError, match=r"were archived\. Restore") as exc:
         app.feed(after=resume_at)
     assert exc.value.position == resume_at and exc.value.where == []
     execute(
