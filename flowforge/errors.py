@@ -289,3 +289,31 @@ class SchemaMigrationRequiredError(SchemaVersionError):
 
 class DatabaseMissingError(SchemaMigrationRequiredError):
     """The SQLite database file does not exist: create it with `flowforge db init`."""
+
+
+# --- the feed (docs/feed.md) ---------------------------------------------------------
+
+
+class InvalidFeedPositionError(InvalidIdError):
+    """Not a feed position: give one a feed returned (``TRANSACTION.NOTIFICATION``, e.g.
+    ``812.4031``), or none to start from the beginning."""
+
+
+class FeedPositionArchivedError(DomainError):
+    """Events after this feed position were archived: a follower resuming here would
+    skip them. Restore the archive (``flowforge db restore FILE``) and resume, or start
+    again from the oldest live event (no position) and rebuild what you keep from the
+    archive's events."""
+
+    def __init__(self, position: str, oldest: str, where: list[str]) -> None:
+        self.position = position
+        self.oldest = oldest
+        self.where = where
+        place = f" to {', '.join(where)}" if where else ""
+        super().__init__(
+            f"feed position {position} is older than the oldest event still in the log "
+            f"({oldest}): the events after it were archived{place}. Restore them with "
+            f"`flowforge db restore FILE` and resume from {position}, or start again "
+            f"without a position (from {oldest}) and take the archived events from the "
+            f"archive file"
+        )

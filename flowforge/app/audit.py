@@ -31,6 +31,12 @@ def entries(events: Application[UUID], stored: Sequence[StoredEvent]) -> list[Au
     return found
 
 
+def entry(event: object, task_key: str | None) -> AuditEntry:
+    """One decoded event of a run or a task as an audit entry (the feed's too); a
+    ``TypeError`` for any other aggregate's event."""
+    return _entry(event, task_key)
+
+
 def _entry(event: object, task_key: str | None) -> AuditEntry:
     if isinstance(event, TaskRun.Created):
         return _base(

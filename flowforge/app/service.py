@@ -27,6 +27,7 @@ from flowforge.app.concurrency_limits import Limits
 from flowforge.app.core import ServiceCore
 from flowforge.app.cron_schedules import Schedules
 from flowforge.app.event_store import EventStore, open_persistence
+from flowforge.app.feed import Feed
 from flowforge.app.outbox import Outbox
 from flowforge.app.queries import REAP_BATCH, Queries
 from flowforge.app.results import RebuildReport
@@ -119,6 +120,7 @@ class FlowForge:
         self.outbox = Outbox(self.core)
         self.cron_schedules = Schedules(self.core)
         self.limits = Limits(self.core)
+        self.feeds = Feed(self.core)
         self.scheduling = Scheduling(
             self.core, self.queries, self.commands, self.outbox, self.cron_schedules
         )
@@ -239,6 +241,11 @@ class FlowForge:
                 "schema_version": self.schema_version,
             }
         }
+
+    # --- the feed: every event in one order, by position (app/feed.py; docs/feed.md) ----
+    feed = _on("feeds", Feed.feed)
+    feed_head = _on("feeds", Feed.feed_head)
+    follow = _on("feeds", Feed.follow)
 
     # --- queries: the projected tables and the audit log (app/queries.py) -----------------
 

@@ -427,3 +427,22 @@ ARCHIVE_TO = Flag(
     "(the runs still live are deleted; nothing else changes)",
 )
 ARCHIVE_FILE = Flag(("file",), metavar="FILE", help="an archive file `flowforge db archive` wrote")
+
+# --- the feed (flowforge events; docs/feed.md) ---------------------------------------
+FOLLOW = Flag(
+    ("--follow",),
+    action="store_true",
+    help="keep printing transitions as they commit, until Ctrl-C",
+)
+AFTER = Flag(
+    ("--after",),
+    metavar="POSITION",
+    help="start after this feed position (the last column of a line, or --json's "
+    '"position"; default: from the oldest event in the log)',
+)
+EVENTS_LIMIT = Flag(
+    ("--limit",),
+    type=_whole_number(MAX_ROWS),
+    metavar="N",
+    help="stop after N transitions (default: all of them; with --follow, no end)",
+)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -27,8 +28,9 @@ from flowforge.cli.parser import UsageError
 from flowforge.cli.progress import Progress
 from flowforge.config import Settings
 
-#: How often ``status --watch`` polls the tables.
-WATCH_POLL_S = 0.5
+#: The least time between two redraws of ``status --watch`` for a task's transitions
+#: (a run's own transition always redraws: its last one is the end).
+WATCH_REDRAW_S = 0.2
 
 
 def runs(args: argparse.Namespace) -> int:
@@ -85,14 +87,28 @@ def status(args: argparse.Namespace) -> int:
 
 
 def _watch(app: FlowForge, run_id: Any, *, quiet: bool) -> WorkflowRunView:
-    """Follow a run until it is terminal; the progress goes to stderr under --json."""
+    """Follow a run until it is terminal; the progress goes to stderr under --json.
+    It follows the feed (docs/feed.md) from before its first read, and reads the run
+    again after each of the run's transitions (at most every ``WATCH_REDRAW_S``, and
+    always after the run's own)."""
     progress = Progress(sys.stderr if quiet else sys.stdout)
-    while True:
+    after = app.feed_head()  # before the read: no transition falls between them
+    run = app.get_workflow_run(run_id)
+    progress.update(run, app.task_runs(run_id))
+    drawn = time.monotonic()
+    if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
+        return run
+    for event in app.follow(after=after, stop=threading.Event()):
+        if event.run_id != run_id:
+            continue
+        if event.aggregate == "TaskRun" and time.monotonic() - drawn < WATCH_REDRAW_S:
+            continue
         run = app.get_workflow_run(run_id)
         progress.update(run, app.task_runs(run_id))
+        drawn = time.monotonic()
         if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
-            return run
-        time.sleep(WATCH_POLL_S)
+            break
+    return run
 
 
 def _print_status(run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> None:

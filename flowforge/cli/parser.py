@@ -203,6 +203,7 @@ COMMANDS = (
     reading.RUNS,
     reading.STATUS,
     reading.HISTORY,
+    reading.EVENTS,
     runs.CANCEL,
     reading.WHY,
     reading.UI,

@@ -16,6 +16,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
+from flowforge.projections import feed
 from flowforge.projections.db.protocols import Row, Transaction
 from flowforge.projections.statements import UNFINISHED_TASK_STATES
 from flowforge.projections.tables import OutboxRow, ScheduleRow, TaskRunRow, WorkflowRunRow
@@ -252,6 +253,17 @@ class Reads:
     def schema_version(self) -> int:
         (row,) = self._tx.run("select_schema_version")
         return int(row["version"])
+
+    # --- the feed (projections/feed.py, sql/feed.sql; docs/feed.md) ----------------------
+
+    def feed_page(self, after: feed.Position, limit: int) -> feed.FeedPage:
+        return feed.page(self._tx, after, limit)
+
+    def feed_head(self) -> feed.Position:
+        return feed.head(self._tx)
+
+    def archive_locations(self) -> list[str]:
+        return feed.archive_locations(self._tx)
 
     def deployment_id(self) -> str:
         """The deployment's id, written once by the migration that created it."""

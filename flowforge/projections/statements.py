@@ -37,6 +37,7 @@ SHARED_FILES = (
     "limits.sql",
     "schedules.sql",
     "archive.sql",
+    "feed.sql",
 )
 
 _BLOCK = re.compile(r"^-- (name|macro): (\w+)\s*$", re.MULTILINE)
@@ -277,8 +278,20 @@ def load(dialect: str) -> Mapping[str, str]:
 
 
 def statements(block: str) -> list[str]:
-    """A multi-statement block split into its statements (no ``;`` inside our SQL)."""
-    return [s.strip() for s in block.split(";") if s.strip()]
+    """A multi-statement block split into its statements: at each ``;`` outside a
+    ``$$``-quoted function body (the feed's trigger function, migration 16, is PL/pgSQL,
+    whose statements end with one); there is no other ``;`` inside our SQL."""
+    found, current = [], ""
+    for index, part in enumerate(block.split("$$")):
+        if index % 2:  # inside $$ ... $$: kept whole
+            current += f"$${part}$$"
+            continue
+        first, *rest = part.split(";")
+        current += first
+        for piece in rest:  # each ; ends the statement so far
+            found.append(current)
+            current = piece
+    return [s.strip() for s in [*found, current] if s.strip()]
 
 
 def _strip_comments(body: str) -> str:

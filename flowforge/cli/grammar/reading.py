@@ -69,3 +69,20 @@ UI = Command(
     log_level="INFO",
     uses_broker=False,
 )
+
+
+EVENTS = Command(
+    "events",
+    "the feed: every transition of every run, in commit order, by position",
+    """\
+    flowforge events --limit 3
+    flowforge events --follow --after 812.4031 --json
+    """,
+    "flowforge.cli.events:events",
+    (flags.FOLLOW, flags.AFTER, flags.EVENTS_LIMIT, flags.JSON),
+    description="Print one transition per line (time, run, task, attempt, transition, "
+    "actor, position), in the feed's order (docs/feed.md): no transition is skipped or "
+    "repeated after a position. --follow keeps printing them as they commit; --after "
+    "resumes after a position a line printed. --json prints one object per line.",
+    uses_broker=False,
+)

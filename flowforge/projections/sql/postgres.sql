@@ -327,3 +327,62 @@ SELECT pg_advisory_unlock(:lock_key) AS freed;
 -- The database's size on disk (`flowforge db stats`).
 -- name: stats_database_bytes
 SELECT pg_database_size(current_database()) AS bytes;
+
+-- --- the feed (feed.sql; docs/feed.md) ----------------------------------------------------
+-- Notification ids are NOT issued in commit order here (appends take no table lock:
+-- docs/architecture.md, "Throughput decision"), so the feed orders events by a key each
+-- event's row records (migration 16), then by notification id, and reads only keys below
+-- the oldest transaction still running. The key is the writing transaction's id, or the
+-- key of the aggregate's previous event if that is larger: a transaction that took its id
+-- early (an advance locking its run) and wrote a task's next version after another
+-- transaction committed the version before it would otherwise sort before that version.
+-- Every key is at least its own transaction's id, so no event can commit with a key
+-- below a horizon a reader has passed (the proof sketch: docs/feed.md).
+-- The previous event is read by the trigger's own statement, which (a VOLATILE function
+-- in READ COMMITTED) sees what committed after the insert's statement began: the
+-- version before, which its row's lock made the insert wait for.
+-- txid_current() and txid_current_snapshot() (64-bit, with the epoch) rather than
+-- pg_current_xact_id() and pg_current_snapshot(), which need PostgreSQL 13. The column
+-- is added with a constant default (no table rewrite): the events written before it
+-- have key 0 and keep their notification order, before every later one.
+-- macro: record_feed_transactions
+ALTER TABLE {events_table} ADD COLUMN transaction_id bigint NOT NULL DEFAULT 0;
+CREATE FUNCTION flowforge_feed_key() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.originator_version = 1 THEN
+        NEW.transaction_id := txid_current();
+    ELSE
+        NEW.transaction_id := greatest(txid_current(), (
+            SELECT p.transaction_id FROM {events_table} p
+            WHERE p.originator_id = NEW.originator_id
+                AND p.originator_version = NEW.originator_version - 1));
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER {events_table}_feed_key BEFORE INSERT ON {events_table}
+    FOR EACH ROW EXECUTE PROCEDURE flowforge_feed_key();
+CREATE INDEX {events_table}_feed_idx ON {events_table} (transaction_id, notification_id)
+
+-- macro: feed_transaction
+e.transaction_id
+
+-- macro: feed_task_run_id
+e.originator_id
+
+-- Below the oldest transaction still running, as the statement's snapshot sees it.
+-- macro: feed_below_horizon
+e.transaction_id < txid_snapshot_xmin(txid_current_snapshot())
+
+-- macro: feed_from_start
+e.transaction_id >= 0
+
+-- macro: feed_order
+e.transaction_id, e.notification_id
+
+-- macro: feed_order_desc
+e.transaction_id DESC, e.notification_id DESC
+
+-- macro: feed_after
+(e.transaction_id, e.notification_id) > (:transaction_id, :notification_id)
+

@@ -151,3 +151,7 @@ CREATE TABLE archived_runs (
 CREATE INDEX archived_runs_archive_file_idx ON archived_runs (archive_file);
 CREATE INDEX workflow_runs_finished_at_idx ON workflow_runs (finished_at)
     WHERE state IN ('succeeded', 'failed', 'cancelled');
+
+-- The feed (migration 16; docs/feed.md): each event's transaction, and the feed's index,
+-- on PostgreSQL; nothing on SQLite.
+{record_feed_transactions};

@@ -159,3 +159,38 @@ WHERE state IN ({unfinished_task_states}) GROUP BY state;
 -- The database's size on disk (`flowforge db stats`).
 -- name: stats_database_bytes
 SELECT page_count * page_size AS bytes FROM pragma_page_count(), pragma_page_size();
+
+-- --- the feed (feed.sql; docs/feed.md) ----------------------------------------------------
+-- One writer at a time (BEGIN IMMEDIATE): a transaction's rowids are issued after every
+-- committed one's and before any later one's, so the rowid order is the commit order and
+-- the feed needs no transaction id (every position's transaction part is 0) and no
+-- horizon (every committed event may be read).
+-- macro: record_feed_transactions
+SELECT 1
+
+-- macro: feed_transaction
+0
+
+-- The library keeps the originator id as 32 hex digits; task_runs' id is the dashed form.
+-- macro: feed_task_run_id
+(substr(e.originator_id, 1, 8) || '-' || substr(e.originator_id, 9, 4) || '-'
+ || substr(e.originator_id, 13, 4) || '-' || substr(e.originator_id, 17, 4) || '-'
+ || substr(e.originator_id, 21))
+
+-- Conditions on the rowid, always true, so that the reads SEARCH the table by its key
+-- (EXPLAIN QUERY PLAN; tests/integration/projections/test_plans.py).
+-- macro: feed_below_horizon
+e.rowid <= 9223372036854775807
+
+-- macro: feed_from_start
+e.rowid >= 0
+
+-- macro: feed_order
+e.rowid
+
+-- macro: feed_order_desc
+e.rowid DESC
+
+-- macro: feed_after
+e.rowid > :notification_id
+

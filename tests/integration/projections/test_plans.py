@@ -52,6 +52,8 @@ WHOLE_TABLE = {
     "all are candidates and a whole read is the planner's best; the LIMIT bounds the answer",
 }
 _SEQ_SCAN = re.compile(r"Seq Scan on (\w+)")
+#: Statements on a table FlowForge's schema does not create: not explained here.
+OTHER_TABLES: dict[str, str] = {}
 
 ONE_TASK = {"name": "plans_one", "tasks": [{"key": "only", "type": "noop"}]}
 FAN_OUT = {
@@ -154,7 +156,7 @@ def _typical(param: str, type_: str) -> str:
 
 def test_no_prepared_statement_scans_a_big_table_whole(long_history: psycopg.Connection) -> None:
     scans: dict[str, set[str]] = {}
-    for name in sorted(_templates()):
+    for name in sorted(set(_templates()) - set(OTHER_TABLES)):
         plans = _plans(long_history, name)
         if plans:
             scans[name] = {t for plan in plans for t in _SEQ_SCAN.findall(plan) if t in BIG_TABLES}
@@ -197,6 +199,8 @@ def test_no_sqlite_statement_scans_a_big_table_whole(tmp_path: Path) -> None:
     with sqlite3.connect(location) as conn:
         for name, sql in sorted(statements.load("sqlite").items()):
             if sql.lstrip().upper().startswith(("CREATE", "ALTER", "DROP", "BEGIN")):
+                continue
+            if name in OTHER_TABLES:
                 continue
             params = dict.fromkeys(statements._PARAMETER.findall(sql))
             plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
