@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -17,6 +17,7 @@ from flowforge.app.results import (
     BacklogView,
     DispatchView,
     OverdueAttempt,
+    RunSummary,
     TaskRunView,
     WorkflowRunView,
 )
@@ -25,6 +26,15 @@ from flowforge.bounds import row_limit
 
 #: How many expired leases (or stalled ready tasks) one pass handles at most.
 REAP_BATCH = 500
+#: A run summary's tasks of each state a user acts on (``Queries.run_summary``).
+SUMMARY_PER_STATE = 5
+#: The states whose tasks a run summary names, in the order a user acts on them: what
+#: failed, what runs, what waits for a retry, what waits to be claimed or to be ready.
+ACTED_ON_STATES = ("failed", "running", "retrying", "ready", "pending")
+#: The audit log of a run is read in pages: a small first one, so its first line comes
+#: at once, then larger ones (each its own read; the log only grows at its end).
+FIRST_HISTORY_PAGE = 200
+HISTORY_PAGE = 5_000
 
 
 def _unknown_task_run(task_run_id: UUID) -> errors.UnknownTaskRunError:
@@ -77,6 +87,42 @@ class Queries:
     def task_runs(self, run_id: UUID) -> list[TaskRunView]:
         with self._core.reads() as reads:
             return [results.task_run_view(t) for t in reads.task_runs_of(run_id)]
+
+    def task_run_by_key(self, run_id: UUID, task_key: str) -> TaskRunView | None:
+        """One task of a run by its key (None: the run has no such task)."""
+        found = self.task_runs_by_keys(run_id, [task_key])
+        return found[0] if found else None
+
+    def task_runs_by_keys(self, run_id: UUID, task_keys: Collection[str]) -> list[TaskRunView]:
+        """Some tasks of a run by key (a key it lacks is skipped): never the run's all."""
+        with self._core.reads() as reads:
+            return [results.task_run_view(t) for t in reads.task_runs_by_keys(run_id, task_keys)]
+
+    def run_summary(self, run_id: UUID, per_state: int = SUMMARY_PER_STATE) -> RunSummary:
+        """A run's tasks counted by state, and the few of each state a user acts on
+        (``ACTED_ON_STATES``), the longest waiting first: bounded at any run size."""
+        per_state = row_limit(per_state)
+        with self._core.reads() as reads:
+            counts = reads.task_state_counts(run_id)
+            notable = {
+                state: [
+                    results.task_run_view(t)
+                    for t in reads.task_runs_in_state(run_id, state, per_state)
+                ]
+                for state in ACTED_ON_STATES
+                if counts.get(state)
+            }
+        return RunSummary(counts=counts, notable=notable)
+
+    def task_runs_page(
+        self, run_id: UUID, *, state: str | None = None, after: str = "", limit: int = 100
+    ) -> list[TaskRunView]:
+        """A page of a run's tasks in key order (in ``state``, or all), after the key
+        ``after``: the next page starts after the last key of this one."""
+        limit = row_limit(limit)
+        with self._core.reads() as reads:
+            rows = reads.task_runs_page(run_id, state=state, after=after, limit=limit)
+        return [results.task_run_view(t) for t in rows]
 
     def recent_runs(self, limit: int = 20) -> list[WorkflowRunView]:
         limit = row_limit(limit)
@@ -149,6 +195,43 @@ class Queries:
         self.get_workflow_run(run_id)
         task_ids = [t.id for t in self.task_runs(run_id)]
         return self._audit([run_id, *task_ids])
+
+    def run_history_count(self, run_id: UUID) -> int:
+        """How many transitions a run's audit log holds (its own and its tasks'), read
+        from the rows' versions: no event is read."""
+        run = self.get_workflow_run(run_id)
+        with self._core.reads() as reads:
+            return run.version + reads.task_event_count(run_id)
+
+    def run_own_history(self, run_id: UUID) -> list[AuditEntry]:
+        """The run's own transitions (not its tasks')."""
+        return self._audit([run_id])
+
+    def stream_run_history(
+        self, run_id: UUID, *, since: datetime | None = None, limit: int | None = None
+    ) -> Iterator[AuditEntry]:
+        """A run's audit log (its own transitions and its tasks') in the log's order, one
+        entry at a time as pages of it are read: the first comes at once at any run
+        size. ``since``: only the transitions at or after it; ``limit``: at most that many."""
+        with self._core.reads() as reads:
+            after = reads.event_position(run_id)
+        if after is None:
+            return
+        after, page, left, keys = after - 1, FIRST_HISTORY_PAGE, limit, dict[UUID, str]()
+        while left is None or left > 0:
+            with self._core.reads() as reads:
+                rows = reads.run_events_page(run_id, after, page)
+            for entry in audit.in_log_order(self._core.events, (e for _, e in rows), keys):
+                if since is not None and entry.at < since:
+                    continue
+                yield entry
+                if left is not None:
+                    left -= 1
+                    if left == 0:
+                        return
+            if len(rows) < page:
+                return
+            after, page = rows[-1][0], HISTORY_PAGE
 
     def _audit(self, aggregate_ids: list[UUID]) -> list[AuditEntry]:
         with self._core.reads() as reads:

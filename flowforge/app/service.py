@@ -195,6 +195,14 @@ class FlowForge:
     last_change = _on("queries", Queries.last_change)
     history = _on("queries", Queries.history)
     run_history = _on("queries", Queries.run_history)
+    # One run at any size (issue #50): bounded reads for the CLI and the UI.
+    task_run_by_key = _on("queries", Queries.task_run_by_key)
+    task_runs_by_keys = _on("queries", Queries.task_runs_by_keys)
+    run_summary = _on("queries", Queries.run_summary)
+    task_runs_page = _on("queries", Queries.task_runs_page)
+    run_history_count = _on("queries", Queries.run_history_count)
+    run_own_history = _on("queries", Queries.run_own_history)
+    stream_run_history = _on("queries", Queries.stream_run_history)
 
     # --- commands: runs and task runs (app/commands.py) -----------------------------------
 

@@ -107,6 +107,54 @@ class Reads:
             TaskRunRow.from_mapping(r) for r in self._tx.run("select_task_runs_by_keys", params)
         ]
 
+    # --- one run at any size (sql/reading.sql) -----------------------------------------
+
+    def task_state_counts(self, run_id: UUID) -> dict[str, int]:
+        """A run's tasks counted by state (a state no task is in is absent)."""
+        rows = self._tx.run("select_task_state_counts", {"workflow_run_id": run_id})
+        return {row["state"]: int(row["tasks"]) for row in rows}
+
+    def task_runs_in_state(self, run_id: UUID, state: str, limit: int) -> list[TaskRunRow]:
+        """At most ``limit`` of a run's tasks in ``state``, the least recently changed first."""
+        params = {"workflow_run_id": run_id, "state": state, "limit": limit}
+        return [
+            TaskRunRow.from_mapping(r) for r in self._tx.run("select_task_runs_in_state", params)
+        ]
+
+    def task_runs_page(
+        self, run_id: UUID, *, state: str | None, after: str, limit: int
+    ) -> list[TaskRunRow]:
+        """At most ``limit`` of a run's tasks (in ``state``, or all) in key order, after
+        the key ``after`` ('' for the first page)."""
+        params = {"workflow_run_id": run_id, "state": state, "after": after, "limit": limit}
+        return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_task_runs_page", params)]
+
+    def task_event_count(self, run_id: UUID) -> int:
+        """How many events a run's tasks have in the log (each row's version)."""
+        (row,) = self._tx.run("select_task_event_count", {"workflow_run_id": run_id})
+        return int(row["events"])
+
+    def event_position(self, aggregate_id: UUID) -> int | None:
+        """The position in the log of an aggregate's first event (None: no such one)."""
+        rows = self._tx.run("select_event_position", {"originator_id": aggregate_id})
+        return int(rows[0]["position"]) if rows else None
+
+    def run_events_page(
+        self, run_id: UUID, after: int, limit: int
+    ) -> list[tuple[int, StoredEvent]]:
+        """At most ``limit`` events of a run and its tasks in the log's order, after the
+        position ``after``: each with its position (the next page's ``after``)."""
+        params = {
+            "originator_id": run_id,
+            "workflow_run_id": run_id,
+            "after": after,
+            "limit": limit,
+        }
+        return [
+            (int(row["position"]), stored_event(row))
+            for row in self._tx.run("select_run_events_page", params)
+        ]
+
     def recent_runs(self, limit: int) -> list[WorkflowRunRow]:
         rows = self._tx.run("select_recent_runs", {"limit": limit})
         return [WorkflowRunRow.from_mapping(r) for r in rows]

@@ -30,7 +30,14 @@ DIALECTS = ("postgres", "sqlite")
 #: The statements both databases run, one file per concept (as procrastinate keeps one
 #: per manager), loaded in this order after the dialect's file: a macro may use only the
 #: ones defined before it.
-SHARED_FILES = ("common.sql", "outbox.sql", "wakeups.sql", "limits.sql", "schedules.sql")
+SHARED_FILES = (
+    "common.sql",
+    "outbox.sql",
+    "wakeups.sql",
+    "limits.sql",
+    "schedules.sql",
+    "reading.sql",
+)
 
 _BLOCK = re.compile(r"^-- (name|macro): (\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{3})_\w+\.sql$")

@@ -301,3 +301,8 @@ type_freed AS (
 -- name: count_unfinished_tasks_by_state
 SELECT state, count(*) AS tasks FROM task_runs
 WHERE state IN ({unfinished_task_states}) GROUP BY state;
+
+-- The id of the task an event of the log belongs to (reading.sql), in task_runs.id's
+-- form: the same uuid here.
+-- macro: task_id_of_event
+e.originator_id

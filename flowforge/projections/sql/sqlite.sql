@@ -155,3 +155,10 @@ SELECT 1
 -- name: count_unfinished_tasks_by_state
 SELECT state, count(*) AS tasks FROM task_runs INDEXED BY task_runs_unfinished_idx
 WHERE state IN ({unfinished_task_states}) GROUP BY state;
+
+-- The id of the task an event of the log belongs to (reading.sql), in task_runs.id's
+-- form: the log keeps 32 hex digits, task_runs the hyphenated text.
+-- macro: task_id_of_event
+(substr(e.originator_id, 1, 8) || '-' || substr(e.originator_id, 9, 4) || '-' ||
+ substr(e.originator_id, 13, 4) || '-' || substr(e.originator_id, 17, 4) || '-' ||
+ substr(e.originator_id, 21))
