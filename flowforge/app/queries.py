@@ -114,6 +114,12 @@ class Queries:
             }
         return RunSummary(counts=counts, notable=notable)
 
+    def task_runs_in_state(self, run_id: UUID, state: str, limit: int) -> list[TaskRunView]:
+        """At most ``limit`` of a run's tasks in ``state``, the least recently changed first."""
+        with self._core.reads() as reads:
+            rows = reads.task_runs_in_state(run_id, state, row_limit(limit))
+        return [results.task_run_view(t) for t in rows]
+
     def task_runs_page(
         self, run_id: UUID, *, state: str | None = None, after: str = "", limit: int = 100
     ) -> list[TaskRunView]:
