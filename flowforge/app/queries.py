@@ -59,6 +59,23 @@ class Queries:
             )
         return results.workflow_run_view(run)
 
+    def get_workflow_run_brief(self, run_id: UUID) -> WorkflowRunView:
+        """The run with its definition's ``tasks`` left out (its other keys kept): for a
+        read that names the run, not its tasks (``status``, ``history``, ``why``); a big
+        run's definition is megabytes, and decoding it cost what the run holds."""
+        with self._core.reads() as reads:
+            run = reads.workflow_run_brief(run_id)
+        if run is None:
+            raise errors.UnknownRunError(
+                f"no workflow run {run_id}; list runs with `flowforge runs`"
+            )
+        return results.workflow_run_view(run)
+
+    def recent_run_ids(self, limit: int = 20) -> list[UUID]:
+        """The ids of the most recent runs, newest first (no row read)."""
+        with self._core.reads() as reads:
+            return reads.recent_run_ids(row_limit(limit))
+
     def get_task_run(self, task_run_id: UUID) -> TaskRunView:
         with self._core.reads() as reads:
             task = reads.task_run(task_run_id)
@@ -205,13 +222,16 @@ class Queries:
     def run_history_count(self, run_id: UUID) -> int:
         """How many transitions a run's audit log holds (its own and its tasks'), read
         from the rows' versions: no event is read."""
-        run = self.get_workflow_run(run_id)
+        run = self.get_workflow_run_brief(run_id)
         with self._core.reads() as reads:
             return run.version + reads.task_event_count(run_id)
 
-    def run_own_history(self, run_id: UUID) -> list[AuditEntry]:
-        """The run's own transitions (not its tasks')."""
-        return self._audit([run_id])
+    def run_transitions(self, run_id: UUID) -> list[AuditEntry]:
+        """The run's own transitions after its creation (not its tasks'): its creation's
+        event holds its whole definition; the run's row says when it was created."""
+        with self._core.reads() as reads:
+            stored = reads.stored_events_from_version(run_id, 2)
+        return audit.entries(self._core.events, stored)
 
     def stream_run_history(
         self, run_id: UUID, *, since: datetime | None = None, limit: int | None = None

@@ -202,7 +202,9 @@ class FlowForge:
     task_runs_in_state = _on("queries", Queries.task_runs_in_state)
     task_runs_page = _on("queries", Queries.task_runs_page)
     run_history_count = _on("queries", Queries.run_history_count)
-    run_own_history = _on("queries", Queries.run_own_history)
+    run_transitions = _on("queries", Queries.run_transitions)
+    get_workflow_run_brief = _on("queries", Queries.get_workflow_run_brief)
+    recent_run_ids = _on("queries", Queries.recent_run_ids)
     stream_run_history = _on("queries", Queries.stream_run_history)
 
     # --- commands: runs and task runs (app/commands.py) -----------------------------------

@@ -11,18 +11,18 @@ from flowforge.app.ids import full_id as _full_id
 from flowforge.app.ids import matches_id as _matches
 from flowforge.app.ids import one as _one
 from flowforge.app.ids import recent_runs as _recent_runs
-from flowforge.app.ids import resolve_run
+from flowforge.app.ids import resolve_run, resolve_run_brief
 from flowforge.app.results import TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
 from flowforge.cli.parser import UsageError
 
-__all__ = ["resolve_any", "resolve_run", "resolve_task"]
+__all__ = ["resolve_any", "resolve_run", "resolve_run_brief", "resolve_task"]
 
 
 def resolve_task(app: FlowForge, text: str) -> TaskRunView:
     if "/" in text:
         run_text, _, key = text.partition("/")
-        return task_of_run(app, resolve_run(app, run_text), key)
+        return task_of_run(app, resolve_run_brief(app, run_text), key)
     full = _full_id(text)
     if full is not None:
         try:
@@ -67,7 +67,7 @@ def _some_keys(app: FlowForge, run: WorkflowRunView) -> str:
 def _refuse_a_run(app: FlowForge, text: str) -> None:
     """A run's id where a task run's is wanted: name the run's tasks to ask about."""
     try:
-        run = resolve_run(app, text)
+        run = resolve_run_brief(app, text)
     except (errors.UnknownRunError, errors.InvalidIdError):
         return
     first = app.task_runs_page(run.id, limit=1)
@@ -82,7 +82,7 @@ def resolve_any(app: FlowForge, text: str) -> WorkflowRunView | TaskRunView:
     if "/" in text:
         return resolve_task(app, text)
     try:
-        return resolve_run(app, text)
+        return resolve_run_brief(app, text)
     except errors.UnknownRunError:
         pass  # not a run: perhaps a task run
     try:

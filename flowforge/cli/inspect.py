@@ -71,7 +71,7 @@ def runs(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     with common.open_app(common.settings_from(args)) as app:
-        run = ids.resolve_run(app, args.run)
+        run = ids.resolve_run_brief(app, args.run)
         if args.watch:
             run = _watch(app, run.id, quiet=args.json)
         if args.state or args.limit is not None or args.after:
@@ -79,6 +79,8 @@ def status(args: argparse.Namespace) -> int:
             return _status_code(run)
         summary = app.run_summary(run.id)
         whole = args.all_tasks or args.json or summary.total <= summary_view.SMALL_RUN
+        if whole:  # the definition's order: the full row, with the definition's tasks
+            run = app.get_workflow_run(run.id)
         tasks = render.task_order(run, app.task_runs(run.id)) if whole else []
     now = datetime.now(UTC)
     if args.json:

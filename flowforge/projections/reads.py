@@ -109,6 +109,19 @@ class Reads:
 
     # --- one run at any size (sql/reading.sql) -----------------------------------------
 
+    def workflow_run_brief(self, run_id: UUID) -> WorkflowRunRow | None:
+        """The run's row with its definition's ``tasks`` left out (the rest of it kept)."""
+        return first_row(WorkflowRunRow, self._tx.run("select_workflow_run_brief", {"id": run_id}))
+
+    def recent_run_ids(self, limit: int) -> list[UUID]:
+        return _ids(self._tx.run("select_recent_run_ids", {"limit": limit}))
+
+    def stored_events_from_version(self, aggregate_id: UUID, version: int) -> list[StoredEvent]:
+        """An aggregate's events from ``version`` on, in version order."""
+        params = {"originator_id": aggregate_id, "version": version}
+        rows = self._tx.run("select_stored_events_from_version", params)
+        return [stored_event(row) for row in rows]
+
     def task_state_counts(self, run_id: UUID) -> dict[str, int]:
         """A run's tasks counted by state (a state no task is in is absent)."""
         rows = self._tx.run("select_task_state_counts", {"workflow_run_id": run_id})

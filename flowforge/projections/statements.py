@@ -14,6 +14,7 @@ and ``migrations/NNN_<what>.sql`` (the statements ``migration_NNN``), with the s
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from functools import cache
@@ -23,7 +24,7 @@ from types import MappingProxyType
 from flowforge.aggregates import cron_schedule, lost_workers, task_run, workflow_run
 from flowforge.aggregates.base import Declaration
 from flowforge.aggregates.states import ScheduleState, TaskRunState, WorkflowRunState
-from flowforge.projections import event_log, event_sql
+from flowforge.projections import event_log, event_sql, tables
 from flowforge.projections.migration_files import migration_files
 
 DIALECTS = ("postgres", "sqlite")
@@ -181,6 +182,10 @@ def code_macros() -> dict[str, str]:
     ):
         macros[f"{name}_static_columns"] = ", ".join(fields)
         macros[f"{name}_static_values"] = ", ".join(f":{f}" for f in fields)
+    # A run's row but its definition (reading.sql reads that apart, without its tasks).
+    macros["workflow_run_columns_but_definition"] = ", ".join(
+        f.name for f in dataclasses.fields(tables.WorkflowRunRow) if f.name != "definition"
+    )
     return macros
 
 

@@ -12,7 +12,7 @@ not part of the log; as of a past moment its rows are read by their timestamps
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -126,16 +126,17 @@ def situation_now(app: FlowForge, task_run_id: UUID) -> Situation:
     read is what the task's answer needs, at any run size: the task's own events, its
     run's, and the rows of its upstream tasks and of the run's failed ones."""
     row = app.get_task_run(task_run_id)
-    run = app.get_workflow_run(row.workflow_run_id)
     siblings = {t.task_key: TaskView.of(t) for t in _relatives(app, row)}
+    siblings[row.task_key] = TaskView.of(row)
+    run = _run(app, row.workflow_run_id, siblings.values())
     return Situation(
         at=app.database_now(),
         live=True,
         task=TaskView.of(row),
         run=RunView.of(run),
-        siblings={**siblings, row.task_key: TaskView.of(row)},
+        siblings=siblings,
         task_log=app.history(row.id),
-        run_log=app.run_own_history(run.id),
+        run_log=app.run_transitions(run.id),
         dispatches=[_dispatch(d) for d in app.dispatches_of(row.id)],
         hold=app.hold_of(row),
     )
@@ -144,6 +145,15 @@ def situation_now(app: FlowForge, task_run_id: UUID) -> Situation:
 #: How many of a run's failed tasks ``why`` reads (to say which failure ended the run,
 #: and whether one is upstream of the task beyond its direct upstream).
 FAILED_READ = 100
+
+
+def _run(app: FlowForge, run_id: UUID, tasks: Iterable[TaskView]) -> WorkflowRunView:
+    """The run, with its definition's tasks only if a failure needs them (which tasks
+    depend on a failed one: ``sentences.failed_upstream``); a big run's definition is
+    most of what ``why`` would otherwise read."""
+    if any(t.failed_for_good for t in tasks):
+        return app.get_workflow_run(run_id)
+    return app.get_workflow_run_brief(run_id)
 
 
 def _relatives(app: FlowForge, row: TaskRunView) -> list[TaskRunView]:
@@ -163,11 +173,9 @@ def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situatio
     own events alone; None if the task or its run did not exist yet."""
     row = app.get_task_run(task_run_id)
     task_log = as_of.fold(app.history(task_run_id), at)
-    run_log = as_of.fold(app.run_own_history(row.workflow_run_id), at)
-    if not task_log.entries or run_log.run is None:
+    if not task_log.entries:
         return None
     repository = app.events.repository
-    run: WorkflowRun = repository.get(row.workflow_run_id, version=run_log.run.version)
     task: TaskRun = repository.get(task_run_id, version=task_log.entries[-1].version)
     siblings = {row.task_key: TaskView.of(task)}
     for other in _relatives(app, row):
@@ -175,14 +183,19 @@ def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situatio
         if last and other.task_key not in siblings:
             then: TaskRun = repository.get(other.id, version=last[-1].version)
             siblings[other.task_key] = TaskView.of(then)
+    # The run was created with its tasks: it existed, at version 1 at least, if the
+    # task did.
+    run_log = [e for e in app.run_transitions(row.workflow_run_id) if e.at <= at]
+    version = run_log[-1].version if run_log else 1
+    run = RunView.of(repository.get(row.workflow_run_id, version=version))
     return Situation(
         at=at,
         live=False,
         task=siblings[row.task_key],
-        run=RunView.of(run),
+        run=run,
         siblings=siblings,
         task_log=task_log.entries,
-        run_log=run_log.entries,
+        run_log=run_log,
         dispatches=[
             _dispatch(d, at) for d in app.dispatches_of(task_run_id) if d.created_at <= at
         ],

@@ -306,3 +306,13 @@ WHERE state IN ({unfinished_task_states}) GROUP BY state;
 -- form: the same uuid here.
 -- macro: task_id_of_event
 e.originator_id
+
+-- A run's definition without its tasks (reading.sql), built by the server: the client
+-- neither receives nor decodes the tasks.
+-- macro: definition_without_tasks
+(definition::jsonb - 'tasks')::json
+
+-- The same, of the definition a run's row is inserted with (insert_workflow_run fills
+-- definition_brief with it, so that no read parses the whole definition again).
+-- macro: definition_brief_of_parameter
+(CAST(:definition AS json)::jsonb - 'tasks')::json

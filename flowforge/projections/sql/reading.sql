@@ -51,3 +51,25 @@ WHERE e.{event_order} > :after
        OR EXISTS (SELECT 1 FROM task_runs AS t
                   WHERE t.id = {task_id_of_event} AND t.workflow_run_id = :workflow_run_id))
 ORDER BY e.{event_order} LIMIT :limit;
+
+-- A run's row with its definition's tasks left out: what a read that names the run,
+-- not its tasks, needs (the workflow's name, its on_failure, ...). A 50,000-task run's
+-- definition is megabytes of JSON; decoding it was most of `why`'s time, and even the
+-- server's parse of it grew with the run: the row keeps it without its tasks
+-- (definition_brief, filled by insert_workflow_run; rows of before migration 15 filled
+-- by it).
+-- name: select_workflow_run_brief
+SELECT {workflow_run_columns_but_definition},
+       coalesce(definition_brief, {definition_without_tasks}) AS definition
+FROM workflow_runs WHERE id = :id;
+
+-- The ids of the most recent runs: what a partial id is matched against.
+-- name: select_recent_run_ids
+SELECT id FROM workflow_runs ORDER BY created_at DESC, id LIMIT :limit;
+
+-- A run's own events from a version on (2: all but its creation, whose state holds the
+-- whole definition), in version order.
+-- name: select_stored_events_from_version
+SELECT originator_id, originator_version, topic, state FROM {events_table}
+WHERE originator_id = :originator_id AND originator_version >= :version
+ORDER BY originator_version;

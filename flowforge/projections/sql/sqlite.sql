@@ -162,3 +162,10 @@ WHERE state IN ({unfinished_task_states}) GROUP BY state;
 (substr(e.originator_id, 1, 8) || '-' || substr(e.originator_id, 9, 4) || '-' ||
  substr(e.originator_id, 13, 4) || '-' || substr(e.originator_id, 17, 4) || '-' ||
  substr(e.originator_id, 21))
+
+-- A run's definition without its tasks (reading.sql).
+-- macro: definition_without_tasks
+json_remove(definition, '$.tasks')
+
+-- macro: definition_brief_of_parameter
+json_remove(:definition, '$.tasks')
