@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Iterator
 from datetime import datetime
 from typing import Any
@@ -238,23 +239,29 @@ class Queries:
     ) -> Iterator[AuditEntry]:
         """A run's audit log (its own transitions and its tasks') in the log's order, one
         entry at a time as pages of it are read: the first comes at once at any run
-        size. ``since``: only the transitions at or after it; ``limit``: at most that many."""
+        size. ``since``: only the transitions at or after it; ``limit``: at most that many.
+
+        The run's creation comes from its row and the actor its event names: its event
+        holds the whole definition (megabytes for a big run), which nothing here shows."""
         with self._core.reads() as reads:
-            after = reads.event_position(run_id)
-        if after is None:
+            creation, row = reads.run_creation(run_id), reads.workflow_run_brief(run_id)
+        if creation is None or row is None:
             return
-        after, page, left, keys = after - 1, FIRST_HISTORY_PAGE, limit, dict[UUID, str]()
-        while left is None or left > 0:
+        position, actor = creation
+        entries = itertools.chain(
+            [audit.run_creation(results.workflow_run_view(row), actor)],
+            self._run_events_after(run_id, position),
+        )
+        shown = (e for e in entries if since is None or e.at >= since)
+        yield from itertools.islice(shown, limit)
+
+    def _run_events_after(self, run_id: UUID, after: int) -> Iterator[AuditEntry]:
+        """The run's events after the position ``after``, a page at a time."""
+        page, keys = FIRST_HISTORY_PAGE, dict[UUID, str]()
+        while True:
             with self._core.reads() as reads:
                 rows = reads.run_events_page(run_id, after, page)
-            for entry in audit.in_log_order(self._core.events, (e for _, e in rows), keys):
-                if since is not None and entry.at < since:
-                    continue
-                yield entry
-                if left is not None:
-                    left -= 1
-                    if left == 0:
-                        return
+            yield from audit.in_log_order(self._core.events, (e for _, e in rows), keys)
             if len(rows) < page:
                 return
             after, page = rows[-1][0], HISTORY_PAGE

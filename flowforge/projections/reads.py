@@ -147,10 +147,11 @@ class Reads:
         (row,) = self._tx.run("select_task_event_count", {"workflow_run_id": run_id})
         return int(row["events"])
 
-    def event_position(self, aggregate_id: UUID) -> int | None:
-        """The position in the log of an aggregate's first event (None: no such one)."""
-        rows = self._tx.run("select_event_position", {"originator_id": aggregate_id})
-        return int(rows[0]["position"]) if rows else None
+    def run_creation(self, run_id: UUID) -> tuple[int, str] | None:
+        """The position in the log of a run's creation event, and the actor it names
+        (None: no such run)."""
+        rows = self._tx.run("select_run_creation", {"originator_id": run_id})
+        return (int(rows[0]["position"]), str(rows[0]["actor"])) if rows else None
 
     def run_events_page(
         self, run_id: UUID, after: int, limit: int

@@ -316,3 +316,7 @@ e.originator_id
 -- definition_brief with it, so that no read parses the whole definition again).
 -- macro: definition_brief_of_parameter
 (CAST(:definition AS json)::jsonb - 'tasks')::json
+
+-- The actor an event's state names (reading.sql): the state is the library's JSON, bytes.
+-- macro: actor_of_event
+convert_from(state, 'UTF8')::json->>'actor'

@@ -34,9 +34,11 @@ SELECT coalesce(sum(version), 0) AS events FROM task_runs
 WHERE workflow_run_id = :workflow_run_id;
 
 -- Where a run's audit log starts: its creation event's position in the log (its tasks
--- are created in the same transaction, after it; nothing of the run comes before it).
--- name: select_event_position
-SELECT {event_order} AS position FROM {events_table}
+-- are created in the same transaction, after it; nothing of the run comes before it),
+-- and the actor it names, read by the server (the event holds the whole definition:
+-- megabytes a client would decode to show one line).
+-- name: select_run_creation
+SELECT {event_order} AS position, {actor_of_event} AS actor FROM {events_table}
 WHERE originator_id = :originator_id AND originator_version = 1;
 
 -- A page of a run's audit log in the log's order, after the position :after: the run's

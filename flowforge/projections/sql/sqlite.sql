@@ -169,3 +169,6 @@ json_remove(definition, '$.tasks')
 
 -- macro: definition_brief_of_parameter
 json_remove(:definition, '$.tasks')
+
+-- macro: actor_of_event
+json_extract(CAST(state AS TEXT), '$.actor')
