@@ -2,8 +2,8 @@
 
     python -m bench.size [--tasks 50000] [--small 10] [--reps 5] [--backend postgres sqlite]
 
-For each backend, builds two finished runs of the same shape (a root, N - 2 tasks after
-it, one after ten of them), through the service in batches (``claim_task_runs_and_their_runs``
+For each backend, builds two finished runs of the same shape (N - 1 independent tasks,
+one after ten of them), through the service in batches (``claim_task_runs_and_their_runs``
 and ``finish_task_runs``, as a batching worker does): a big one of ``--tasks`` tasks and
 a small one of ``--small``. Then times, in-process, what each read command reads and
 prints (the CLI's own functions, stdout to /dev/null), on each run: ``status`` (the
@@ -37,17 +37,17 @@ from flowforge.cli.main import main as cli_main
 DATABASE = "bench_size"
 
 
-#: How many of the middle tasks ``end`` depends on. Not all of them: a finish of a task
-#: that others depend on advances its run in a transaction of its own, which made a
-#: 2,000-task fan-in take 214 s to build; the leaves' successes go in batches.
+#: How many of the wide tasks ``end`` depends on. Not all of them: a finish of a task
+#: that others depend on advances its run in a transaction of its own (a 2,000-task
+#: fan-in took 214 s to build), and a root before them all made one advance promote
+#: every task at once (50,000: minutes); the leaves' successes go in batches.
 END_DEPENDS_ON = 10
 
 
 def wide_run(n: int) -> dict[str, object]:
-    """A root, ``n - 2`` tasks after it, and one task after the first ten of them."""
-    middle = [f"process{i}" for i in range(n - 2)]
-    tasks: list[dict[str, object]] = [{"key": "root", "type": "work"}]
-    tasks += [{"key": key, "type": "work", "depends_on": ["root"]} for key in middle]
+    """``n - 1`` independent tasks, and one task after the first ten of them."""
+    middle = [f"process{i}" for i in range(n - 1)]
+    tasks: list[dict[str, object]] = [{"key": key, "type": "work"} for key in middle]
     tasks.append({"key": "end", "type": "work", "depends_on": middle[:END_DEPENDS_ON]})
     return {"name": "wide", "tasks": tasks}
 
@@ -62,9 +62,7 @@ def build(app: FlowForge, n: int) -> UUID:
     """A finished run of ``n`` tasks (every one succeeded), through the service."""
     run_id = app.start_workflow_run(wide_run(n))
     rows = {t.task_key: t.id for t in app.task_runs(run_id)}
-    _run_batch(app, [rows["root"]])
-    app.schedule_once()
-    middle = [rows[f"process{i}"] for i in range(n - 2)]
+    middle = [rows[f"process{i}"] for i in range(n - 1)]
     for start in range(0, len(middle), MAX_BATCH):
         _run_batch(app, middle[start : start + MAX_BATCH])
     app.schedule_once()
@@ -126,7 +124,7 @@ def median(reps: int, measure: Callable[[], float]) -> float:
 
 def readings(url: str, run_id: UUID, n: int) -> dict[str, Callable[[], float]]:
     run = str(run_id)
-    middle = f"process{(n - 2) // 2}"
+    middle = f"process{(n - 1) // 2}"
     return {
         "status (summary)": command(url, "status", run),
         f"why RUN/{middle}": command(url, "why", f"{run}/{middle}"),

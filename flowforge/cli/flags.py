@@ -423,7 +423,6 @@ TASK_PAGE = Flag(
 AFTER_KEY = Flag(
     ("--after",),
     metavar="KEY",
-    default="",
     help="list the tasks after the task key KEY (the last key of the previous page)",
 )
 HISTORY_TASK = Flag(

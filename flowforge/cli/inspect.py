@@ -103,7 +103,7 @@ def _status_code(run: WorkflowRunView) -> int:
 def _print_page(app: FlowForge, run: WorkflowRunView, args: argparse.Namespace) -> None:
     """``--state``, ``--limit``, ``--after``: one page of the run's tasks in key order."""
     limit = args.limit if args.limit is not None else summary_view.PAGE
-    page = app.task_runs_page(run.id, state=args.state, after=args.after, limit=limit)
+    page = app.task_runs_page(run.id, state=args.state, after=args.after or "", limit=limit)
     counts = app.run_summary(run.id, per_state=1).counts
     now = datetime.now(UTC)
     if args.json:
