@@ -117,6 +117,7 @@ def test_a_streamed_history_is_the_runs_whole_log_in_the_logs_order(
 ) -> None:
     streamed = list(app.stream_run_history(run_id))
     assert len(streamed) == app.run_history_count(run_id)
+
     # The same entries as the whole read (the run's creation built from its row too).
     def by_event(e: AuditEntry) -> tuple[UUID, int]:
         return e.aggregate_id, e.version
@@ -263,3 +264,27 @@ def test_why_names_the_failed_upstream_of_a_task_without_reading_the_run(
     app.schedule_once()
     _, lines = cli(capsys, url, "why", f"{chain}/c")
     assert "a, which it depends on, failed for good" in lines[0], lines
+
+
+def test_the_default_reads_of_a_big_run_never_read_all_its_tasks_or_its_whole_log(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    url: str,
+    run_id: UUID,
+) -> None:
+    def whole_run(*_: object, **__: object) -> None:
+        raise AssertionError("read the whole run")
+
+    for name in ("task_runs", "run_history"):
+        monkeypatch.setattr(FlowForge, name, whole_run)
+    for words in (
+        ["status", str(run_id)],
+        ["status", str(run_id), "--state", "ready"],
+        ["history", str(run_id), "--limit", "3"],
+        ["history", str(run_id), "--task", "t20"],
+        ["why", f"{run_id}/t20"],
+        ["why", f"{run_id}/t20", "--at", "2100-01-01T00:00:00Z"],
+        ["why", f"{run_id}/t10"],
+    ):
+        _, lines = cli(capsys, url, *words)
+        assert lines, words
