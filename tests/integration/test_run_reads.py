@@ -13,6 +13,7 @@ from uuid import UUID
 
 import pytest
 
+from flowforge.app import as_of
 from flowforge.app.results import AuditEntry
 from flowforge.app.service import FlowForge
 from flowforge.app.task_run_commands import Finish
@@ -288,3 +289,17 @@ def test_the_default_reads_of_a_big_run_never_read_all_its_tasks_or_its_whole_lo
     ):
         _, lines = cli(capsys, url, *words)
         assert lines, words
+
+
+def test_a_page_of_tasks_as_of_a_moment_is_what_the_log_says_then(
+    app: FlowForge, run_id: UUID
+) -> None:
+    whole = list(app.stream_run_history(run_id))
+    for moment in (whole[0].at, whole[len(whole) // 2].at, whole[-1].at):
+        then = as_of.fold(whole, moment)
+        page = as_of.task_page_as_of(app, run_id, moment, limit=WIDE)
+        assert [p.task.task_key for p in page] == sorted(t.task_key for t in app.task_runs(run_id))
+        for one in page:
+            expected = then.last.get(one.task.id)
+            assert one.state == (expected.target if expected else None), one.task.task_key
+            assert one.then is None or one.then.version == expected.version  # type: ignore[union-attr]
