@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from uuid import UUID
 
 from eventsourcing.application import Application
@@ -10,10 +10,41 @@ from eventsourcing.persistence import StoredEvent
 
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
-from flowforge.app.results import AuditEntry
+from flowforge.app.results import AuditEntry, WorkflowRunView
 
 #: The fields of a carried-over result's provenance (``TaskRun.ResultCarriedOver``).
 _PROVENANCE = ("carried_from_run_id", "carried_from_task_run_id", "carried_from_attempt")
+
+
+def in_log_order(
+    events: Application[UUID], stored: Iterable[StoredEvent], task_keys: dict[UUID, str]
+) -> Iterator[AuditEntry]:
+    """The stored events as audit entries, one at a time, in the order given (the log's).
+    ``task_keys`` names the task runs by id; a task's creation seen on the way adds it."""
+    for one in stored:
+        event = events.mapper.to_domain_event(one)
+        if isinstance(event, TaskRun.Created):
+            task_keys[event.originator_id] = event.task_key
+        yield _entry(event, task_keys.get(event.originator_id))
+
+
+def run_creation(run: WorkflowRunView, actor: str) -> AuditEntry:
+    """A run's creation as its event shows it, from its row (created at its event's
+    time, with its rerun_of and start_at) and the actor the event names: what
+    :func:`entries` makes of the event, without decoding its definition."""
+    return AuditEntry(
+        at=run.created_at,
+        aggregate="WorkflowRun",
+        aggregate_id=run.id,
+        version=1,
+        event=WorkflowRun.Created.__name__,
+        transition="create",
+        source=None,
+        target="pending",
+        actor=actor,
+        rerun_of=run.rerun_of,
+        start_at=run.start_at,
+    )
 
 
 def entries(events: Application[UUID], stored: Sequence[StoredEvent]) -> list[AuditEntry]:

@@ -38,6 +38,31 @@ def resolve_run(app: FlowForge, text: str) -> WorkflowRunView:
     return one(matches, text, "workflow run", "list runs with `flowforge runs`")
 
 
+def resolve_run_brief(app: FlowForge, text: str) -> WorkflowRunView:
+    """:func:`resolve_run`, the run read without its definition's tasks
+    (``FlowForge.get_workflow_run_brief``), matched by id alone: at any run size."""
+    full = full_id(text)
+    if full is None:
+        check_partial_id(text)
+        ids = [i for i in app.recent_run_ids(PREFIX_SCAN_RUNS) if matches_id(i, text)]
+        full = one_id(ids, text)
+    return app.get_workflow_run_brief(full)
+
+
+def one_id(ids: list[UUID], text: str) -> UUID:
+    if len(ids) == 1:
+        return ids[0]
+    if not ids:
+        raise errors.UnknownRunError(
+            f"no workflow run has an id starting or ending with {text!r}; list runs with "
+            f"`flowforge runs`"
+        )
+    raise errors.InvalidIdError(
+        f"{text!r} matches {len(ids)} workflow runs ({', '.join(map(str, ids[:5]))}); give "
+        f"more of the id, or its short form (its last {SHORT_ID_DIGITS} hex digits)"
+    )
+
+
 def full_id(text: str) -> UUID | None:
     try:
         return UUID(text)
@@ -47,6 +72,12 @@ def full_id(text: str) -> UUID | None:
 
 def recent_runs(app: FlowForge, text: str) -> list[WorkflowRunView]:
     """The runs a partial id is matched against; refuses text that is no partial id."""
+    check_partial_id(text)
+    return app.recent_runs(PREFIX_SCAN_RUNS)
+
+
+def check_partial_id(text: str) -> None:
+    """Refuses text that is no partial id."""
     prefix = text.lower()
     if len(prefix.replace("-", "")) < MIN_PREFIX or not _PREFIX.match(prefix):
         raise errors.InvalidIdError(
@@ -54,7 +85,6 @@ def recent_runs(app: FlowForge, text: str) -> list[WorkflowRunView]:
             f"FlowForge prints, e.g. b7e5d3f0), or at least {MIN_PREFIX} of its first or "
             f"last hex digits"
         )
-    return app.recent_runs(PREFIX_SCAN_RUNS)
 
 
 def matches_id(candidate: UUID, text: str) -> bool:

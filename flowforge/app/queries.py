@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import itertools
+from collections.abc import Collection, Iterator
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -17,6 +18,7 @@ from flowforge.app.results import (
     BacklogView,
     DispatchView,
     OverdueAttempt,
+    RunSummary,
     TaskRunView,
     WorkflowRunView,
 )
@@ -25,6 +27,15 @@ from flowforge.bounds import row_limit
 
 #: How many expired leases (or stalled ready tasks) one pass handles at most.
 REAP_BATCH = 500
+#: A run summary's tasks of each state a user acts on (``Queries.run_summary``).
+SUMMARY_PER_STATE = 5
+#: The states whose tasks a run summary names, in the order a user acts on them: what
+#: failed, what runs, what waits for a retry, what waits to be claimed or to be ready.
+ACTED_ON_STATES = ("failed", "running", "retrying", "ready", "pending")
+#: The audit log of a run is read in pages: a small first one, so its first line comes
+#: at once, then larger ones (each its own read; the log only grows at its end).
+FIRST_HISTORY_PAGE = 200
+HISTORY_PAGE = 5_000
 
 
 def _unknown_task_run(task_run_id: UUID) -> errors.UnknownTaskRunError:
@@ -63,6 +74,23 @@ class Queries:
         if len(found) == 1:
             raise archived_runs.archived_error(found[0])
 
+    def get_workflow_run_brief(self, run_id: UUID) -> WorkflowRunView:
+        """The run with its definition's ``tasks`` left out (its other keys kept): for a
+        read that names the run, not its tasks (``status``, ``history``, ``why``); a big
+        run's definition is megabytes, and decoding it cost what the run holds."""
+        with self._core.reads() as reads:
+            run = reads.workflow_run_brief(run_id)
+        if run is None:
+            raise errors.UnknownRunError(
+                f"no workflow run {run_id}; list runs with `flowforge runs`"
+            )
+        return results.workflow_run_view(run)
+
+    def recent_run_ids(self, limit: int = 20) -> list[UUID]:
+        """The ids of the most recent runs, newest first (no row read)."""
+        with self._core.reads() as reads:
+            return reads.recent_run_ids(row_limit(limit))
+
     def get_task_run(self, task_run_id: UUID) -> TaskRunView:
         with self._core.reads() as reads:
             task = reads.task_run(task_run_id)
@@ -91,6 +119,48 @@ class Queries:
     def task_runs(self, run_id: UUID) -> list[TaskRunView]:
         with self._core.reads() as reads:
             return [results.task_run_view(t) for t in reads.task_runs_of(run_id)]
+
+    def task_run_by_key(self, run_id: UUID, task_key: str) -> TaskRunView | None:
+        """One task of a run by its key (None: the run has no such task)."""
+        found = self.task_runs_by_keys(run_id, [task_key])
+        return found[0] if found else None
+
+    def task_runs_by_keys(self, run_id: UUID, task_keys: Collection[str]) -> list[TaskRunView]:
+        """Some tasks of a run by key (a key it lacks is skipped): never the run's all."""
+        with self._core.reads() as reads:
+            return [results.task_run_view(t) for t in reads.task_runs_by_keys(run_id, task_keys)]
+
+    def run_summary(self, run_id: UUID, per_state: int = SUMMARY_PER_STATE) -> RunSummary:
+        """A run's tasks counted by state, and the few of each state a user acts on
+        (``ACTED_ON_STATES``), the longest waiting first: bounded at any run size."""
+        per_state = row_limit(per_state)
+        with self._core.reads() as reads:
+            counts = reads.task_state_counts(run_id)
+            notable = {
+                state: [
+                    results.task_run_view(t)
+                    for t in reads.task_runs_in_state(run_id, state, per_state)
+                ]
+                for state in ACTED_ON_STATES
+                if counts.get(state)
+            }
+        return RunSummary(counts=counts, notable=notable)
+
+    def task_runs_in_state(self, run_id: UUID, state: str, limit: int) -> list[TaskRunView]:
+        """At most ``limit`` of a run's tasks in ``state``, the least recently changed first."""
+        with self._core.reads() as reads:
+            rows = reads.task_runs_in_state(run_id, state, row_limit(limit))
+        return [results.task_run_view(t) for t in rows]
+
+    def task_runs_page(
+        self, run_id: UUID, *, state: str | None = None, after: str = "", limit: int = 100
+    ) -> list[TaskRunView]:
+        """A page of a run's tasks in key order (in ``state``, or all), after the key
+        ``after``: the next page starts after the last key of this one."""
+        limit = row_limit(limit)
+        with self._core.reads() as reads:
+            rows = reads.task_runs_page(run_id, state=state, after=after, limit=limit)
+        return [results.task_run_view(t) for t in rows]
 
     def recent_runs(self, limit: int = 20) -> list[WorkflowRunView]:
         limit = row_limit(limit)
@@ -163,6 +233,52 @@ class Queries:
         self.get_workflow_run(run_id)
         task_ids = [t.id for t in self.task_runs(run_id)]
         return self._audit([run_id, *task_ids])
+
+    def run_history_count(self, run_id: UUID) -> int:
+        """How many transitions a run's audit log holds (its own and its tasks'), read
+        from the rows' versions: no event is read."""
+        run = self.get_workflow_run_brief(run_id)
+        with self._core.reads() as reads:
+            return run.version + reads.task_event_count(run_id)
+
+    def run_transitions(self, run_id: UUID) -> list[AuditEntry]:
+        """The run's own transitions after its creation (not its tasks'): its creation's
+        event holds its whole definition; the run's row says when it was created."""
+        with self._core.reads() as reads:
+            stored = reads.stored_events_from_version(run_id, 2)
+        return audit.entries(self._core.events, stored)
+
+    def stream_run_history(
+        self, run_id: UUID, *, since: datetime | None = None, limit: int | None = None
+    ) -> Iterator[AuditEntry]:
+        """A run's audit log (its own transitions and its tasks') in the log's order, one
+        entry at a time as pages of it are read: the first comes at once at any run
+        size. ``since``: only the transitions at or after it; ``limit``: at most that many.
+
+        The run's creation comes from its row and the actor its event names: its event
+        holds the whole definition (megabytes for a big run), which nothing here shows."""
+        with self._core.reads() as reads:
+            creation, row = reads.run_creation(run_id), reads.workflow_run_brief(run_id)
+        if creation is None or row is None:
+            return
+        position, actor = creation
+        entries = itertools.chain(
+            [audit.run_creation(results.workflow_run_view(row), actor)],
+            self._run_events_after(run_id, position),
+        )
+        shown = (e for e in entries if since is None or e.at >= since)
+        yield from itertools.islice(shown, limit)
+
+    def _run_events_after(self, run_id: UUID, after: int) -> Iterator[AuditEntry]:
+        """The run's events after the position ``after``, a page at a time."""
+        page, keys = FIRST_HISTORY_PAGE, dict[UUID, str]()
+        while True:
+            with self._core.reads() as reads:
+                rows = reads.run_events_page(run_id, after, page)
+            yield from audit.in_log_order(self._core.events, (e for _, e in rows), keys)
+            if len(rows) < page:
+                return
+            after, page = rows[-1][0], HISTORY_PAGE
 
     def _audit(self, aggregate_ids: list[UUID]) -> list[AuditEntry]:
         with self._core.reads() as reads:

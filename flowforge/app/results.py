@@ -131,6 +131,22 @@ class AuditEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class RunSummary:
+    """A run's tasks at any size (``Queries.run_summary``): how many are in each state,
+    and the few of each state a user acts on (failed, running, retrying, ready,
+    pending), the longest waiting first."""
+
+    #: Tasks by state; a state no task is in is absent.
+    counts: dict[str, int]
+    #: The tasks named, by state, in the order a user acts on them.
+    notable: dict[str, list[TaskRunView]]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True, slots=True)
 class RebuildReport:
     events: int
     workflow_runs: int

@@ -269,6 +269,17 @@ class FlowForge:
     last_change = _on("queries", Queries.last_change)
     history = _on("queries", Queries.history)
     run_history = _on("queries", Queries.run_history)
+    # One run at any size (issue #50): bounded reads for the CLI and the UI.
+    task_run_by_key = _on("queries", Queries.task_run_by_key)
+    task_runs_by_keys = _on("queries", Queries.task_runs_by_keys)
+    run_summary = _on("queries", Queries.run_summary)
+    task_runs_in_state = _on("queries", Queries.task_runs_in_state)
+    task_runs_page = _on("queries", Queries.task_runs_page)
+    run_history_count = _on("queries", Queries.run_history_count)
+    run_transitions = _on("queries", Queries.run_transitions)
+    get_workflow_run_brief = _on("queries", Queries.get_workflow_run_brief)
+    recent_run_ids = _on("queries", Queries.recent_run_ids)
+    stream_run_history = _on("queries", Queries.stream_run_history)
 
     # --- commands: runs and task runs (app/commands.py) -----------------------------------
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from flowforge.aggregates.states import TaskRunState
 from flowforge.bounds import MAX_BATCH, MAX_ROWS
 from flowforge.cli import start_times
 from flowforge.cli.logs import FORMATS, LEVELS
@@ -445,4 +446,49 @@ EVENTS_LIMIT = Flag(
     type=_whole_number(MAX_ROWS),
     metavar="N",
     help="stop after N transitions (default: all of them; with --follow, no end)",
+)
+
+# --- one run at any size: status and history (issue #50) --------------------------------
+
+ALL_TASKS = Flag(
+    ("--all",),
+    action="store_true",
+    dest="all_tasks",
+    help="list every task, however many (a run of more than 20 tasks shows a summary)",
+)
+TASK_STATE = Flag(
+    ("--state",),
+    choices=tuple(s.value for s in TaskRunState),
+    metavar="STATE",
+    help="list only the tasks in STATE (pending, ready, running, retrying, succeeded, "
+    "failed, cancelled)",
+)
+TASK_PAGE = Flag(
+    ("--limit",),
+    type=_whole_number(MAX_ROWS),
+    metavar="N",
+    help="list at most N tasks, in key order (a page; --after KEY gives the next)",
+)
+AFTER_KEY = Flag(
+    ("--after",),
+    metavar="KEY",
+    help="list the tasks after the task key KEY (the last key of the previous page)",
+)
+HISTORY_TASK = Flag(
+    ("--task",),
+    metavar="KEY",
+    dest="task_key",
+    help="only the transitions of the run's task KEY",
+)
+SINCE = Flag(
+    ("--since",),
+    metavar="TIME",
+    help="only the transitions at or after TIME (ISO 8601, e.g. 2026-01-31T12:03:00Z)",
+)
+HISTORY_LIMIT = Flag(
+    ("--limit",),
+    type=_whole_number(MAX_ROWS),
+    metavar="N",
+    dest="history_limit",
+    help="at most N transitions",
 )

@@ -11,25 +11,18 @@ from flowforge.app.ids import full_id as _full_id
 from flowforge.app.ids import matches_id as _matches
 from flowforge.app.ids import one as _one
 from flowforge.app.ids import recent_runs as _recent_runs
-from flowforge.app.ids import resolve_run
+from flowforge.app.ids import resolve_run, resolve_run_brief
 from flowforge.app.results import TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
 from flowforge.cli.parser import UsageError
 
-__all__ = ["resolve_any", "resolve_run", "resolve_task"]
+__all__ = ["resolve_any", "resolve_run", "resolve_run_brief", "resolve_task"]
 
 
 def resolve_task(app: FlowForge, text: str) -> TaskRunView:
     if "/" in text:
         run_text, _, key = text.partition("/")
-        run = resolve_run(app, run_text)
-        tasks = app.task_runs(run.id)
-        for task in tasks:
-            if task.task_key == key:
-                return task
-        raise errors.UnknownTaskRunError(
-            f"run {run.id} has no task {key!r} (tasks: {', '.join(t.task_key for t in tasks)})"
-        )
+        return task_of_run(app, resolve_run_brief(app, run_text), key)
     full = _full_id(text)
     if full is not None:
         try:
@@ -48,16 +41,39 @@ def resolve_task(app: FlowForge, text: str) -> TaskRunView:
     return _one(matches, text, "task run", "list a run's tasks with `flowforge status RUN`")
 
 
+def task_of_run(app: FlowForge, run: WorkflowRunView, key: str) -> TaskRunView:
+    """The run's task ``key``, read by its key (never the run's every task)."""
+    task = app.task_run_by_key(run.id, key)
+    if task is None:
+        raise errors.UnknownTaskRunError(
+            f"run {run.id} has no task {key!r} (tasks: {_some_keys(app, run)})"
+        )
+    return task
+
+
+#: How many of a run's task keys an error names.
+_KEYS_SHOWN = 10
+
+
+def _some_keys(app: FlowForge, run: WorkflowRunView) -> str:
+    """``a, b, c`` or, for a bigger run, its first keys and how to list them all."""
+    page = app.task_runs_page(run.id, limit=_KEYS_SHOWN + 1)
+    keys = ", ".join(t.task_key for t in page[:_KEYS_SHOWN])
+    if len(page) <= _KEYS_SHOWN:
+        return keys
+    return f"{keys}, ...; `flowforge status {run.id} --all` lists them all"
+
+
 def _refuse_a_run(app: FlowForge, text: str) -> None:
     """A run's id where a task run's is wanted: name the run's tasks to ask about."""
     try:
-        run = resolve_run(app, text)
+        run = resolve_run_brief(app, text)
     except (errors.UnknownRunError, errors.InvalidIdError):
         return
-    keys = [t.task_key for t in app.task_runs(run.id)]
+    first = app.task_runs_page(run.id, limit=1)
     raise UsageError(
         f"{text!r} is a run ({run.workflow_name}), not a task run: name one of its tasks, "
-        f"as {text}/{keys[0] if keys else 'TASK'} (tasks: {', '.join(keys)})"
+        f"as {text}/{first[0].task_key if first else 'TASK'} (tasks: {_some_keys(app, run)})"
     )
 
 
@@ -66,7 +82,7 @@ def resolve_any(app: FlowForge, text: str) -> WorkflowRunView | TaskRunView:
     if "/" in text:
         return resolve_task(app, text)
     try:
-        return resolve_run(app, text)
+        return resolve_run_brief(app, text)
     except errors.UnknownRunError:
         pass  # not a run: perhaps a task run
     try:

@@ -10,7 +10,7 @@ import argparse
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,9 +20,10 @@ from flowforge.aggregates.ids import short_id
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app import why as explain_task
 from flowforge.app.ports import QueueProbe, QueueState
-from flowforge.app.results import TaskRunView, WorkflowRunView
+from flowforge.app.results import AuditEntry, RunSummary, TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
 from flowforge.cli import common, ids, render
+from flowforge.cli import summary as summary_view
 from flowforge.cli.exits import EXIT_FAILED
 from flowforge.cli.parser import UsageError
 from flowforge.cli.progress import Progress
@@ -72,18 +73,65 @@ def runs(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     with common.open_app(common.settings_from(args)) as app:
-        run = ids.resolve_run(app, args.run)
+        run = ids.resolve_run_brief(app, args.run)
         if args.watch:
             run = _watch(app, run.id, quiet=args.json)
-        tasks = render.task_order(run, app.task_runs(run.id))
+        if args.state or args.limit is not None or args.after:
+            _print_page(app, run, args)
+            return _status_code(run)
+        summary = app.run_summary(run.id)
+        whole = args.all_tasks or args.json or summary.total <= summary_view.SMALL_RUN
+        if whole:  # the definition's order: the full row, with the definition's tasks
+            run = app.get_workflow_run(run.id)
+        tasks = render.task_order(run, app.task_runs(run.id)) if whole else []
     now = datetime.now(UTC)
     if args.json:
         print(
             render.to_json({**run_fact(run, tasks, now), "tasks": [task_fact(t) for t in tasks]})
         )
-    elif not args.watch:
+    elif args.watch:
+        pass
+    elif whole:
         _print_status(run, tasks, now)
+    else:
+        _print_summary(run, summary, now, args.run)
+    return _status_code(run)
+
+
+def _status_code(run: WorkflowRunView) -> int:
     return EXIT_FAILED if run.state in ("failed", "cancelled") else 0
+
+
+def _print_page(app: FlowForge, run: WorkflowRunView, args: argparse.Namespace) -> None:
+    """``--state``, ``--limit``, ``--after``: one page of the run's tasks in key order."""
+    limit = args.limit if args.limit is not None else summary_view.PAGE
+    page = app.task_runs_page(run.id, state=args.state, after=args.after or "", limit=limit)
+    counts = app.run_summary(run.id, per_state=1).counts
+    now = datetime.now(UTC)
+    if args.json:
+        fact = run_fact(run, [], now, counts=counts)
+        more = page[-1].task_key if len(page) == limit else None
+        print(render.to_json({**fact, "tasks": [task_fact(t) for t in page], "next_after": more}))
+        return
+    _print_run_lines(run, now)
+    print(f"  tasks: {summary_view.counts_line(counts)}\n")
+    which = f"{args.state} tasks" if args.state else "tasks"
+    after = f" after {args.after}" if args.after else ""
+    print(f"{which}{after}, in key order:")
+    for line in render.table(render.TASK_HEADERS, render.task_rows(page, now), fit=render.WIDTH):
+        print(line)
+    print(summary_view.page_hint(args.run, args.state, limit, page))
+
+
+def _print_summary(
+    run: WorkflowRunView, summary: RunSummary, now: datetime, run_text: str
+) -> None:
+    _print_run_lines(run, now)
+    print(f"  tasks: {summary_view.counts_line(summary.counts)}")
+    for line in summary_view.sections(summary, now):
+        print(line)
+    for line in summary_view.more_lines(run_text, summary):
+        print(line)
 
 
 def _watch(app: FlowForge, run_id: Any, *, quiet: bool) -> WorkflowRunView:
@@ -111,7 +159,7 @@ def _watch(app: FlowForge, run_id: Any, *, quiet: bool) -> WorkflowRunView:
     return run
 
 
-def _print_status(run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> None:
+def _print_run_lines(run: WorkflowRunView, now: datetime) -> None:
     print(f"run {run.id}  {run.workflow_name}  {run.state}")
     print(f"  submitted {timefmt.iso(run.created_at)}  started {timefmt.iso(run.started_at)}")
     print(f"  finished  {timefmt.iso(run.finished_at)}  took {render.took(run, now)}")
@@ -123,6 +171,10 @@ def _print_status(run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datet
         print(f"  {render.rerun_note(run)}")
     if note := render.start_note(run, now):
         print(f"  {note}")
+
+
+def _print_status(run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> None:
+    _print_run_lines(run, now)
     print(f"  tasks: {render.counts(tasks)}\n")
     for line in render.table(render.TASK_HEADERS, render.task_rows(tasks, now), fit=render.WIDTH):
         print(line)
@@ -137,21 +189,50 @@ def _print_status(run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datet
 
 
 def history(args: argparse.Namespace) -> int:
+    since = parse_time(args.since, "--since") if args.since is not None else None
     with common.open_app(common.settings_from(args)) as app:
         target = ids.resolve_any(app, args.id)
+        if args.task_key is not None:
+            target = _task_of(app, target, args.task_key)
         if isinstance(target, WorkflowRunView):
-            entries = app.run_history(target.id)
+            entries: Iterator[AuditEntry] = app.stream_run_history(
+                target.id, since=since, limit=args.history_limit
+            )
+            total = app.run_history_count(target.id)
             title = f"run {short_id(target.id)} ({target.workflow_name}, {target.state})"
         else:
-            entries = app.history(target.id)
+            found = [e for e in app.history(target.id) if since is None or e.at >= since]
+            entries, total = iter(found[: args.history_limit]), target.version
             title = f"task run {short_id(target.id)} ({target.task_key}, {target.state})"
-    if args.json:
-        print(render.to_json(entries))
-        return 0
-    print(f"history of {title}: {len(entries)} transitions")
-    for line in render.history_lines(entries):
-        print(line)
+        if args.json:
+            _print_json_stream(entries)
+            return 0
+        print(f"history of {title}: {total} transitions{_narrowed(since, args.history_limit)}")
+        for line in render.history_stream(entries):
+            print(line)
     return 0
+
+
+def _task_of(app: FlowForge, target: WorkflowRunView | TaskRunView, key: str) -> TaskRunView:
+    """``history RUN --task KEY``: the run's task KEY."""
+    if not isinstance(target, WorkflowRunView):
+        raise UsageError("--task KEY names a task of a run: give the run, or RUN/KEY alone")
+    return ids.task_of_run(app, target, key)
+
+
+def _narrowed(since: datetime | None, limit: int | None) -> str:
+    parts = ([f"since {timefmt.iso(since)}"] if since else []) + (
+        [f"at most {limit}"] if limit is not None else []
+    )
+    return f"; showing those {', '.join(parts)}" if parts else ""
+
+
+def _print_json_stream(entries: Iterator[AuditEntry]) -> None:
+    """A JSON array written an entry at a time, as the entries are read."""
+    print("[", end="")
+    for i, entry in enumerate(entries):
+        print(("," if i else "") + "\n" + render.to_json(entry), end="")
+    print("\n]")
 
 
 def why(args: argparse.Namespace) -> int:
@@ -189,30 +270,38 @@ def _queue_probe(settings: Settings, app: FlowForge) -> QueueProbe | None:
     return probe
 
 
-def parse_time(text: str) -> datetime:
-    """``--at``: ISO 8601 (``timefmt.parse_iso``)."""
+def parse_time(text: str, flag: str = "--at") -> datetime:
+    """``--at`` (or ``flag``): ISO 8601 (``timefmt.parse_iso``)."""
     try:
         return timefmt.parse_iso(text)
     except ValueError:
         raise UsageError(
-            f"--at {text!r} is not an ISO 8601 time; write e.g. {timefmt.ISO_EXAMPLE}"
+            f"{flag} {text!r} is not an ISO 8601 time; write e.g. {timefmt.ISO_EXAMPLE}"
         ) from None
 
 
 # --- JSON shapes ---------------------------------------------------------------------------
 
 
-def run_fact(run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> dict[str, Any]:
-    """A run as ``--json`` shows it: its declared shown fields, and what they imply."""
+def run_fact(
+    run: WorkflowRunView,
+    tasks: Sequence[TaskRunView],
+    now: datetime,
+    *,
+    counts: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """A run as ``--json`` shows it: its declared shown fields, and what they imply
+    (its tasks by state: from ``tasks``, or ``counts`` when only a page was read)."""
+    if counts is None:
+        counts = {
+            state: sum(t.state == state for t in tasks) for state in {t.state for t in tasks}
+        }
     return {
         "run_id": run.id,
         **workflow_run.DECLARATION.shown_values(run),
         "created_at": run.created_at,
         "duration_s": _seconds(run.started_at, run.finished_at, now),
-        "task_states": {
-            state: sum(t.state == state for t in tasks)
-            for state in sorted({t.state for t in tasks})
-        },
+        "task_states": {state: counts[state] for state in sorted(counts)},
     }
 
 

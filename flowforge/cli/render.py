@@ -5,8 +5,9 @@ written by ``flowforge.timefmt``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -143,23 +144,42 @@ def history_lines(entries: Sequence[AuditEntry]) -> list[str]:
     in full, to paste into ``why --at``; attempt/token; the edge, whose name says the
     state it leads to), and under it, indented, what it recorded (a lease, a result, an
     error), when it recorded anything."""
-    rows = [
-        [
-            timefmt.iso(e.at),
-            e.task_key or "(run)",
-            "" if e.attempt is None else f"{e.attempt}/{e.fencing_token}",
-            e.actor,
-            f"create ({e.target})" if e.source is None else e.transition,
-        ]
-        for e in entries
-    ]
+    return list(history_stream(entries))
+
+
+def history_stream(entries: Iterable[AuditEntry], widths_from: int = 200) -> Iterator[str]:
+    """:func:`history_lines`, a line at a time as ``entries`` come: the columns are as
+    wide as the first ``widths_from`` entries need (all of a small run's), so the first
+    line is printed before the rest is read; a later, longer cell widens its own line."""
+    entries = iter(entries)
+    first = list(itertools.islice(entries, widths_from))
+    rows = [_history_row(e) for e in first]
     header, *lines = table(HISTORY_HEADERS, rows)
-    out = [header]
-    for line, entry in zip(lines, entries, strict=True):
-        out.append(line)
-        room = WIDTH - len(HISTORY_NOTE_INDENT)
-        out += [f"{HISTORY_NOTE_INDENT}{failures.shorten(n, room)}" for n in _history_notes(entry)]
-    return out
+    widths = [max([len(HISTORY_HEADERS[i]), *(len(r[i]) for r in rows)]) for i in range(4)]
+    yield header
+    for line, entry in zip(lines, first, strict=True):
+        yield line
+        yield from _history_note_lines(entry)
+    for entry in entries:
+        cells = _history_row(entry)
+        padded = [*(c.ljust(w) for c, w in zip(cells, widths, strict=False)), cells[-1]]
+        yield "  ".join(padded).rstrip()
+        yield from _history_note_lines(entry)
+
+
+def _history_row(e: AuditEntry) -> list[str]:
+    return [
+        timefmt.iso(e.at),
+        e.task_key or "(run)",
+        "" if e.attempt is None else f"{e.attempt}/{e.fencing_token}",
+        e.actor,
+        f"create ({e.target})" if e.source is None else e.transition,
+    ]
+
+
+def _history_note_lines(entry: AuditEntry) -> list[str]:
+    room = WIDTH - len(HISTORY_NOTE_INDENT)
+    return [f"{HISTORY_NOTE_INDENT}{failures.shorten(n, room)}" for n in _history_notes(entry)]
 
 
 HISTORY_HEADERS = ("TIME", "TASK", "ATT/TOK", "ACTOR", "TRANSITION")

@@ -123,6 +123,68 @@ class Reads:
             TaskRunRow.from_mapping(r) for r in self._tx.run("select_task_runs_by_keys", params)
         ]
 
+    # --- one run at any size (sql/reading.sql) -----------------------------------------
+
+    def workflow_run_brief(self, run_id: UUID) -> WorkflowRunRow | None:
+        """The run's row with its definition's ``tasks`` left out (the rest of it kept)."""
+        return first_row(WorkflowRunRow, self._tx.run("select_workflow_run_brief", {"id": run_id}))
+
+    def recent_run_ids(self, limit: int) -> list[UUID]:
+        return _ids(self._tx.run("select_recent_run_ids", {"limit": limit}))
+
+    def stored_events_from_version(self, aggregate_id: UUID, version: int) -> list[StoredEvent]:
+        """An aggregate's events from ``version`` on, in version order."""
+        params = {"originator_id": aggregate_id, "version": version}
+        rows = self._tx.run("select_stored_events_from_version", params)
+        return [stored_event(row) for row in rows]
+
+    def task_state_counts(self, run_id: UUID) -> dict[str, int]:
+        """A run's tasks counted by state (a state no task is in is absent)."""
+        rows = self._tx.run("select_task_state_counts", {"workflow_run_id": run_id})
+        return {row["state"]: int(row["tasks"]) for row in rows}
+
+    def task_runs_in_state(self, run_id: UUID, state: str, limit: int) -> list[TaskRunRow]:
+        """At most ``limit`` of a run's tasks in ``state``, the least recently changed first."""
+        params = {"workflow_run_id": run_id, "state": state, "limit": limit}
+        return [
+            TaskRunRow.from_mapping(r) for r in self._tx.run("select_task_runs_in_state", params)
+        ]
+
+    def task_runs_page(
+        self, run_id: UUID, *, state: str | None, after: str, limit: int
+    ) -> list[TaskRunRow]:
+        """At most ``limit`` of a run's tasks (in ``state``, or all) in key order, after
+        the key ``after`` ('' for the first page)."""
+        params = {"workflow_run_id": run_id, "state": state, "after": after, "limit": limit}
+        return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_task_runs_page", params)]
+
+    def task_event_count(self, run_id: UUID) -> int:
+        """How many events a run's tasks have in the log (each row's version)."""
+        (row,) = self._tx.run("select_task_event_count", {"workflow_run_id": run_id})
+        return int(row["events"])
+
+    def run_creation(self, run_id: UUID) -> tuple[int, str] | None:
+        """The position in the log of a run's creation event, and the actor it names
+        (None: no such run)."""
+        rows = self._tx.run("select_run_creation", {"originator_id": run_id})
+        return (int(rows[0]["position"]), str(rows[0]["actor"])) if rows else None
+
+    def run_events_page(
+        self, run_id: UUID, after: int, limit: int
+    ) -> list[tuple[int, StoredEvent]]:
+        """At most ``limit`` events of a run and its tasks in the log's order, after the
+        position ``after``: each with its position (the next page's ``after``)."""
+        params = {
+            "originator_id": run_id,
+            "workflow_run_id": run_id,
+            "after": after,
+            "limit": limit,
+        }
+        return [
+            (int(row["position"]), stored_event(row))
+            for row in self._tx.run("select_run_events_page", params)
+        ]
+
     def recent_runs(self, limit: int) -> list[WorkflowRunRow]:
         rows = self._tx.run("select_recent_runs", {"limit": limit})
         return [WorkflowRunRow.from_mapping(r) for r in rows]

@@ -14,6 +14,7 @@ and ``migrations/NNN_<what>.sql`` (the statements ``migration_NNN``), with the s
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from functools import cache
@@ -38,6 +39,7 @@ SHARED_FILES = (
     "schedules.sql",
     "archive.sql",
     "feed.sql",
+    "reading.sql",
 )
 
 _BLOCK = re.compile(r"^-- (name|macro): (\w+)\s*$", re.MULTILINE)
@@ -200,6 +202,10 @@ def code_macros() -> dict[str, str]:
     ):
         macros[f"{name}_row_columns"] = ", ".join(columns)
         macros[f"{name}_row_values"] = ", ".join(f":{c}" for c in columns)
+    # A run's row but its definition (reading.sql reads that apart, without its tasks).
+    macros["workflow_run_columns_but_definition"] = ", ".join(
+        f.name for f in dataclasses.fields(tables.WorkflowRunRow) if f.name != "definition"
+    )
     return macros
 
 

@@ -167,14 +167,15 @@ def test_a_position_older_than_the_oldest_event_left_is_refused_as_archived_nami
     assert exc.value.position == resume_at and exc.value.where == []
     execute(
         url,
-        "CREATE TABLE archived_runs (run_id text, archive text)",
-        f"INSERT INTO archived_runs VALUES ('{old_run}', '/var/archive/2026-11.ffar')",
+        "INSERT INTO archived_runs (workflow_run_id, workflow_name, archive_file, "
+        f"archived_at, event_count, task_count) VALUES ('{old_run}', 'w', "
+        "'/var/archive/2026-11.ffar', CURRENT_TIMESTAMP, 1, 0)",
     )
     try:
         with pytest.raises(errors.FeedPositionArchivedError, match="archived to /var/archive/"):
             app.feed(after=resume_at)
     finally:
-        execute(url, "DROP TABLE archived_runs")
+        execute(url, "DELETE FROM archived_runs")
     # Without a position a consumer starts from the oldest event left.
     assert everything(app)[0].run_id != old_run
 

@@ -1,15 +1,18 @@
-"""The facts ``flowforge why`` reasons from: the task, its run, its siblings, its outbox
-rows and the audit log up to the moment asked about.
+"""The facts ``flowforge why`` reasons from: the task, its run, the tasks it names (its
+direct upstream, the run's failed tasks), its outbox rows and the audit log up to the
+moment asked about. What is read is what the task's answer needs, never the run's every
+task or event: ``why`` of one task costs the same in a run of 10 tasks or 50,000.
 
 Now, they come from the projected tables and the database's clock; as of a past moment,
-from the event log alone, by reconstituting every aggregate of the run at its last
-version no later than that moment. The outbox is delivery state, not part of the log; as
-of a past moment its rows are read by their timestamps (created, published).
+from the event log alone, by reconstituting each of those aggregates at its last
+version no later than that moment, from its own events. The outbox is delivery state,
+not part of the log; as of a past moment its rows are read by their timestamps
+(created, published).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -80,7 +83,8 @@ class Situation:
     live: bool
     task: TaskView
     run: RunView
-    #: The run's tasks by key (including this one).
+    #: The run's tasks the explanation names, by key: this one, its direct upstream,
+    #: and the run's failed tasks (``facts._relatives``); never the run's every task.
     siblings: Mapping[str, TaskView]
     #: This task's audit entries up to ``at``, oldest first.
     task_log: Sequence[AuditEntry]
@@ -118,46 +122,80 @@ class Explanation:
 
 
 def situation_now(app: FlowForge, task_run_id: UUID) -> Situation:
-    """The facts now: the tables, the outbox, the log, and the database's clock."""
+    """The facts now: the tables, the outbox, the log, and the database's clock. What is
+    read is what the task's answer needs, at any run size: the task's own events, its
+    run's, and the rows of its upstream tasks and of the run's failed ones."""
     row = app.get_task_run(task_run_id)
-    run = app.get_workflow_run(row.workflow_run_id)
-    entries = app.run_history(run.id)
+    siblings = {t.task_key: TaskView.of(t) for t in _relatives(app, row)}
+    siblings[row.task_key] = TaskView.of(row)
+    run = _run(app, row.workflow_run_id, siblings.values())
     return Situation(
         at=app.database_now(),
         live=True,
         task=TaskView.of(row),
         run=RunView.of(run),
-        siblings={t.task_key: TaskView.of(t) for t in app.task_runs(run.id)},
-        task_log=[e for e in entries if e.aggregate_id == row.id],
-        run_log=[e for e in entries if e.aggregate == "WorkflowRun"],
+        siblings=siblings,
+        task_log=app.history(row.id),
+        run_log=app.run_transitions(run.id),
         dispatches=[_dispatch(d) for d in app.dispatches_of(row.id)],
         hold=app.hold_of(row),
     )
 
 
+#: How many of a run's failed tasks ``why`` reads (to say which failure ended the run,
+#: and whether one is upstream of the task beyond its direct upstream).
+FAILED_READ = 100
+
+
+def _run(app: FlowForge, run_id: UUID, tasks: Iterable[TaskView]) -> WorkflowRunView:
+    """The run, with its definition's tasks only if a failure needs them (which tasks
+    depend on a failed one: ``sentences.failed_upstream``); a big run's definition is
+    most of what ``why`` would otherwise read."""
+    if any(t.failed_for_good for t in tasks):
+        return app.get_workflow_run(run_id)
+    return app.get_workflow_run_brief(run_id)
+
+
+def _relatives(app: FlowForge, row: TaskRunView) -> list[TaskRunView]:
+    """The tasks of the run a task's explanation names: its direct upstream, and the
+    run's failed tasks (at most ``FAILED_READ``)."""
+    run_id = row.workflow_run_id
+    return [
+        *app.task_runs_by_keys(run_id, row.depends_on),
+        *app.task_runs_in_state(run_id, "failed", FAILED_READ),
+    ]
+
+
 def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situation | None:
-    """The facts at ``at``, from the log: each aggregate of the run reconstituted at its
-    last version with a timestamp no later than ``at``; None if it did not exist yet."""
+    """The facts at ``at``, from the log: the task, its run, and the tasks it names
+    (:func:`_relatives`: a task failed for good then is failed still), each
+    reconstituted at its last version with a timestamp no later than ``at``, from its
+    own events alone; None if the task or its run did not exist yet."""
     row = app.get_task_run(task_run_id)
-    then = as_of.fold(app.run_history(row.workflow_run_id), at)
-    entries = then.entries
-    versions = {aggregate_id: e.version for aggregate_id, e in then.last.items()}
-    if row.workflow_run_id not in versions or task_run_id not in versions:
+    task_log = as_of.fold(app.history(task_run_id), at)
+    if not task_log.entries:
         return None
     repository = app.events.repository
-    run: WorkflowRun = repository.get(
-        row.workflow_run_id, version=versions.pop(row.workflow_run_id)
-    )
-    tasks: list[TaskRun] = [repository.get(i, version=v) for i, v in versions.items()]
-    siblings = {t.task_key: TaskView.of(t) for t in tasks}
+    task: TaskRun = repository.get(task_run_id, version=task_log.entries[-1].version)
+    siblings = {row.task_key: TaskView.of(task)}
+    for other in _relatives(app, row):
+        last = as_of.fold(app.history(other.id), at).entries
+        if last and other.task_key not in siblings:
+            then: TaskRun = repository.get(other.id, version=last[-1].version)
+            siblings[other.task_key] = TaskView.of(then)
+    # The run was created with its tasks: it existed, at version 1 at least, if the
+    # task did.
+    run_log = [e for e in app.run_transitions(row.workflow_run_id) if e.at <= at]
+    version = run_log[-1].version if run_log else 1
+    run = RunView.of(repository.get(row.workflow_run_id, version=version))
     return Situation(
         at=at,
         live=False,
         task=siblings[row.task_key],
-        run=RunView.of(run),
+        run=run,
         siblings=siblings,
-        task_log=[e for e in entries if e.aggregate_id == task_run_id],
-        run_log=[e for e in entries if e.aggregate == "WorkflowRun"],
+        task_log=task_log.entries,
+        run_log=run_log,
         dispatches=[
             _dispatch(d, at) for d in app.dispatches_of(task_run_id) if d.created_at <= at
         ],

@@ -73,13 +73,13 @@ def on_failure(s: Situation) -> OnFailure:
 
 
 def failed_upstream(s: Situation) -> list[str]:
-    """The tasks failed for good that this task depends on, directly or through others."""
-    depends_on = {key: t.depends_on for key, t in s.siblings.items()}
-    return [
-        key
-        for key, t in s.siblings.items()
-        if t.failed_for_good and s.task.task_key in rules.downstream_of([key], depends_on)
-    ]
+    """The tasks failed for good that this task depends on, directly or through others
+    (the run's definition says through which; ``siblings`` hold the failed ones)."""
+    failed = [key for key, t in s.siblings.items() if t.failed_for_good]
+    if not failed:
+        return []
+    depends_on = {t["key"]: t.get("depends_on", ()) for t in s.run.definition.get("tasks", ())}
+    return [key for key in failed if s.task.task_key in rules.downstream_of([key], depends_on)]
 
 
 def phrase(t: TaskView, at: datetime) -> str:

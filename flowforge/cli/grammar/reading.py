@@ -18,10 +18,22 @@ RUNS = Command(
 STATUS = Command(
     "status",
     "a run's tasks with state, attempt, duration and error",
-    "flowforge status 3f2a --watch",
+    "flowforge status 3f2a --watch\n"
+    "flowforge status 3f2a --state failed     # only its failed tasks",
     "flowforge.cli.inspect:status",
-    (flags.RUN, flags.WATCH, flags.JSON),
-    description="A run's tasks with state, attempt, duration and error. Exits 1 if "
+    (
+        flags.RUN,
+        flags.WATCH,
+        flags.JSON,
+        flags.ALL_TASKS,
+        flags.TASK_STATE,
+        flags.TASK_PAGE,
+        flags.AFTER_KEY,
+    ),
+    description="A run's tasks with state, attempt, duration and error; a run of more "
+    "than 20 tasks, a summary: its tasks counted by state, then the ones to act on "
+    "(failed, running, retrying, waiting the longest). --all lists every task, --state "
+    "the tasks in one state, --limit/--after a page of them in key order. Exits 1 if "
     "the run failed or was cancelled; --watch follows it until it finishes.",
 )
 
@@ -30,9 +42,13 @@ HISTORY = Command(
     "history",
     "the audit log: every transition of every attempt",
     "flowforge history 3f2a            # a run and all its tasks\n"
-    "flowforge history 3f2a/enrich     # one task run (or its id)",
+    "flowforge history 3f2a/enrich     # one task run (or its id)\n"
+    "flowforge history 3f2a --since 2026-01-31T12:03:00Z --limit 50",
     "flowforge.cli.inspect:history",
-    (flags.RUN_OR_TASK_RUN, flags.JSON),
+    (flags.RUN_OR_TASK_RUN, flags.HISTORY_TASK, flags.SINCE, flags.HISTORY_LIMIT, flags.JSON),
+    description="The audit log: every transition of every attempt, in the log's order, "
+    "printed as it is read (the first line comes at once, at any run size). --task, "
+    "--since and --limit narrow it.",
 )
 
 

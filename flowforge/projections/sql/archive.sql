@@ -93,9 +93,11 @@ SELECT * FROM archived_runs WHERE workflow_run_id = :workflow_run_id;
 -- name: delete_archived_run
 DELETE FROM archived_runs WHERE workflow_run_id = :workflow_run_id;
 
--- A restore puts each row back as it was archived, every column.
+-- A restore puts each row back as it was archived, every column (the definition's brief
+-- made anew from its definition, as insert_workflow_run makes it).
 -- name: restore_workflow_run
-INSERT INTO workflow_runs ({workflow_run_row_columns}) VALUES ({workflow_run_row_values});
+INSERT INTO workflow_runs ({workflow_run_row_columns}, definition_brief)
+VALUES ({workflow_run_row_values}, {definition_brief_of_parameter});
 
 -- name: restore_task_run
 INSERT INTO task_runs ({task_run_row_columns}) VALUES ({task_run_row_values});

@@ -75,9 +75,11 @@ ORDER BY originator_id, originator_version;
 
 -- name: insert_workflow_run
 INSERT INTO workflow_runs (id, {workflow_run_static_columns}, state,
-                           started_at, finished_at, version, created_at, updated_at)
+                           started_at, finished_at, version, created_at, updated_at,
+                           definition_brief)
 VALUES (:id, {workflow_run_static_values}, :state,
-        NULL, NULL, :version, coalesce(:created_at, {now}), coalesce(:created_at, {now}))
+        NULL, NULL, :version, coalesce(:created_at, {now}), coalesce(:created_at, {now}),
+        {definition_brief_of_parameter})
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
 

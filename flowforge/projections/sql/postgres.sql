@@ -386,3 +386,21 @@ e.transaction_id DESC, e.notification_id DESC
 -- macro: feed_after
 (e.transaction_id, e.notification_id) > (:transaction_id, :notification_id)
 
+-- The id of the task an event of the log belongs to (reading.sql), in task_runs.id's
+-- form: the same uuid here.
+-- macro: task_id_of_event
+e.originator_id
+
+-- A run's definition without its tasks (reading.sql), built by the server: the client
+-- neither receives nor decodes the tasks.
+-- macro: definition_without_tasks
+(definition::jsonb - 'tasks')::json
+
+-- The same, of the definition a run's row is inserted with (insert_workflow_run fills
+-- definition_brief with it, so that no read parses the whole definition again).
+-- macro: definition_brief_of_parameter
+(CAST(:definition AS json)::jsonb - 'tasks')::json
+
+-- The actor an event's state names (reading.sql): the state is the library's JSON, bytes.
+-- macro: actor_of_event
+convert_from(state, 'UTF8')::json->>'actor'

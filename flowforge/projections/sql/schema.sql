@@ -21,7 +21,8 @@ CREATE TABLE workflow_runs (
     updated_at {timestamp} NOT NULL,
     rerun_of {uuid},
     start_at {timestamp},
-    trace_context {json}
+    trace_context {json},
+    definition_brief {json}
 );
 CREATE INDEX workflow_runs_created_at_idx ON workflow_runs (created_at DESC);
 CREATE INDEX workflow_runs_active_idx ON workflow_runs (state)

@@ -194,3 +194,19 @@ e.rowid DESC
 -- macro: feed_after
 e.rowid > :notification_id
 
+-- The id of the task an event of the log belongs to (reading.sql), in task_runs.id's
+-- form: the log keeps 32 hex digits, task_runs the hyphenated text.
+-- macro: task_id_of_event
+(substr(e.originator_id, 1, 8) || '-' || substr(e.originator_id, 9, 4) || '-' ||
+ substr(e.originator_id, 13, 4) || '-' || substr(e.originator_id, 17, 4) || '-' ||
+ substr(e.originator_id, 21))
+
+-- A run's definition without its tasks (reading.sql).
+-- macro: definition_without_tasks
+json_remove(definition, '$.tasks')
+
+-- macro: definition_brief_of_parameter
+json_remove(:definition, '$.tasks')
+
+-- macro: actor_of_event
+json_extract(CAST(state AS TEXT), '$.actor')

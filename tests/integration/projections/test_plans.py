@@ -188,7 +188,7 @@ SQLITE_WHOLE_TABLE = {
 #: An index a SCAN may walk whole: it holds live rows only.
 LIVE_ROWS_INDEXES = ("dispatch_outbox_pending_idx", "task_runs_unfinished_idx")
 #: Statements that walk an index in order with no filter, stopping at their LIMIT.
-ORDERED_READS = ("select_recent_runs",)
+ORDERED_READS = ("select_recent_runs", "select_recent_run_ids")
 _SQLITE_SCAN = re.compile(r"^SCAN (\w+)(?: USING (?:COVERING )?INDEX (\w+))?")
 
 

@@ -1,0 +1,77 @@
+-- The reads a person makes of one run, at any size (issue #50): each costs what its
+-- answer needs, not what the run holds. `flowforge status` (a summary of counts and the
+-- tasks a user acts on, or pages of tasks), `flowforge history` (the run's events in the
+-- log's order, page after page), `flowforge why` (one task, its dependencies, the run's
+-- failures) and the web UI read through these.
+
+-- A run's tasks counted by state: one pass over the run's entries of the unique index
+-- (workflow_run_id, task_key), no row sent back per task.
+-- name: select_task_state_counts
+SELECT state, count(*) AS tasks FROM task_runs
+WHERE workflow_run_id = :workflow_run_id GROUP BY state;
+
+-- The tasks of a run in one state that waited (or ran) the longest: the oldest update
+-- first. For the unfinished states and failed, the partial index task_runs_unfinished_idx
+-- holds only the run's unfinished tasks; a finished run has none.
+-- name: select_task_runs_in_state
+SELECT * FROM task_runs
+WHERE workflow_run_id = :workflow_run_id AND state = :state
+ORDER BY updated_at, task_key LIMIT :limit;
+
+-- A page of a run's tasks in key order, after the key :after ('' for the first page),
+-- in one state or all (:state NULL): the unique index (workflow_run_id, task_key) serves
+-- both the order and the start, so page 1,000 costs what page 1 does.
+-- name: select_task_runs_page
+SELECT * FROM task_runs
+WHERE workflow_run_id = :workflow_run_id AND task_key > :after
+  AND (CAST(:state AS text) IS NULL OR state = CAST(:state AS text))
+ORDER BY task_key LIMIT :limit;
+
+-- How many events a run's audit log holds, without reading one: each aggregate's version
+-- is the number of its events (the run's own are added by the caller).
+-- name: select_task_event_count
+SELECT coalesce(sum(version), 0) AS events FROM task_runs
+WHERE workflow_run_id = :workflow_run_id;
+
+-- Where a run's audit log starts: its creation event's position in the log (its tasks
+-- are created in the same transaction, after it; nothing of the run comes before it),
+-- and the actor it names, read by the server (the event holds the whole definition:
+-- megabytes a client would decode to show one line).
+-- name: select_run_creation
+SELECT {event_order} AS position, {actor_of_event} AS actor FROM {events_table}
+WHERE originator_id = :originator_id AND originator_version = 1;
+
+-- A page of a run's audit log in the log's order, after the position :after: the run's
+-- own events and its tasks'. The log's order index serves the order and the start; each
+-- event is kept if it is the run's or one of its tasks' (a primary-key probe of
+-- task_runs), so the first page comes back at once and each page costs its own rows.
+-- name: select_run_events_page
+SELECT e.{event_order} AS position, e.originator_id, e.originator_version, e.topic, e.state
+FROM {events_table} AS e
+WHERE e.{event_order} > :after
+  AND (e.originator_id = :originator_id
+       OR EXISTS (SELECT 1 FROM task_runs AS t
+                  WHERE t.id = {task_id_of_event} AND t.workflow_run_id = :workflow_run_id))
+ORDER BY e.{event_order} LIMIT :limit;
+
+-- A run's row with its definition's tasks left out: what a read that names the run,
+-- not its tasks, needs (the workflow's name, its on_failure, ...). A 50,000-task run's
+-- definition is megabytes of JSON; decoding it was most of `why`'s time, and even the
+-- server's parse of it grew with the run: the row keeps it without its tasks
+-- (definition_brief, filled by insert_workflow_run; rows of before migration 17 filled
+-- by it).
+-- name: select_workflow_run_brief
+SELECT {workflow_run_columns_but_definition},
+       coalesce(definition_brief, {definition_without_tasks}) AS definition
+FROM workflow_runs WHERE id = :id;
+
+-- The ids of the most recent runs: what a partial id is matched against.
+-- name: select_recent_run_ids
+SELECT id FROM workflow_runs ORDER BY created_at DESC, id LIMIT :limit;
+
+-- A run's own events from a version on (2: all but its creation, whose state holds the
+-- whole definition), in version order.
+-- name: select_stored_events_from_version
+SELECT originator_id, originator_version, topic, state FROM {events_table}
+WHERE originator_id = :originator_id AND originator_version >= :version
+ORDER BY originator_version;
