@@ -738,3 +738,22 @@ def test_a_dispatch_to_a_deleted_queue_is_returned_and_stays_pending_then_lands(
         publisher.publish([dispatch("second")])
     publisher.publish([dispatch("second")])
     assert admin.ready_count(config.queue_for(TYPE)) == 1
+
+
+def test_a_consumer_of_several_types_is_counted_as_each_types_consumer(
+    config: BrokerConfig,
+) -> None:
+    """basic.get makes no consumer the broker counts: the presence queue of each type
+    does, so ``why`` never says "no worker is consuming" a type such a worker runs."""
+    types = ["train", "score"]
+    consumer = rabbitmq.RabbitDispatchConsumer(config, task_types=types)
+    try:
+        assert consumer.get(NO_WAIT) is None
+        assert [rabbitmq.queue_state(config, t).consumers for t in types] == [1, 1]
+    finally:
+        consumer.close()
+    wait_until(
+        lambda: [rabbitmq.queue_state(config, t).consumers for t in types] == [0, 0],
+        DEADLINE_S,
+        "the closed consumer is still counted",
+    )

@@ -6,7 +6,9 @@ prefetch on K queues lets the broker push K messages. So a consumer of ONE type 
 its queue (the broker pushes, ``prefetch`` at most), and a consumer of several types
 takes each message with ``basic.get``, round-robin over its queues, and only while it
 holds fewer than ``prefetch``: it never holds more, whatever K (docs/worker.md,
-"Routing")."""
+"Routing"). The broker counts no consumer for ``basic.get``, so such a consumer also
+consumes each type's presence queue, where nothing is published: ``why`` adds its
+consumers to the type's queue's."""
 
 from __future__ import annotations
 
@@ -35,6 +37,10 @@ IDLE_POLL_FIRST_S = 0.005
 IDLE_POLL_LONGEST_S = 0.1
 
 _Message = tuple[BlockingChannel, int, bool, bytes, Mapping[str, Any]]
+
+
+def _drop(*_message: object) -> None:
+    """A message on a presence queue (nobody publishes there): dropped."""
 
 
 class RabbitDispatchConsumer:
@@ -125,7 +131,8 @@ class RabbitDispatchConsumer:
             method, properties, body = channel.basic_get(queues[index], auto_ack=False)
             if method is not None:
                 # Always set on a Basic.GetOk, which carries properties and a body.
-                assert method.delivery_tag is not None and isinstance(body, bytes)
+                assert method.delivery_tag is not None
+                assert isinstance(body, bytes)
                 headers = (properties.headers if properties else None) or {}
                 return channel, method.delivery_tag, bool(method.redelivered), body, headers
         return None
@@ -211,6 +218,10 @@ class RabbitDispatchConsumer:
                 channel.add_on_cancel_callback(self._on_cancelled)
                 (queue,) = self._queues()
                 channel.basic_consume(queue, on_message_callback=self._on_message, auto_ack=False)
+            for task_type in self._task_types if self._polls else ():
+                # Counted as the type's consumer (why, "no worker is consuming").
+                present = topology.declare_presence_queue(channel, self._config, task_type)
+                channel.basic_consume(present, on_message_callback=_drop, auto_ack=True)
         except BaseException:
             close_quietly(connection)
             raise
