@@ -178,14 +178,19 @@ class OutcomeWriter:
         done = self._lane.run(attempt)
         while not done.wait(ATTEMPT_SLICE_S):
             if self._stop.is_set() or self._clock() >= deadline:
-                raise self._timed_out()
+                raise self._timed_out(stopping=self._stop.is_set())
             wait(ATTEMPT_SLICE_S)
         (result,) = answer
         if isinstance(result, BaseException):
             raise result
         return result
 
-    def _timed_out(self) -> errors.OutcomeWriteTimedOutError:
+    def _timed_out(self, *, stopping: bool = False) -> errors.OutcomeWriteTimedOutError:
+        if stopping:
+            return errors.OutcomeWriteTimedOutError(
+                "The worker is stopping: it no longer waits for an outcome write the "
+                "database has not answered; the dispatch is requeued."
+            )
         return errors.OutcomeWriteTimedOutError(
             f"The database did not answer an outcome write within the worker's outcome "
             f"patience ({self._patience:g} s); the outcome is kept for its dispatch's "

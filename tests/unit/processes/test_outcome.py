@@ -123,7 +123,7 @@ def test_a_stop_ends_the_wait_for_an_attempt_at_once() -> None:
     writer = OutcomeWriter(app, "w", stop, patience=PATIENCE_S, clock=clock)  # type: ignore[arg-type]
     stop.set("test")
     try:
-        with pytest.raises(errors.OutcomeWriteTimedOutError):
+        with pytest.raises(errors.OutcomeWriteTimedOutError, match="stopping"):
             writer.write(outcome(), clock.wait)
         assert clock.now == 0.0
     finally:
