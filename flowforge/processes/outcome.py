@@ -165,8 +165,8 @@ class OutcomeWriter:
         return written
 
     def _attempt(self, finishes: list[Finish], wait: _Wait, deadline: float) -> list[bool]:
-        """One write attempt, on the lane; waited for until ``deadline`` at most (or a
-        stop), ``wait`` servicing the broker between two looks."""
+        """One write attempt, on the lane; waited for until ``deadline`` at most,
+        ``wait`` servicing the broker between two looks."""
         answer: list[list[bool] | BaseException] = []
 
         def attempt() -> None:
@@ -177,20 +177,17 @@ class OutcomeWriter:
 
         done = self._lane.run(attempt)
         while not done.wait(ATTEMPT_SLICE_S):
-            if self._stop.is_set() or self._clock() >= deadline:
-                raise self._timed_out(stopping=self._stop.is_set())
+            # Not on a stop: a stopping worker still finishes its in-flight message
+            # (docs/worker.md); a stop ends the retries after a failed attempt.
+            if self._clock() >= deadline:
+                raise self._timed_out()
             wait(ATTEMPT_SLICE_S)
         (result,) = answer
         if isinstance(result, BaseException):
             raise result
         return result
 
-    def _timed_out(self, *, stopping: bool = False) -> errors.OutcomeWriteTimedOutError:
-        if stopping:
-            return errors.OutcomeWriteTimedOutError(
-                "The worker is stopping: it no longer waits for an outcome write the "
-                "database has not answered; the dispatch is requeued."
-            )
+    def _timed_out(self) -> errors.OutcomeWriteTimedOutError:
         return errors.OutcomeWriteTimedOutError(
             f"The database did not answer an outcome write within the worker's outcome "
             f"patience ({self._patience:g} s); the outcome is kept for its dispatch's "

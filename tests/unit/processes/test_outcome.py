@@ -118,14 +118,17 @@ def test_the_patience_bounds_a_batch_whose_first_attempt_does_not_answer() -> No
         app.release.set()
 
 
-def test_a_stop_ends_the_wait_for_an_attempt_at_once() -> None:
+def test_a_stop_does_not_abandon_an_attempt_in_flight_only_the_patience_does() -> None:
+    """A stopping worker finishes its in-flight message (docs/worker.md): its write
+    attempt is still waited for, up to the patience; a stop ends only the retries."""
     app, clock, stop = HungDatabase(), Clock(), Stop()
-    writer = OutcomeWriter(app, "w", stop, patience=PATIENCE_S, clock=clock)  # type: ignore[arg-type]
+    writer = OutcomeWriter(app, "w", stop, patience=SHORT_S, clock=clock)  # type: ignore[arg-type]
     stop.set("test")
     try:
-        with pytest.raises(errors.OutcomeWriteTimedOutError, match="stopping"):
+        with pytest.raises(errors.OutcomeWriteTimedOutError, match="outcome patience"):
             writer.write(outcome(), clock.wait)
-        assert clock.now == 0.0
+        assert SHORT_S <= clock.now < SHORT_S + 0.1
+        assert app.calls == [1]
     finally:
         app.release.set()
 
