@@ -193,6 +193,13 @@ class DatabaseUnavailableError(TransientPersistenceError):
     """The database cannot be reached; check its host, port and that it is running."""
 
 
+class OutcomeWriteTimedOutError(TransientPersistenceError):
+    """A worker stopped waiting for an outcome's write attempt when its outcome patience
+    ran out (the database did not answer in time). The outcome is kept for the
+    dispatch's redelivery; the attempt may still land later, which its fencing token
+    makes harmless. Check the database's reachability, or raise the patience."""
+
+
 class TransactionConflictError(TransientPersistenceError):
     """The database rolled the transaction back to break a conflict; nothing was
     written, and it is safe to retry."""

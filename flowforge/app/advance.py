@@ -25,13 +25,18 @@ from uuid import UUID
 
 from flowforge import errors
 from flowforge.aggregates import rules
+from flowforge.aggregates.cancel_cause import (
+    RUN_FAILED,
+    CancelCause,
+)
 from flowforge.aggregates.definition import WorkflowDefinition
-from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE, Transition
+from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import ACTOR_SCHEDULER, is_due
 from flowforge.app import archived_runs
 from flowforge.app.caches import DefinitionCache
+from flowforge.app.cancels import cancel_leftovers, cancel_upstream_failed
 from flowforge.app.results import AdvanceResult
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
 from flowforge.projections.writes import Leaf, Writes
@@ -49,20 +54,6 @@ _ADVANCED_BY_A_FINISH = frozenset({WorkflowRunState.PENDING, WorkflowRunState.RU
 #: A changed task in one of these (effective) states decides the run's fate: only the
 #: full advance, which reads every task, judges it.
 _ENDS_THE_RUN = frozenset({_T.FAILED, _T.CANCELLED})
-#: How a terminal run cancels a leftover task, by the task's state: every unfinished
-#: task, a failed one waiting for its retry included (docs/execution-model.md, "A run
-#: ends whole"). A task that failed for good is no leftover: it stays failed, the reason
-#: its run failed.
-_CANCEL_LEFTOVER = {
-    _T.PENDING: TASK_RUN_MACHINE.get("cancel_pending"),
-    _T.READY: TASK_RUN_MACHINE.get("cancel_ready"),
-    _T.RUNNING: TASK_RUN_MACHINE.get("cancel_running"),
-    _T.FAILED: TASK_RUN_MACHINE.get("cancel_failed"),
-    _T.RETRYING: TASK_RUN_MACHINE.get("cancel_retrying"),
-}
-#: The states a task downstream of a failure can be in while its run goes on (it is
-#: promoted only once all its dependencies succeeded): what upstream_failed cancels.
-_NEVER_PROMOTED = frozenset({_T.PENDING, _T.READY})
 
 
 def leaf_of(claimed: TaskRunRow | None, definitions: DefinitionCache) -> Leaf | None:
@@ -296,7 +287,7 @@ def _advance_locked(
             result.waiting_to_start = True
             return result
     if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
-        _cancel_leftovers(writes, run.id, result)
+        cancel_leftovers(writes, run.id, result, None)
         return result
     definition = definitions.of(run)
     now = writes.now()
@@ -382,15 +373,18 @@ def _finish_if_derived(
     dependencies = _dependencies(definition) if branches else {}
     derived = rules.derive_run_state(definition.on_failure, states, dependencies)
     edge = _FINISH_RUN.get(derived)
-    if edge is None and branches and _T.FAILED in states.values():
+    failed = [t.key for t in definition.tasks if states.get(t.key) is _T.FAILED]
+    if edge is None and branches and failed:
         blocked = rules.downstream_of_failures(states, dependencies)
-        _cancel_upstream_failed(writes, tasks, blocked, result)
+        cancel_upstream_failed(writes, tasks, blocked, (failed, dependencies), result)
     if edge is None or run.run_state is not WorkflowRunState.RUNNING:
         return
     if writes.runs.move(run.id, edge, actor=ACTOR_SCHEDULER):
         result.finished_as = derived.value
         # The run's terminal state is fixed first; cancelling what is left cannot change it.
-        _cancel_leftovers(writes, run.id, result)
+        failing = derived is WorkflowRunState.FAILED and failed
+        cause = CancelCause(RUN_FAILED, failed[0]) if failing else None
+        cancel_leftovers(writes, run.id, result, cause)
 
 
 def _effective_state(task: TaskRunRow) -> TaskRunState:
@@ -398,48 +392,3 @@ def _effective_state(task: TaskRunRow) -> TaskRunState:
     if task.task_state is _T.FAILED and task.attempt < task.max_attempts:
         return _T.RETRYING
     return task.task_state
-
-
-def _cancel_leftovers(writes: Writes, run_id: UUID, result: AdvanceResult) -> None:
-    """Cancel what can no longer run, each task in the run's own transaction. Every
-    unfinished task's row is locked first, in id order, and read as it is: a cancel that
-    frees a concurrency limit's slot locks a counter row, and every writer takes task rows
-    before counter rows (docs/scheduling/limits.md, "Deadlocks"); locked, no row can move
-    under the cancels. Running tasks first, by type: the counter rows in one order."""
-    for row in sorted(writes.tasks.lock_unfinished_of_run(run_id), key=_cancel_order):
-        edge = _leftover_cancel(row)
-        if edge is None:
-            continue
-        if edge.requires_lease:
-            cancelled = writes.tasks.finish(row.id, edge, row.fencing_token, actor=ACTOR_SCHEDULER)
-        else:
-            cancelled = writes.tasks.move(row.id, edge, actor=ACTOR_SCHEDULER)
-        if cancelled:
-            result.cancelled.append(row.task_key)
-
-
-def _cancel_upstream_failed(
-    writes: Writes, tasks: list[TaskRunRow], blocked: frozenset[str], result: AdvanceResult
-) -> None:
-    """Under finish_branches, while the run goes on: cancel the tasks downstream of a
-    task failed for good (upstream_failed), in id order (the lock order). They can never
-    run, and none of them can hold a lease: a task is promoted only when all its
-    dependencies succeeded. ``why`` tells these cancels from a user's by the run's
-    policy and the failed task upstream (docs/execution-model.md)."""
-    for task in tasks:
-        if task.task_key not in blocked or task.task_state not in _NEVER_PROMOTED:
-            continue
-        if writes.tasks.move(task.id, _CANCEL_LEFTOVER[task.task_state], actor=ACTOR_SCHEDULER):
-            result.cancelled.append(task.task_key)
-
-
-def _cancel_order(task: TaskRunRow) -> tuple[bool, str]:
-    return task.task_state is not _T.RUNNING, task.task_type
-
-
-def _leftover_cancel(task: TaskRunRow) -> Transition | None:
-    """The edge that cancels ``task`` as a leftover of its ended run; ``None`` for a
-    task that is finished (succeeded, cancelled, or failed for good)."""
-    if task.task_state is _T.FAILED and task.attempt >= task.max_attempts:
-        return None
-    return _CANCEL_LEFTOVER.get(task.task_state)

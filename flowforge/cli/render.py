@@ -14,7 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from flowforge import timefmt
-from flowforge.aggregates import failures
+from flowforge.aggregates import cancel_cause, failures
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.ids import short_id
 from flowforge.app.results import AuditEntry, TaskRunView, WorkflowRunView
@@ -115,11 +115,18 @@ def carried_over_lines(tasks: Sequence[TaskRunView]) -> list[str]:
     ]
 
 
+def state_cell(task: TaskRunView) -> str:
+    """The task's state; a cancel caused by another task's failure names it:
+    ``cancelled (upstream_failed: b1)``, ``cancelled (run failed when b1 failed)``."""
+    cause = cancel_cause.cause_of(task.error) if task.state == "cancelled" else None
+    return f"cancelled ({cause.short()})" if cause else task.state
+
+
 def task_rows(tasks: Sequence[TaskRunView], now: datetime) -> list[list[str]]:
     return [
         [
             t.task_key,
-            t.state,
+            state_cell(t),
             f"{t.attempt}/{t.max_attempts}",
             timefmt.span(t.started_at, t.finished_at, now),
             t.lease_owner or ("carried over" if t.carried_from_run_id is not None else ""),
@@ -193,6 +200,9 @@ def _history_notes(entry: AuditEntry) -> list[str]:
     if entry.error and entry.transition == "fail":
         frames = failures.last_frames(entry.error, 1, source=False)
         return [error_line(entry.error), *(f"at {frame}" for frame in frames)]
+    cause = cancel_cause.cause_of(entry.error) if entry.transition.startswith("cancel") else None
+    if cause:  # a cancel the scheduler made because another task failed for good
+        return [f"cancelled ({cause.short()})"]
     note = _history_note(entry)
     return [note] if note else []
 

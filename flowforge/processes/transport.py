@@ -224,7 +224,7 @@ class InMemoryDispatchChannel:
         self._changed = threading.Condition()
         self._ready: dict[str, deque[_Entry]] = {}
         self._unsettled: dict[int, _Entry] = {}
-        #: The deliveries each consumer holds (at most its prefetch of each type).
+        #: The deliveries each consumer holds (at most its prefetch, of all its types).
         self._held: dict[InMemoryDispatchConsumer, dict[int, str]] = {}
         self._dead: list[bytes] = []
         self._tags = itertools.count(1)
@@ -295,12 +295,14 @@ class InMemoryDispatchChannel:
     def _next_queue(
         self, consumer: InMemoryDispatchConsumer, held: Mapping[int, str]
     ) -> deque[_Entry] | None:
-        """The queue of ``consumer``'s types whose head arrived first, among those it
-        may take one more of (fewer than ``prefetch`` held of that type)."""
+        """The queue of ``consumer``'s types whose head arrived first, if it may take one
+        more (it holds fewer than ``prefetch``, whatever its types, as on RabbitMQ)."""
+        if len(held) >= consumer.prefetch:
+            return None
         first: deque[_Entry] | None = None
         for task_type in consumer.task_types or list(self._ready):
             queue = self._ready.get(task_type)
-            if not queue or sum(t == task_type for t in held.values()) >= consumer.prefetch:
+            if not queue:
                 continue
             if first is None or queue[0].order < first[0].order:
                 first = queue

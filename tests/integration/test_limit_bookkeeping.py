@@ -91,23 +91,69 @@ def claim_and_finish(app: FlowForge, task_run_id: UUID) -> None:
     assert app.finish_task_run(task_run_id, claim.fencing_token, "succeed")
 
 
-def test_after_limit_unset_a_type_keeps_its_counter_and_pays_one_round_trip_per_claim(
+def limits(app: FlowForge) -> list[tuple[str, int | None, int]]:
+    return [(v.task_type, v.max_running, v.running) for v in app.task_type_limits()]
+
+
+def test_a_limit_unset_while_nothing_counts_deletes_its_counter_and_claims_are_fast_again(
     pg_app: FlowForge, round_trips: list[RoundTrip]
 ) -> None:
-    """The bound of a counter row kept after ``limit unset`` (docs/scheduling/limits.md,
-    "What is kept"): its type's claims stay on the limited path, one round trip more
-    each and never refused, and the counter keeps counting exactly, so a limit set
-    again applies to the tasks already running."""
+    """``limit unset`` of a type with nothing running, held or limited by a task's own
+    ``max_running`` deletes its counter row (docs/scheduling/limits.md, "What is kept"):
+    its claims take the fast path again, one round trip each."""
     assert pg_app.set_task_type_limit("slow", 1)
     assert pg_app.unset_task_type_limit("slow")
-    first, second, third = ids(pg_app, pg_app.start_workflow_run(fan(3)))
-
+    assert limits(pg_app) == []
+    first, second = ids(pg_app, pg_app.start_workflow_run(fan(2)))
     round_trips.clear()
     assert pg_app.claim_task_run(first, "w") is not None
-    assert len(round_trips) == 2  # the fast claim, which matches no row, then the limited
-    assert pg_app.claim_task_run(second, "w") is not None  # no limit: never refused
-    assert [(v.task_type, v.max_running, v.running) for v in pg_app.task_type_limits()] == [
-        ("slow", None, 2)
-    ]
+    assert pg_app.claim_task_run(second, "w") is not None
+    assert len(round_trips) == 2  # one each: the fast claim took them
+    # Set again, it continues the limit's log and counts the tasks already running.
     assert pg_app.set_task_type_limit("slow", 2)
+    assert limits(pg_app) == [("slow", 2, 2)]
+    (third,) = ids(pg_app, pg_app.start_workflow_run(fan(1)))
     assert pg_app.claim_task_run(third, "w") is None  # the two running count
+
+
+def test_after_a_deleted_counter_the_limits_log_goes_on_from_its_last_version(
+    app: FlowForge,
+) -> None:
+    """Set, unset (deleted), set, unset, set again, and a submission that limits the type
+    by its own ``max_running`` after a deletion: each change is the next event of the
+    type's one TaskTypeLimit (a version taken twice would be refused by the log)."""
+    for _ in range(2):
+        assert app.set_task_type_limit("slow", 1)
+        assert app.unset_task_type_limit("slow")
+        assert limits(app) == []
+    app.start_workflow_run(own_limited(1))
+    assert limits(app) == [("slow", None, 0)]  # made by the submission, at the log's version
+    assert app.set_task_type_limit("slow", 3)
+    assert app.unset_task_type_limit("slow")
+    assert limits(app) == [("slow", None, 0)]  # kept: a task of the type limits it itself
+
+
+def own_limited(n: int) -> dict[str, object]:
+    """``n`` tasks of type slow, each with its own ``max_running`` of 1."""
+    return {
+        "name": "own",
+        "tasks": [{"key": f"t{i}", "type": "slow", "max_running": 1} for i in range(n)],
+    }
+
+
+def test_a_limit_unset_while_its_tasks_run_keeps_the_counter_counting(
+    app: FlowForge,
+) -> None:
+    """The bound that stays: a type with tasks running (or held) when its limit is
+    unset keeps its counter row, so it stays on the limited claim path (one round trip
+    more per claim on PostgreSQL, never refused), and the counter keeps counting
+    exactly, so a limit set again applies to the tasks already running."""
+    assert app.set_task_type_limit("slow", 1)
+    first, second, third = ids(app, app.start_workflow_run(fan(3)))
+    assert app.claim_task_run(first, "w") is not None
+    assert app.unset_task_type_limit("slow")
+    assert limits(app) == [("slow", None, 1)]
+    assert app.claim_task_run(second, "w") is not None  # no limit: never refused
+    assert limits(app) == [("slow", None, 2)]
+    assert app.set_task_type_limit("slow", 2)
+    assert app.claim_task_run(third, "w") is None  # the two running count

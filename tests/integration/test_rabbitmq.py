@@ -685,23 +685,44 @@ def test_a_consumer_receives_only_its_task_types_and_the_rest_wait_in_their_queu
     assert admin.ready_count(config.queue_for("train")) == 1
 
 
-def test_a_consumer_of_two_types_holds_at_most_one_unacked_delivery_of_each(
-    config: BrokerConfig, publisher: rabbitmq.RabbitDispatchPublisher
+def _typed(task_type: str, i: int) -> DispatchMessage:
+    return dispatch(f"{task_type}-{i}").model_copy(update={"task_type": task_type})
+
+
+def _ready_of(admin: Admin, config: BrokerConfig, types: list[str]) -> int:
+    return sum(admin.ready_count(config.queue_for(t)) for t in types)
+
+
+@pytest.mark.parametrize("prefetch", [1, 2])
+def test_a_consumer_of_several_types_holds_at_most_its_prefetch_in_all(
+    config: BrokerConfig,
+    publisher: rabbitmq.RabbitDispatchPublisher,
+    admin: Admin,
+    prefetch: int,
 ) -> None:
-    """Quorum queues refuse a channel-wide prefetch: the prefetch holds per queue."""
-    consumer = rabbitmq.RabbitDispatchConsumer(config, task_types=[TYPE, "train"])
+    """Quorum queues refuse a channel-wide prefetch, and a per-consumer one on K queues
+    lets the broker push K: a consumer of K >= 2 types takes with basic.get, only while
+    it holds fewer than its prefetch. The broker's own count shows what it handed out."""
+    types = sorted([TYPE, "train", "score"])  # the order the consumer goes round in
+    consumer = rabbitmq.RabbitDispatchConsumer(config, prefetch=prefetch, task_types=types)
     try:
-        consumer.get(NO_WAIT)
-        publisher.publish(
-            [
-                dispatch(f"{t}-{i}").model_copy(update={"task_type": t})
-                for t in (TYPE, "train")
-                for i in range(2)
-            ]
-        )
-        held = [consumer.get(DEADLINE_S), consumer.get(DEADLINE_S)]
-        assert sorted(decode_dispatch(d.body).task_type for d in held if d) == [TYPE, "train"]
+        assert consumer.get(NO_WAIT) is None  # connected, queues declared, all empty
+        publisher.publish([_typed(t, i) for t in types for i in range(2)])
+        held = [consumer.get(DEADLINE_S) for _ in range(prefetch)]
+        assert all(held)
         assert consumer.get(QUIET_S) is None
+        # Handed out (unacknowledged): exactly the prefetch; every other one is ready.
+        assert _ready_of(admin, config, types) == 2 * len(types) - prefetch
+        taken = [decode_dispatch(d.body).task_type for d in held if d]
+        for delivery in held:
+            assert delivery is not None
+            delivery.ack()
+        after = consumer.get(DEADLINE_S)
+        assert after is not None
+        assert _ready_of(admin, config, types) == 2 * len(types) - prefetch - 1
+        # Round-robin over the queues: the next comes from the type after the last one's.
+        assert decode_dispatch(after.body).task_type == types[len(taken) % len(types)], taken
+        after.ack()
     finally:
         consumer.close()
 
@@ -717,3 +738,22 @@ def test_a_dispatch_to_a_deleted_queue_is_returned_and_stays_pending_then_lands(
         publisher.publish([dispatch("second")])
     publisher.publish([dispatch("second")])
     assert admin.ready_count(config.queue_for(TYPE)) == 1
+
+
+def test_a_consumer_of_several_types_is_counted_as_each_types_consumer(
+    config: BrokerConfig,
+) -> None:
+    """basic.get makes no consumer the broker counts: the presence queue of each type
+    does, so ``why`` never says "no worker is consuming" a type such a worker runs."""
+    types = ["train", "score"]
+    consumer = rabbitmq.RabbitDispatchConsumer(config, task_types=types)
+    try:
+        assert consumer.get(NO_WAIT) is None
+        assert [rabbitmq.queue_state(config, t).consumers for t in types] == [1, 1]
+    finally:
+        consumer.close()
+    wait_until(
+        lambda: [rabbitmq.queue_state(config, t).consumers for t in types] == [0, 0],
+        DEADLINE_S,
+        "the closed consumer is still counted",
+    )

@@ -363,11 +363,23 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             if changed:
                 self.type_limits[task_type] = None
                 self.release("type", lambda t: t.task_type == task_type, 2**31)
+                if self.counter_idle(task_type):
+                    del self.type_limits[task_type]  # the removal deleted its counter row
             return
         assert self.app.set_task_type_limit(task_type, limit)
         self.type_limits[task_type] = limit
         room = limit - self.running_of(task_type=task_type)
         self.release("type", lambda t: t.task_type == task_type, max(room, 0))
+
+    def counter_idle(self, task_type: str) -> bool:
+        """Whether a type's counter counts nothing any more: none of its tasks running,
+        none held (a held task's row goes with its claim or its cancel). No task here
+        has a ``max_running`` of its own."""
+        held = any(
+            self.model(task).task_type == task_type and self.model(task).state == "ready"
+            for task in self.holds
+        )
+        return self.running_of(task_type=task_type) == 0 and not held
 
     def do_claim(self, task: UUID, worker: str, lease: float, by_name: bool) -> None:
         refused = self.refusal(task) if self.model(task).state is TaskRunState.READY else None

@@ -169,7 +169,13 @@ def wait_written_and_acked(
         WAIT_S,
         "the outcome was never written",
     )
-    wait_until(lambda: channel.unsettled_count == 0, WAIT_S, "the dispatch was never acked")
+    # Settled and not back on the queue: an attempt the worker stopped waiting for may
+    # land first, and the requeued dispatch is then acked as already written.
+    wait_until(
+        lambda: channel.unsettled_count == channel.ready_count == 0,
+        WAIT_S,
+        "the dispatch was never acked",
+    )
 
 
 @pytest.mark.postgres
@@ -307,7 +313,11 @@ def test_a_batch_not_written_in_time_is_requeued_whole_and_written_once_by_its_r
 
 @pytest.mark.postgres
 def test_a_worker_stopped_during_an_outage_requeues_and_the_reaper_reruns_the_task(
-    pg_app: FlowForge, outage: Outage, held: Held, caplog: pytest.LogCaptureFixture
+    pg_app: FlowForge,
+    postgres_url: str,
+    outage: Outage,
+    held: Held,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # What the worker does NOT promise: a stop abandons the unwritten outcome (it lives
     # in the stopping process's memory). The dispatch is requeued, never acked; the task
@@ -315,13 +325,17 @@ def test_a_worker_stopped_during_an_outage_requeues_and_the_reaper_reruns_the_ta
     # another worker runs the handler a second time, with a newer token.
     channel = InMemoryDispatchChannel()
     task_id = one_published(pg_app, channel, lease_seconds=1)
-    first = start_worker(pg_app, channel, held)
+    # The stopping worker's process exits: its pool goes, and with it the write attempt
+    # it stopped waiting for (here its own app, closed after the stop).
+    stopping = FlowForge(postgres_url)
+    first = start_worker(stopping, channel, held)
     try:
         assert held.started.wait(WAIT_S)
         outage.begin()
         held.release.set()
         wait_until(lambda: logged(caplog, "outcome write failed; retrying"), WAIT_S, "no retry")
         first.stop()  # returns at once: the retry's wait wakes on the stop
+        stopping.close()
     finally:
         held.release.set()
         outage.end()

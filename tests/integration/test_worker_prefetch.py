@@ -12,8 +12,9 @@ import pytest
 
 from flowforge.app.service import FlowForge
 from flowforge.bootstrap import Processes, Transport
+from flowforge.config import BrokerConfig
 from flowforge.processes.loop import Stop
-from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher
+from flowforge.processes.rabbitmq import RabbitDispatchConsumer, RabbitDispatchPublisher, connect
 from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.supervisor import Supervisor
 from tests import topology
@@ -61,6 +62,63 @@ def test_a_batched_worker_holds_no_more_dispatches_than_its_batch(pg_app: FlowFo
                 delivery.ack()
         finally:
             other.close()
+            release.set()
+            stop.set("test over")
+            assert supervisor.join(grace=DEADLINE_S) == []
+
+
+TYPES = ("extract", "load")
+
+
+def _ready(broker: BrokerConfig) -> int:
+    """Messages the broker has not handed out, on both types' queues (passive declare)."""
+    connection = connect(broker, name="flowforge-test-admin")
+    try:
+        channel = connection.channel()
+        return sum(
+            int(channel.queue_declare(broker.queue_for(t), passive=True).method.message_count or 0)
+            for t in TYPES
+        )
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("batch", [1, BATCH])
+def test_a_worker_of_two_types_holds_no_more_dispatches_than_its_batch(
+    pg_app: FlowForge, batch: int
+) -> None:
+    """Routing by type: a worker slot consuming K = 2 type queues holds at most its batch
+    (1 by default) unacked, not one per queue; the broker's own count says so while the
+    handler holds the slot."""
+    entered, release = threading.Event(), threading.Event()
+    handlers = TaskRegistry()
+
+    def hold(ctx: TaskContext) -> dict[str, Any]:
+        entered.set()
+        release.wait(DEADLINE_S)
+        return {"ok": True}
+
+    for task_type in TYPES:
+        handlers.task(task_type)(hold)
+    with topology.own_topology("ff-prefetch-k") as broker:
+        for task_type in TYPES:
+            for i in range(WAITING):
+                pg_app.start_workflow_run(one_task("t", task_type), {"i": i})
+        publisher = RabbitDispatchPublisher(broker)
+        try:
+            assert pg_app.publish_pending_dispatches(publisher) == WAITING * len(TYPES)
+        finally:
+            publisher.close()
+        stop = Stop()
+        supervisor = Supervisor(stop)
+        worker = Processes(pg_app, Transport.rabbitmq(broker), handlers, stop).worker(
+            "w-prefetch-k", batch=batch
+        )
+        supervisor.spawn("worker", worker.run)
+        try:
+            assert entered.wait(DEADLINE_S), "the worker never ran a handler"
+            assert _ready(broker) == WAITING * len(TYPES) - batch
+        finally:
             release.set()
             stop.set("test over")
             assert supervisor.join(grace=DEADLINE_S) == []

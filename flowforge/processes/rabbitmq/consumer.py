@@ -1,5 +1,14 @@
-"""The RabbitMQ ``DispatchConsumer``: manual acks, a prefetch (1 unless asked), on the
-dispatch queues of the task types it was opened for."""
+"""The RabbitMQ ``DispatchConsumer``: manual acks, a prefetch (1 unless asked) for the
+consumer as a whole, on the dispatch queues of the task types it was opened for.
+
+Quorum queues refuse a channel-wide prefetch (``basic.qos`` global), and a per-consumer
+prefetch on K queues lets the broker push K messages. So a consumer of ONE type consumes
+its queue (the broker pushes, ``prefetch`` at most), and a consumer of several types
+takes each message with ``basic.get``, round-robin over its queues, and only while it
+holds fewer than ``prefetch``: it never holds more, whatever K (docs/worker.md,
+"Routing"). The broker counts no consumer for ``basic.get``, so such a consumer also
+consumes each type's presence queue, where nothing is published: ``why`` adds its
+consumers to the type's queue's."""
 
 from __future__ import annotations
 
@@ -21,14 +30,25 @@ from flowforge.processes.rabbitmq import topology, translate
 from flowforge.processes.rabbitmq.connection import close_quietly, connect, process_events
 from flowforge.processes.rabbitmq.delivery import RabbitDelivery, send_settlement
 
+#: How long an idle consumer of several types waits between two rounds of ``basic.get``
+#: over its queues: it starts short and doubles up to the longest while they stay empty
+#: (a new dispatch waits at most that long; each round costs K round trips).
+IDLE_POLL_FIRST_S = 0.005
+IDLE_POLL_LONGEST_S = 0.1
+
+_Message = tuple[BlockingChannel, int, bool, bytes, Mapping[str, Any]]
+
+
+def _drop(*_message: object) -> None:
+    """A message on a presence queue (nobody publishes there): dropped."""
+
 
 class RabbitDispatchConsumer:
-    """A ``DispatchConsumer``: manual acks, on the queue of each of ``task_types``; the
-    broker sends it at most ``prefetch`` messages it has not settled yet from each
-    queue (quorum queues refuse a channel-wide prefetch: see docs/worker.md, "Routing").
+    """A ``DispatchConsumer``: manual acks, on the queue of each of ``task_types``; it
+    holds at most ``prefetch`` messages it has not settled yet, in all (see the module).
 
     The first ``get`` connects, declares the topology (raising ``QueueTypeMismatchError``
-    if a queue is classic) and starts consuming every queue, on one channel. Any
+    if a queue is classic) and, for one type, starts consuming its queue. Any
     connection error drops the connection and raises ``BrokerUnavailableError``; the
     broker then requeues the unsettled delivery, and the next ``get`` reconnects. A
     delivery from a dropped connection can no longer be settled
@@ -47,32 +67,75 @@ class RabbitDispatchConsumer:
         self._task_types = transport.consumed_types(task_types)
         self._connection: pika.BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
-        self._inbox: deque[tuple[BlockingChannel, int, bool, bytes, Mapping[str, Any]]] = deque()
+        self._inbox: deque[_Message] = deque()
         #: The delivery tags handed out on the live channel and not settled yet.
         self._held: set[int] = set()
         self._cancelled = False
+        #: Several types: taken with basic.get, starting at this queue's index.
+        self._polls = len(self._task_types) > 1
+        self._next_queue = 0
 
     def get(self, timeout: float) -> RabbitDelivery | None:
         with self._unavailable_on_error("consume from"):
-            connection, _ = self._open()
+            connection, channel = self._open()
             deadline = time.monotonic() + max(timeout, 0.0)
-            polled = False
-            while not self._inbox:
-                if self._cancelled:
-                    raise errors.BrokerUnavailableError(
-                        f"RabbitMQ at {translate.endpoint(self._config)} cancelled a "
-                        f"consumer of queue(s) {', '.join(self._queues())} (was one "
-                        f"deleted?); the next get reconnects and declares them again."
-                    )
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 and polled:
-                    return None
-                # Poll at least once, so that get(0) reads what has already arrived.
-                process_events(connection, max(remaining, 0.0))
-                polled = True
-            channel, tag, redelivered, body, headers = self._inbox.popleft()
+            if self._polls:
+                message = self._poll(connection, channel, deadline)
+            else:
+                message = self._pushed(connection, deadline)
+            if message is None:
+                return None
+            channel, tag, redelivered, body, headers = message
         self._held.add(tag)
         return RabbitDelivery(self, channel, tag, body, redelivered, headers)
+
+    def _pushed(self, connection: pika.BlockingConnection, deadline: float) -> _Message | None:
+        """The next message the broker pushed, waiting until ``deadline`` for one."""
+        polled = False
+        while not self._inbox:
+            if self._cancelled:
+                raise errors.BrokerUnavailableError(
+                    f"RabbitMQ at {translate.endpoint(self._config)} cancelled a "
+                    f"consumer of queue(s) {', '.join(self._queues())} (was one "
+                    f"deleted?); the next get reconnects and declares them again."
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 and polled:
+                return None
+            # Poll at least once, so that get(0) reads what has already arrived.
+            process_events(connection, max(remaining, 0.0))
+            polled = True
+        return self._inbox.popleft()
+
+    def _poll(
+        self, connection: pika.BlockingConnection, channel: BlockingChannel, deadline: float
+    ) -> _Message | None:
+        """The next message of any of the queues, taken with ``basic.get`` while fewer
+        than ``prefetch`` are held; rounds ``IDLE_POLL_*`` apart until ``deadline``."""
+        pause = IDLE_POLL_FIRST_S
+        while True:
+            if len(self._held) < self._prefetch and (message := self._get_one(channel)):
+                return message
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            connection.sleep(min(pause, remaining))  # services heartbeats meanwhile
+            pause = min(pause * 2, IDLE_POLL_LONGEST_S)
+
+    def _get_one(self, channel: BlockingChannel) -> _Message | None:
+        """One round: ``basic.get`` on each queue in turn, from the one after the last
+        that gave a message (so that a busy type does not starve the others)."""
+        queues = self._queues()
+        for _ in queues:
+            index, self._next_queue = self._next_queue, (self._next_queue + 1) % len(queues)
+            method, properties, body = channel.basic_get(queues[index], auto_ack=False)
+            if method is not None:
+                # Always set on a Basic.GetOk, which carries properties and a body.
+                assert method.delivery_tag is not None
+                assert isinstance(body, bytes)
+                headers = (properties.headers if properties else None) or {}
+                return channel, method.delivery_tag, bool(method.redelivered), body, headers
+        return None
 
     def pump(self, seconds: float) -> None:
         """Service the connection for ``seconds``; without one, just wait.
@@ -149,11 +212,16 @@ class RabbitDispatchConsumer:
         try:
             channel = connection.channel()
             topology.declare_dispatch_queue(channel, self._config, self._task_types)
-            # Per consumer (not global: quorum queues refuse global QoS).
-            channel.basic_qos(prefetch_count=self._prefetch)
-            channel.add_on_cancel_callback(self._on_cancelled)
-            for queue in self._queues():
+            if not self._polls:
+                # Per consumer (not global: quorum queues refuse global QoS).
+                channel.basic_qos(prefetch_count=self._prefetch)
+                channel.add_on_cancel_callback(self._on_cancelled)
+                (queue,) = self._queues()
                 channel.basic_consume(queue, on_message_callback=self._on_message, auto_ack=False)
+            for task_type in self._task_types if self._polls else ():
+                # Counted as the type's consumer (why, "no worker is consuming").
+                present = topology.declare_presence_queue(channel, self._config, task_type)
+                channel.basic_consume(present, on_message_callback=_drop, auto_ack=True)
         except BaseException:
             close_quietly(connection)
             raise

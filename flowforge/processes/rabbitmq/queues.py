@@ -25,7 +25,7 @@ from flowforge import errors
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch, text_headers
 from flowforge.app.ports import QueueState
 from flowforge.config import BrokerConfig
-from flowforge.processes.rabbitmq import translate
+from flowforge.processes.rabbitmq import topology, translate
 from flowforge.processes.rabbitmq.connection import close_quietly, connect
 from flowforge.processes.rabbitmq.dispatch_publisher import RabbitDispatchPublisher
 
@@ -46,6 +46,8 @@ def queue_state(config: BrokerConfig, task_type: str) -> QueueState:
     connection = connect(config, name="flowforge-inspect")
     try:
         counts = _counts(connection, queue)
+        # Workers of several types are counted on the presence queue (consumer.py).
+        present = _counts(connection, topology.presence_queue(config, task_type))
     except translate.UNAVAILABLE as exc:
         translate.raise_unavailable(config, "inspect a queue on", exc)
     finally:
@@ -53,6 +55,7 @@ def queue_state(config: BrokerConfig, task_type: str) -> QueueState:
     if counts is None:
         return QueueState(queue=queue, exists=False, messages=0, consumers=0)
     messages, consumers = counts
+    consumers += present[1] if present else 0
     return QueueState(queue=queue, exists=True, messages=messages, consumers=consumers)
 
 

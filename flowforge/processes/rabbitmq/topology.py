@@ -95,6 +95,21 @@ def declare_dispatch_queue(
         declare_task_queue(channel, config, task_type)
 
 
+def presence_queue(config: BrokerConfig, task_type: str) -> str:
+    """The queue a worker of several types consumes to be counted as ``task_type``'s
+    consumer: it takes that type's dispatches with ``basic.get``, which the broker does not
+    count (see ``consumer.py``). Nothing is ever published to it."""
+    return f"{config.queue_for(task_type)}~workers"
+
+
+def declare_presence_queue(channel: BlockingChannel, config: BrokerConfig, task_type: str) -> str:
+    """Declare ``task_type``'s presence queue (idempotent): transient, deleted by the
+    broker once its last consumer is gone; its name."""
+    queue = presence_queue(config, task_type)
+    channel.queue_declare(queue, durable=False, auto_delete=True)
+    return queue
+
+
 def declare_task_queue(channel: BlockingChannel, config: BrokerConfig, task_type: str) -> str:
     """Declare ``task_type``'s dispatch queue and bind it (idempotent); its name.
 

@@ -146,10 +146,12 @@ SELECT {now} AS db_now,
 -- A promotion (:promotes, dependencies_satisfied) is also guarded by its run's start
 -- time: while the run's start_at is still to come by the database's clock it matches
 -- no row, whoever asks (docs/scheduling/delayed-start.md). One probe of the run's key.
+-- :error is a cancel's cause (aggregates/cancel_cause.py); NULL keeps the row's error.
 -- name: task_move
 UPDATE task_runs
 SET state = :target,
     finished_at = CASE WHEN :terminal THEN {now} ELSE finished_at END,
+    error = coalesce(:error, error),
     retry_due_at = NULL, version = version + 1, updated_at = {touched_at}
 WHERE id = :id AND state = :source
     AND (NOT :promotes OR NOT EXISTS (

@@ -9,7 +9,8 @@
 -- limited claim that locked the row, and whether it took a slot (a claim reads back its
 -- own decision by its :claim token: RETURNING shows only the new row, and a decision
 -- made after waiting for another writer is made on that writer's row, not on the one
--- the statement first read). Counter rows are never deleted while they count.
+-- the statement first read). Counter rows are never deleted while they count
+-- (delete_idle_type_counter: a removed limit's, once it counts nothing).
 -- macro: create_limit_tables
 CREATE TABLE task_type_limits (
     task_type text PRIMARY KEY,
@@ -233,12 +234,34 @@ WHERE task_type_limits.version = excluded.version - 1
 RETURNING *;
 
 -- A counter row for a type that a definition's task limits, if it has none yet (also
--- under lock_task_runs_for_limit).
+-- under lock_task_runs_for_limit), at its TaskTypeLimit's version in the log (0: none;
+-- more after a limit was set, then unset and its counter deleted).
 -- name: ensure_task_type_counter
 INSERT INTO task_type_limits (task_type, max_running, running, version)
 VALUES (:task_type, NULL,
-        (SELECT count(*) FROM task_runs WHERE task_type = :task_type AND state = 'running'), 0)
+        (SELECT count(*) FROM task_runs WHERE task_type = :task_type AND state = 'running'),
+        :version)
 ON CONFLICT (task_type) DO NOTHING;
+
+-- The version of a type's TaskTypeLimit in the log, for a type with no counter row: a
+-- deleted counter's next change continues its aggregate's versions.
+-- name: select_limit_log_version
+SELECT coalesce(max(originator_version), 0) AS version FROM {events_table}
+WHERE originator_id = :originator_id;
+
+-- A removed limit's counter row that counts nothing any more is deleted, in the
+-- removal's transaction (under lock_task_runs_for_limit: no claim and no submission in
+-- flight): no limit of the operator's, nothing running under it, no held dispatch of
+-- the type, and no unfinished task of the type with a limit of its own. The type's
+-- claims then take the fast path again (task_claim: no counter row).
+-- name: delete_idle_type_counter
+DELETE FROM task_type_limits
+WHERE task_type = :task_type AND max_running IS NULL AND running = 0
+  AND NOT EXISTS (SELECT 1 FROM held_dispatches WHERE task_type = :task_type)
+  AND NOT EXISTS (SELECT 1 FROM task_runs
+                  WHERE task_type = :task_type AND state IN ({unfinished_task_states})
+                    AND max_running IS NOT NULL)
+RETURNING task_type;
 
 -- name: insert_run_limit
 INSERT INTO run_limits (workflow_run_id, max_running, running) VALUES (:workflow_run_id,

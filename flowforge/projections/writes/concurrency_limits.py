@@ -143,9 +143,9 @@ class LimitWrites:
         self._tx.defer("limit_change_lock_wait")
         self._tx.defer("lock_task_runs_for_limit")
         current = self._tx.run("select_task_type_limit", {"task_type": task_type})
-        version = current[0]["version"] if current else 0
         if max_running is None and (not current or current[0]["max_running"] is None):
             return False
+        version = current[0]["version"] if current else self._log_version(task_type)
         event = task_type_limit.change_event(task_type, version, max_running, at=at, actor=actor)
         params = {
             "task_type": task_type,
@@ -163,17 +163,30 @@ class LimitWrites:
         if room > 0:
             self._tx.run("release_held_of_type", {"task_type": task_type, "limit": room})
             self._outbox.enqueued = True
+        if max_running is None:
+            # Counting nothing any more: deleted, so the type's claims are fast again.
+            self._tx.run("delete_idle_type_counter", {"task_type": task_type})
         return True
+
+    def _log_version(self, task_type: str) -> int:
+        """The version of ``task_type``'s TaskTypeLimit in the log (0: never changed),
+        for a type with no counter row (never made, or deleted once idle)."""
+        rows = self._tx.run(
+            "select_limit_log_version",
+            {"originator_id": task_type_limit.limit_id(task_type)},
+        )
+        return int(rows[0]["version"])
 
     def ensure_counters(self, task_types: Sequence[str]) -> None:
         """A counter row for each type a new run's tasks limit (``max_running``), made
         under the lock that lets it count the type's running tasks exactly, if the type
-        has none yet (once per type: counter rows stay)."""
+        has none yet (once per type, while its counter row stays)."""
         for task_type in sorted(set(task_types)):
             if self._tx.run("select_task_type_limit", {"task_type": task_type}):
                 continue
             self._tx.run("lock_task_runs_for_limit")
-            self._tx.run("ensure_task_type_counter", {"task_type": task_type})
+            version = self._log_version(task_type)
+            self._tx.run("ensure_task_type_counter", {"task_type": task_type, "version": version})
 
 
 def free_statements(task_run_id: UUID, task_type: str, workflow_run_id: UUID) -> list[Statement]:

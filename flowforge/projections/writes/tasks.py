@@ -111,13 +111,23 @@ class TaskWrites:
         projector.apply_event(self._tx, event)
         self._recording.append([event])
 
-    def move(self, task_run_id: UUID, edge: Transition, *, actor: str) -> TaskRunRow | None:
+    def move(
+        self,
+        task_run_id: UUID,
+        edge: Transition,
+        *,
+        actor: str,
+        error: Mapping[str, str] | None = None,
+    ) -> TaskRunRow | None:
         """dependencies_satisfied (not before its run's start time), cancel_pending,
-        cancel_ready, cancel_failed or cancel_retrying."""
+        cancel_ready, cancel_failed or cancel_retrying. ``error``: a cancel's cause
+        (``aggregates.cancel_cause``), written in the row and its event; ``None``: the
+        row's error is kept."""
         if edge.name not in MOVE_EDGES:
             raise ValueError(f"move takes {sorted(MOVE_EDGES)}, not {edge.name!r}")
-        event = EventRecipe.of_task(edge, actor)
-        params = task_params(task_run_id, edge, {"promotes": edge.name == PROMOTE})
+        event = EventRecipe.of_task(edge, actor, {"error": error} if error else None)
+        own = {"promotes": edge.name == PROMOTE, "error": error}
+        params = task_params(task_run_id, edge, own)
         return self._followed(self._task("task_move", params, event), edge)
 
     def promote(self, tasks: Sequence[TaskRunRow], *, actor: str) -> dict[UUID, TaskRunRow]:

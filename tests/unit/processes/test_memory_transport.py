@@ -322,16 +322,20 @@ def test_a_consumer_of_several_types_takes_the_oldest_dispatch_first() -> None:
     assert keys == ["1", "2", "3"]
 
 
-def test_the_prefetch_holds_per_type() -> None:
-    """One unsettled delivery of each type at most (prefetch 1): the quorum queues'
-    per-consumer prefetch, one consumer per type's queue."""
+def test_the_prefetch_holds_for_the_consumer_whatever_its_types() -> None:
+    """One unsettled delivery at most (prefetch 1) for a consumer of two types, as the
+    RabbitMQ consumer of several types (basic.get only while it holds fewer)."""
     channel = InMemoryDispatchChannel()
     channel.publisher().publish([dispatch(f"e{i}", "extract") for i in range(2)])
     channel.publisher().publish([dispatch(f"l{i}", "load") for i in range(2)])
     consumer = channel.consumer(task_types=["extract", "load"])
-    held = [consumer.get(NO_WAIT) for _ in range(3)]
-    assert [decode_dispatch(d.body).task_key for d in held if d is not None] == ["e0", "l0"]
-    assert held[2] is None
+    held = [consumer.get(NO_WAIT) for _ in range(2)]
+    assert held[0] is not None and decode_dispatch(held[0].body).task_key == "e0"
+    assert held[1] is None
+    assert channel.unsettled_count == 1
+    held[0].ack()
+    after = consumer.get(NO_WAIT)
+    assert after is not None and decode_dispatch(after.body).task_key == "e1"
 
 
 @pytest.mark.parametrize("task_types", [[], "extract"])
