@@ -30,7 +30,7 @@ from flowforge.aggregates.cancel_cause import (
     CancelCause,
 )
 from flowforge.aggregates.definition import WorkflowDefinition
-from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
+from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import ACTOR_SCHEDULER, is_due
