@@ -62,6 +62,7 @@ COMMANDS = (
     ["history"],
     ["cancel"],
     ["why"],
+    ["events"],
     ["ui"],
     ["limit"],
     ["limit", "set"],
