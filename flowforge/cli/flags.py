@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from flowforge.aggregates.states import TaskRunState
 from flowforge.bounds import MAX_BATCH, MAX_ROWS
 from flowforge.cli import start_times
 from flowforge.cli.logs import FORMATS, LEVELS
@@ -397,98 +396,4 @@ CATCH_UP = Flag(
     metavar="N",
     help="after a scheduler downtime, also run up to N missed fire times (the newest N, "
     "oldest first) besides the latest (default: 0: run once, for the latest)",
-)
-
-
-def _age(text: str) -> Any:
-    """``--finished-before``: an age (30d, 12h, 90m), refused as a usage error."""
-    from flowforge import config, errors  # noqa: PLC0415 - kept off --help's imports
-
-    try:
-        return config.parse_age(text, "--finished-before")
-    except errors.ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-# `flowforge db archive` / `db restore` (docs/operations.md).
-FINISHED_BEFORE = Flag(
-    ("--finished-before",),
-    type=_age,
-    required=True,
-    metavar="AGE",
-    help="archive the runs that ended longer ago than AGE by the database's clock: "
-    "30d, 12h, 1d12h, 90m",
-)
-ARCHIVE_TO = Flag(
-    ("--to",),
-    required=True,
-    metavar="FILE",
-    dest="archive_to",
-    help="the archive file to write; if it exists, the archive it began is finished "
-    "(the runs still live are deleted; nothing else changes)",
-)
-ARCHIVE_FILE = Flag(("file",), metavar="FILE", help="an archive file `flowforge db archive` wrote")
-
-# --- the feed (flowforge events; docs/feed.md) ---------------------------------------
-FOLLOW = Flag(
-    ("--follow",),
-    action="store_true",
-    help="keep printing transitions as they commit, until Ctrl-C",
-)
-AFTER = Flag(
-    ("--after",),
-    metavar="POSITION",
-    help="start after this feed position (the last column of a line, or --json's "
-    '"position"; default: from the oldest event in the log)',
-)
-EVENTS_LIMIT = Flag(
-    ("--limit",),
-    type=_whole_number(MAX_ROWS),
-    metavar="N",
-    help="stop after N transitions (default: all of them; with --follow, no end)",
-)
-
-# --- one run at any size: status and history (issue #50) --------------------------------
-
-ALL_TASKS = Flag(
-    ("--all",),
-    action="store_true",
-    dest="all_tasks",
-    help="list every task, however many (a run of more than 20 tasks shows a summary)",
-)
-TASK_STATE = Flag(
-    ("--state",),
-    choices=tuple(s.value for s in TaskRunState),
-    metavar="STATE",
-    help="list only the tasks in STATE (pending, ready, running, retrying, succeeded, "
-    "failed, cancelled)",
-)
-TASK_PAGE = Flag(
-    ("--limit",),
-    type=_whole_number(MAX_ROWS),
-    metavar="N",
-    help="list at most N tasks, in key order (a page; --after KEY gives the next)",
-)
-AFTER_KEY = Flag(
-    ("--after",),
-    metavar="KEY",
-    help="list the tasks after the task key KEY (the last key of the previous page)",
-)
-HISTORY_TASK = Flag(
-    ("--task",),
-    metavar="KEY",
-    dest="task_key",
-    help="only the transitions of the run's task KEY",
-)
-SINCE = Flag(
-    ("--since",),
-    metavar="TIME",
-    help="only the transitions at or after TIME (ISO 8601, e.g. 2026-01-31T12:03:00Z)",
-)
-HISTORY_LIMIT = Flag(
-    ("--limit",),
-    type=_whole_number(MAX_ROWS),
-    metavar="N",
-    dest="history_limit",
-    help="at most N transitions",
 )

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from flowforge.cli import flags
+from flowforge.cli import flags, history_flags
 from flowforge.cli.grammar.command import Command, Group
 
 # The schema version a database gets from this FlowForge: the help's examples name it.
@@ -44,7 +44,7 @@ DB_ACTIONS = (
           holds 1200 runs, 36420 events
         """,
         "flowforge.cli.archive:archive",
-        (flags.FINISHED_BEFORE, flags.ARCHIVE_TO),
+        (history_flags.FINISHED_BEFORE, history_flags.ARCHIVE_TO),
         description="Move every run that ended longer ago than AGE (by the database's "
         "clock), with its tasks, events, dispatches and limit bookkeeping, into FILE: a "
         "zip with a manifest of counts and SHA-256 checksums, events in the event "
@@ -61,7 +61,7 @@ DB_ACTIONS = (
           restored 1200 runs (36420 events) from 2026-12.ffarchive in 2.4s
         """,
         "flowforge.cli.archive:restore",
-        (flags.ARCHIVE_FILE,),
+        (history_flags.ARCHIVE_FILE,),
         description="Check FILE whole (a damaged or truncated file is refused and nothing "
         "is restored), then put back every run of it that is not live, byte for byte, "
         "in batches of one transaction each. docs/operations.md.",

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from flowforge.cli import flags
+from flowforge.cli import flags, history_flags
 from flowforge.cli.grammar.command import Command
 
 RUNS = Command(
@@ -25,10 +25,10 @@ STATUS = Command(
         flags.RUN,
         flags.WATCH,
         flags.JSON,
-        flags.ALL_TASKS,
-        flags.TASK_STATE,
-        flags.TASK_PAGE,
-        flags.AFTER_KEY,
+        history_flags.ALL_TASKS,
+        history_flags.TASK_STATE,
+        history_flags.TASK_PAGE,
+        history_flags.AFTER_KEY,
     ),
     description="A run's tasks with state, attempt, duration and error; a run of more "
     "than 20 tasks, a summary: its tasks counted by state, then the ones to act on "
@@ -45,7 +45,13 @@ HISTORY = Command(
     "flowforge history 3f2a/enrich     # one task run (or its id)\n"
     "flowforge history 3f2a --since 2026-01-31T12:03:00Z --limit 50",
     "flowforge.cli.inspect:history",
-    (flags.RUN_OR_TASK_RUN, flags.HISTORY_TASK, flags.SINCE, flags.HISTORY_LIMIT, flags.JSON),
+    (
+        flags.RUN_OR_TASK_RUN,
+        history_flags.HISTORY_TASK,
+        history_flags.SINCE,
+        history_flags.HISTORY_LIMIT,
+        flags.JSON,
+    ),
     description="The audit log: every transition of every attempt, in the log's order, "
     "printed as it is read (the first line comes at once, at any run size). --task, "
     "--since and --limit narrow it.",
@@ -95,7 +101,7 @@ EVENTS = Command(
     flowforge events --follow --after 812.4031 --json
     """,
     "flowforge.cli.events:events",
-    (flags.FOLLOW, flags.AFTER, flags.EVENTS_LIMIT, flags.JSON),
+    (history_flags.FOLLOW, history_flags.AFTER, history_flags.EVENTS_LIMIT, flags.JSON),
     description="Print one transition per line (time, run, task, attempt, transition, "
     "actor, position), in the feed's order (docs/feed.md): no transition is skipped or "
     "repeated after a position. --follow keeps printing them as they commit; --after "
