@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from flowforge import errors
-from flowforge.cli import logs, parser
+from flowforge.cli import ending, logs, parser
 from flowforge.cli.exits import EXIT_INTERRUPTED, EXIT_OK, exit_code_for
 
 Handler = Callable[[argparse.Namespace], int]
@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from flowforge import bootstrap  # noqa: PLC0415
 
         bootstrap.start_tracing(service_name(args.handler))
-        return handler(args)
+        return ending.end_process(handler(args))
     except errors.FlowForgeError as exc:
         report_error(exc)
         return exit_code_for(exc)

@@ -13,7 +13,7 @@ import argparse
 import logging
 
 from flowforge import bootstrap, config
-from flowforge.cli import common
+from flowforge.cli import common, ending
 from flowforge.cli.parser import UsageError
 from flowforge.processes.registry import default_registry
 from flowforge.processes.worker import default_worker_id
@@ -65,6 +65,7 @@ def worker(args: argparse.Namespace) -> int:
             ids, batch=args.batch, task_types=args.types or None, grace=args.grace
         )
     if abandoned:
+        ending.abandoned_threads()
         # Exiting drops the broker connection: the unacked dispatches go back on their
         # queues, and the leases of the tasks in hand expire and are reaped.
         log.warning(

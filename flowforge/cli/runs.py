@@ -18,7 +18,7 @@ from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import StartedRun, TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
 from flowforge.app.why import why
-from flowforge.cli import common, ids, render, stopping
+from flowforge.cli import common, ending, ids, render, stopping
 from flowforge.cli import demo as demo_workflow
 from flowforge.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED
 from flowforge.cli.parser import UsageError
@@ -216,6 +216,7 @@ def drive(
                 _announce_stop(app, run_id, stopped_by, grace)
             abandoned = group.shutdown(grace=grace, hurry=interrupts.hurry)
     if abandoned:
+        ending.abandoned_threads()
         how = "at once (asked again)" if interrupts.hurry.is_set() else f"after {grace:g}s"
         print(
             f"stopped {how}, abandoning the task in hand of {', '.join(abandoned)}",

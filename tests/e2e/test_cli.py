@@ -178,7 +178,8 @@ def run_example_in_production(
 def clean_environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")}
     # examples.tasks is imported from the source tree, whatever the working directory.
-    return {**env, "PYTHONPATH": str(ROOT), **extra}
+    # A crash (SIGSEGV) prints every thread's traceback to the test's stderr.
+    return {**env, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1", **extra}
 
 
 def make_cli(directory: Path) -> Cli:
