@@ -104,6 +104,10 @@ class Outbox:
         self._suspects = {}
         confirm = redispatch.confirm_after(older_than)
         with self._core.writes() as writes:
+            if not writes.outbox.take_redispatch_net():
+                # Another scheduler's pass holds the net: the suspects are forgotten, so a
+                # task that pass replaced is never confirmed here on stale counts.
+                return []
             at = writes.now()
             for task_type, count in sorted(waiting.items()):
                 short = redispatch.deficit(count, queued[task_type])

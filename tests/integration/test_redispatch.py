@@ -6,9 +6,11 @@ RabbitMQ (a purged queue)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from uuid import UUID
 
+import psycopg
 import pytest
 
 from flowforge import observe
@@ -20,6 +22,7 @@ from flowforge.app.service import FlowForge
 from flowforge.config import BrokerConfig
 from flowforge.processes import rabbitmq
 from flowforge.processes.transport import InMemoryDispatchChannel
+from flowforge.projections.statements import load
 from tests import topology
 
 TYPE = "t"
@@ -153,6 +156,60 @@ def test_the_scheduler_s_pass_runs_the_net_only_with_a_probe(app: FlowForge) -> 
     summaries = [app.schedule_once(redispatch_after=0, probe=fixed_probe(0)) for _ in range(2)]
     assert [s.redispatched for s in summaries] == [0, 2]
     assert all(len(app.dispatches_of(task)) == 2 for task in ready_ids(app, run_id))
+
+
+# --- two schedulers -----------------------------------------------------------------------
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def two_schedulers(request: pytest.FixtureRequest) -> Iterator[tuple[FlowForge, FlowForge]]:
+    """Two services on one database, as two schedulers' processes are."""
+    first: FlowForge = request.getfixturevalue(
+        f"{'pg' if request.param == 'postgres' else 'sqlite'}_app"
+    )
+    url = request.getfixturevalue("postgres_url" if request.param == "postgres" else "sqlite_url")
+    second = FlowForge(url)
+    yield first, second
+    second.close()
+
+
+def test_two_schedulers_racing_their_passes_replace_each_lost_dispatch_once(
+    two_schedulers: tuple[FlowForge, FlowForge],
+) -> None:
+    first, second = two_schedulers
+    run_id = first.start_workflow_run(wide(30))
+    first.publish_pending_dispatches(InMemoryDispatchChannel().publisher())
+    gone = fixed_probe(0)  # the queue lost all 30
+    assert first.redispatch_lost(0, gone) == second.redispatch_lost(0, gone) == []  # suspects
+    barrier = threading.Barrier(2)
+    replaced: dict[int, list[UUID]] = {}
+
+    def confirm(n: int, app: FlowForge) -> None:
+        barrier.wait()
+        replaced[n] = app.redispatch_lost(0, gone)
+
+    threads = [threading.Thread(target=confirm, args=(n, a)) for n, a in enumerate(two_schedulers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(replaced[0] + replaced[1]) == sorted(ready_ids(first, run_id))
+    assert all(len(first.dispatches_of(task)) == 2 for task in ready_ids(first, run_id))
+
+
+def test_a_pass_while_another_scheduler_s_pass_holds_the_net_replaces_nothing(
+    pg_app: FlowForge, postgres_url: str
+) -> None:
+    run_id = pg_app.start_workflow_run(wide(3))
+    pg_app.publish_pending_dispatches(InMemoryDispatchChannel().publisher())
+    gone = fixed_probe(0)
+    assert pg_app.redispatch_lost(0, gone) == []  # suspected, to be confirmed next pass
+    with psycopg.connect(postgres_url) as other_pass:  # a transaction until the block ends
+        assert other_pass.execute(load("postgres")["try_redispatch_net"]).fetchone() == (True,)
+        assert pg_app.redispatch_lost(0, gone) == []
+    # The other pass ended (replacing nothing): the net's suspicion starts again.
+    assert pg_app.redispatch_lost(0, gone) == []
+    assert sorted(pg_app.redispatch_lost(0, gone)) == sorted(ready_ids(pg_app, run_id))
 
 
 # --- against RabbitMQ -----------------------------------------------------------------------

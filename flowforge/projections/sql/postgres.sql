@@ -321,6 +321,12 @@ m AS (INSERT INTO run_wakeups (workflow_run_id, marked_at, task_key)
 -- name: try_archiver_lock
 SELECT pg_try_advisory_lock(:lock_key) AS taken;
 
+-- The scheduler's redispatch net, one pass at a time per database (app/outbox.py): two
+-- schedulers confirming the same lost dispatch on overlapping passes would each give it a
+-- new one. Held to the pass's commit; a pass that cannot take it is skipped. A fixed key.
+-- name: try_redispatch_net
+SELECT pg_try_advisory_xact_lock(7354219861) AS taken;
+
 -- name: archiver_unlock
 SELECT pg_advisory_unlock(:lock_key) AS freed;
 

@@ -95,6 +95,11 @@ class OutboxWrites:
         if dispatch_ids:
             self._tx.defer("mark_outbox_published", {"dispatch_ids": id_list(dispatch_ids)})
 
+    def take_redispatch_net(self) -> bool:
+        """Whether this transaction has the redispatch net to itself until it commits
+        (False: another scheduler's pass holds it)."""
+        return bool(self._tx.run("try_redispatch_net", {})[0]["taken"])
+
     def stalled_ready(
         self, older_than_seconds: float, limit: int, run_ids: Collection[UUID] | None = None
     ) -> list[TaskRunRow]:
