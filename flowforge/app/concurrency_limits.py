@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from flowforge import errors
 from flowforge.aggregates import task_type_limit
@@ -22,6 +23,34 @@ from flowforge.app.results import TaskRunView
 #: How long a change of a limit keeps trying to take ``task_runs``' lock.
 CHANGE_DEADLINE_SECONDS = 30.0
 _MAX_PAUSE_SECONDS = 0.5
+
+T = TypeVar("T")
+
+
+def retrying_lock_waits(
+    attempt: Callable[[], T],
+    what: str,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """``attempt()`` (one transaction), tried again while it gives up its bounded wait
+    for ``task_runs``' lock (each try holds claims and finishes back 100 ms at most;
+    docs/scheduling/limits.md, "The lock a change takes"), for up to
+    ``CHANGE_DEADLINE_SECONDS``; then ``TransactionConflictError`` saying ``what``
+    could not be done (nothing was written)."""
+    deadline, pause = clock() + CHANGE_DEADLINE_SECONDS, 0.01
+    while True:
+        try:
+            return attempt()
+        except errors.TransactionConflictError as exc:
+            if clock() >= deadline:
+                raise errors.TransactionConflictError(
+                    f"{what} within {CHANGE_DEADLINE_SECONDS:.0f} s: writes of task_runs "
+                    f"kept its lock ({exc}); nothing was written; try again"
+                ) from exc
+            sleep(random.uniform(0, pause))
+            pause = min(pause * 2, _MAX_PAUSE_SECONDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,20 +143,16 @@ class Limits:
 
     def _change(self, task_type: str, max_running: int | None, actor: str) -> bool:
         """The change, tried again while its bounded wait for ``task_runs``' lock gives
-        way to a long write (each try holds claims and finishes back 100 ms at most;
-        docs/scheduling/limits.md, "The lock a change takes"), until a deadline."""
-        deadline, pause = self._clock() + CHANGE_DEADLINE_SECONDS, 0.01
-        while True:
-            try:
-                with self._core.writes() as writes:
-                    at = writes.now()
-                    return writes.limits.change(task_type, max_running, at=at, actor=actor)
-            except errors.TransactionConflictError as exc:
-                if self._clock() >= deadline:
-                    raise errors.TransactionConflictError(
-                        f"the limit of {task_type} could not be changed within "
-                        f"{CHANGE_DEADLINE_SECONDS:.0f} s: writes of task_runs kept its "
-                        f"lock ({exc}); nothing was changed; try again"
-                    ) from exc
-                self._sleep(random.uniform(0, pause))
-                pause = min(pause * 2, _MAX_PAUSE_SECONDS)
+        way to a long write (:func:`retrying_lock_waits`)."""
+
+        def attempt() -> bool:
+            with self._core.writes() as writes:
+                at = writes.now()
+                return writes.limits.change(task_type, max_running, at=at, actor=actor)
+
+        return retrying_lock_waits(
+            attempt,
+            f"the limit of {task_type} could not be changed",
+            sleep=self._sleep,
+            clock=self._clock,
+        )

@@ -24,6 +24,7 @@ from flowforge.aggregates.states import TaskRunState
 from flowforge.aggregates.task_run import ACTOR_USER, Provenance
 from flowforge.app import advance
 from flowforge.app.arguments import text
+from flowforge.app.concurrency_limits import retrying_lock_waits
 from flowforge.app.core import ServiceCore
 from flowforge.app.definition_files import load_definition
 from flowforge.app.results import AdvanceResult, StartedRun
@@ -86,8 +87,7 @@ class RunCommands:
             actor=text(actor, "actor"),
             start_at=start,
         )
-        with self._core.writes() as writes:
-            run_id, created = create_run(writes, plan)
+        run_id, created = self._create(plan)
         if not created:
             self._check_same_submission(run_id, checked, run_inputs, idempotency_key)
         log.info(
@@ -95,6 +95,19 @@ class RunCommands:
             extra={"workflow_run_id": str(run_id), "run_created": created},
         )
         return StartedRun(run_id, created)
+
+    def _create(self, plan: RunPlan) -> tuple[UUID, bool]:
+        """:func:`create_run` in a transaction of its own, tried again while it gives up
+        the bounded wait for ``task_runs``' lock that the first run limiting a type
+        takes (docs/scheduling/limits.md, "The lock a change takes")."""
+
+        def attempt() -> tuple[UUID, bool]:
+            with self._core.writes() as writes:
+                return create_run(writes, plan)
+
+        return retrying_lock_waits(
+            attempt, f"a run of {plan.definition.name} could not be created"
+        )
 
     def _check_same_submission(
         self,
@@ -141,27 +154,37 @@ class RunCommands:
         keys = [text(key, "from_tasks") for key in from_tasks]
         idempotency_key = text(idempotency_key, "idempotency_key")
         actor = text(actor, "actor")
-        with self._core.writes() as writes:
-            # A finished run never changes again, nor do its tasks (a run ends whole):
-            # reading it in this transaction reads what the rerun is made from.
-            old = advance.load_run(writes, run_id)
-            definition = self._core.definitions.of(old)
-            succeeded = {
-                task.task_key: rerun.CarriedResult(task.result, source_of(task))
-                for task in writes.task_runs_of(old.id)
-                if task.task_state is TaskRunState.SUCCEEDED
-            }
-            rerun_plan = rerun.plan(old.id, old.run_state, definition, succeeded, keys)
-            plan = run_plan.rerun_run(
-                definition, old.inputs, rerun_plan, idempotency_key=idempotency_key, actor=actor
-            )
-            new_run_id, created = create_run(writes, plan)
+
+        def attempt() -> tuple[UUID, bool, int]:
+            with self._core.writes() as writes:
+                # A finished run never changes again, nor do its tasks (a run ends whole):
+                # reading it in this transaction reads what the rerun is made from.
+                old = advance.load_run(writes, run_id)
+                definition = self._core.definitions.of(old)
+                succeeded = {
+                    task.task_key: rerun.CarriedResult(task.result, source_of(task))
+                    for task in writes.task_runs_of(old.id)
+                    if task.task_state is TaskRunState.SUCCEEDED
+                }
+                rerun_plan = rerun.plan(old.id, old.run_state, definition, succeeded, keys)
+                plan = run_plan.rerun_run(
+                    definition,
+                    old.inputs,
+                    rerun_plan,
+                    idempotency_key=idempotency_key,
+                    actor=actor,
+                )
+                return (*create_run(writes, plan), len(rerun_plan.carried))
+
+        new_run_id, created, carried = retrying_lock_waits(
+            attempt, f"a rerun of run {run_id} could not be created"
+        )
         log.info(
             "workflow run rerun",
             extra={
                 "workflow_run_id": str(new_run_id),
-                "rerun_of": str(old.id),
-                "carried_over": len(rerun_plan.carried),
+                "rerun_of": str(run_id),
+                "carried_over": carried,
                 "run_created": created,
             },
         )
@@ -189,8 +212,12 @@ class RunCommands:
             for index, each in enumerate(inputs)
         ]
         plans = run_plan.submitted_runs(checked, run_inputs, actor=actor, start_at=start)
-        with self._core.writes() as writes:
-            run_ids = [create_run(writes, plan)[0] for plan in plans]
+
+        def attempt() -> list[UUID]:
+            with self._core.writes() as writes:
+                return [create_run(writes, plan)[0] for plan in plans]
+
+        run_ids = retrying_lock_waits(attempt, f"{len(plans)} runs could not be created")
         log.info("workflow runs submitted", extra={"runs": len(run_ids)})
         return run_ids
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from uuid import UUID
 
 import psycopg
@@ -49,21 +50,38 @@ def test_a_held_task_cancelled_leaves_no_held_row(app: FlowForge, cancel: str) -
     assert not held_row(app, second)
 
 
+def first_limiting_submission(app: FlowForge) -> bool:
+    limited = fan(1) | {"tasks": [{"key": "t0", "type": "slow", "max_running": 1}]}
+    return app.start_workflow_run(limited) is not None
+
+
+def limit_set(app: FlowForge) -> bool:
+    return app.set_task_type_limit("slow", 1)
+
+
+#: What takes ``task_runs``' lock to make a counter row, and the counter it leaves.
+COUNTER_MAKERS: dict[str, tuple[Callable[[FlowForge], bool], tuple[str, int | None, int]]] = {
+    "limit set": (limit_set, ("slow", 1, 0)),
+    "the first submission that limits the type": (first_limiting_submission, ("slow", None, 0)),
+}
+
+
+@pytest.mark.parametrize("maker", COUNTER_MAKERS)
 def test_a_limit_change_waiting_for_a_writer_does_not_hold_claims_and_finishes_behind_it(
-    pg_app: FlowForge, postgres_url: str
+    pg_app: FlowForge, postgres_url: str, maker: str
 ) -> None:
-    """``limit set`` takes ``task_runs`` in SHARE ROW EXCLUSIVE mode (a new counter must
-    count the type's running tasks exactly). Waiting for it behind a long write, it
-    would queue every claim and finish behind itself; it waits at most 100 ms a try
-    instead, giving way between tries, so a claim and a finish of another type go
-    through while the long write lasts, and the change is made once it ends."""
+    """``limit set``, and the first submission that limits a type, take ``task_runs`` in
+    SHARE ROW EXCLUSIVE mode (a new counter must count the type's running tasks
+    exactly). Waiting for it behind a long write, either would queue every claim and
+    finish behind itself; it waits at most 100 ms a try instead, giving way between
+    tries, so a claim and a finish of another type go through while the long write
+    lasts, and the counter is made once it ends."""
+    make_counter, counter = COUNTER_MAKERS[maker]
     (other,) = ids(pg_app, pg_app.start_workflow_run(fan(1, task_type="other")))
     result: list[bool] = []
     with psycopg.connect(postgres_url) as writer:
         writer.execute("UPDATE task_runs SET version = version WHERE false")  # a long write
-        changer = threading.Thread(
-            target=lambda: result.append(pg_app.set_task_type_limit("slow", 1))
-        )
+        changer = threading.Thread(target=lambda: result.append(make_counter(pg_app)))
         changer.start()
         wait_until(lambda: waiting_for_a_lock(postgres_url), WAIT_S, "the change never waited")
         started = time.monotonic()
@@ -81,7 +99,7 @@ def test_a_limit_change_waiting_for_a_writer_does_not_hold_claims_and_finishes_b
     assert result == [True]
     assert pg_app.get_task_run(other).state == "succeeded"
     assert [(v.task_type, v.max_running, v.running) for v in pg_app.task_type_limits()] == [
-        ("slow", 1, 0)
+        counter
     ]
 
 

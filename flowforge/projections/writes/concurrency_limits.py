@@ -180,10 +180,14 @@ class LimitWrites:
     def ensure_counters(self, task_types: Sequence[str]) -> None:
         """A counter row for each type a new run's tasks limit (``max_running``), made
         under the lock that lets it count the type's running tasks exactly, if the type
-        has none yet (once per type, while its counter row stays)."""
+        has none yet (once per type, while its counter row stays). The lock's wait is
+        bounded as a change's is: ``TransactionConflictError`` past it (nothing written)."""
         for task_type in sorted(set(task_types)):
             if self._tx.run("select_task_type_limit", {"task_type": task_type}):
                 continue
+            # The same bounded wait as a change's (its caller tries the whole creation
+            # again past it, app/run_commands.py), sent with the lock.
+            self._tx.defer("limit_change_lock_wait")
             self._tx.run("lock_task_runs_for_limit")
             version = self._log_version(task_type)
             self._tx.run("ensure_task_type_counter", {"task_type": task_type, "version": version})
