@@ -21,6 +21,7 @@ import pytest
 from flowforge.aggregates import failures
 from flowforge.app.dispatch import message_for
 from flowforge.app.service import FlowForge
+from flowforge.processes import steps
 from flowforge.processes.registry import TaskContext
 from flowforge.processes.transport import Delivery, InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
@@ -84,11 +85,18 @@ def test_handlers_run_off_the_consumer_thread_on_one_thread_reused_task_after_ta
 
 
 def test_a_handler_that_returns_within_a_pump_interval_never_wakes_the_heartbeat_lane(
-    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+    app: FlowForge,
+    channel: InMemoryDispatchChannel,
+    worker: Worker,
+    recorder: Recorder,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Its first renewal would be due lease/3 later; handing it over and taking it back
     # cost two thread wake-ups per task (docs/performance.md, "Design choices that buy the
-    # speed").
+    # speed"). A pump interval of a second, not 50 ms: on a loaded machine the handler's
+    # thread alone can take longer than 50 ms to be scheduled, and then the hand-over is
+    # right.
+    monkeypatch.setattr(steps, "PUMP_INTERVAL_S", 1.0)
     recorder.behaviour["only"] = lambda ctx: None
     for _ in range(3):
         app.start_workflow_run(ONE)
