@@ -87,23 +87,25 @@ def test_handlers_run_off_the_consumer_thread_on_one_thread_reused_task_after_ta
 def test_a_handler_that_returns_within_a_pump_interval_never_wakes_the_heartbeat_lane(
     app: FlowForge,
     channel: InMemoryDispatchChannel,
-    worker: Worker,
     recorder: Recorder,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Its first renewal would be due lease/3 later; handing it over and taking it back
     # cost two thread wake-ups per task (docs/performance.md, "Design choices that buy the
-    # speed"). A pump interval of a second, not 50 ms: on a loaded machine the handler's
-    # thread alone can take longer than 50 ms to be scheduled, and then the hand-over is
-    # right.
+    # speed"). A worker id of its own: a lane's thread outlives its worker, so another
+    # test's worker "w-test" may have left a heartbeat lane by that name. A pump interval
+    # of a second, not 50 ms: on a loaded machine a no-op handler's thread alone can take
+    # longer than 50 ms to be scheduled, and then the hand-over would be right.
     monkeypatch.setattr(steps, "PUMP_INTERVAL_S", 1.0)
+    worker_id = f"w-{uuid.uuid4().hex[:8]}"
+    worker = Worker(app, channel.consumer, registry=recorder.registry, worker_id=worker_id)
     recorder.behaviour["only"] = lambda ctx: None
     for _ in range(3):
         app.start_workflow_run(ONE)
         assert deliver_one(app, channel, worker) == "succeed"
     names = [thread.name for thread in threading.enumerate()]
-    assert f"handler-{worker.worker_id}" in names  # the handler lane did run them
-    assert f"heartbeat-{worker.worker_id}" not in names
+    assert f"handler-{worker_id}" in names  # the handler lane did run them
+    assert f"heartbeat-{worker_id}" not in names
 
 
 def forget_task_leases(request: pytest.FixtureRequest) -> None:
