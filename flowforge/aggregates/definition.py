@@ -30,6 +30,8 @@ The shape, as TOML (JSON is the same tree)::
     key = "load"
     type = "load"
     depends_on = ["extract"]     # keys of other tasks of this workflow
+    map_over = "extract"         # optional: one task run per element of extract's list
+                                 # result (implies the dependency; flowforge.aggregates.mapping)
     lease_seconds = 120          # optional: overrides the workflow's
     timeout_seconds = 600        # optional: overrides the workflow's
     max_running = 2              # optional: start only while fewer than 2 tasks of
@@ -69,7 +71,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from flowforge.aggregates import dag, json_values
+from flowforge.aggregates import dag, json_values, mapping
 from flowforge.aggregates.lost_workers import DEFAULT_MAX_WORKER_LOSSES
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.errors import InvalidWorkflowDefinitionError
@@ -237,6 +239,21 @@ class TaskDefinition(BaseModel):
         strict=True,
         description="its own bound of lost workers (none: the workflow's)",
     )
+    map_over: Identifier | None = Field(
+        default=None,
+        description="expand into one task run per element of this task's result, a JSON "
+        "list, when it succeeds (implies the dependency; an empty list: none, and its "
+        "dependants run with []); its dependants get the elements' results as a list",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _map_over_implies_the_dependency(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and isinstance(over := data.get("map_over"), str):
+            depends_on = data.get("depends_on", ())
+            if isinstance(depends_on, list | tuple) and over not in depends_on:
+                return {**data, "depends_on": [*depends_on, over]}
+        return data
 
     @field_validator("depends_on")
     @classmethod
@@ -312,6 +329,14 @@ class WorkflowDefinition(BaseModel):
         "killed, crashed, out of memory) fails with WorkerLost, and so does each "
         "later loss; the retry policy applies to each failure",
     )
+    max_map_elements: int = Field(
+        default=mapping.DEFAULT_MAX_MAP_ELEMENTS,
+        ge=1,
+        le=mapping.MAX_MAP_ELEMENTS,
+        strict=True,
+        description="the longest list a mapped task expands (map_over): a longer result "
+        "fails its upstream's attempt (MapOverError), nothing created",
+    )
 
     @field_validator("tasks")
     @classmethod
@@ -323,7 +348,7 @@ class WorkflowDefinition(BaseModel):
     @model_validator(mode="after")
     def _is_a_dag(self) -> WorkflowDefinition:
         # All cross-task problems at once, so a user fixes a file in one round.
-        if problems := dag.problems(self.tasks):
+        if problems := dag.problems(self.tasks) + mapping.definition_problems(self.tasks):
             raise _problem(*problems)
         return self
 
@@ -342,8 +367,9 @@ class WorkflowDefinition(BaseModel):
         return MappingProxyType({key: tuple(keys) for key, keys in found.items()})
 
     def task(self, key: str) -> TaskDefinition:
-        """The task called ``key``; ``KeyError`` naming the known keys if there is none."""
-        task = self._tasks_by_key.get(key)
+        """The task called ``key`` (an element's, ``process[3]``: its mapped task's);
+        ``KeyError`` naming the known keys if there is none."""
+        task = self._tasks_by_key.get(key) or self._tasks_by_key.get(mapping.mapped_task_of(key))
         if task is None:
             raise KeyError(
                 f"no task {key!r} in workflow {self.name!r} (known: {dag.keys(self.tasks)})"
@@ -380,8 +406,11 @@ class WorkflowDefinition(BaseModel):
 
     def dependents(self, key: str) -> tuple[str, ...]:
         """The tasks that depend directly on ``key``, in definition order."""
-        self.task(key)  # KeyError for an unknown key, rather than a silent ()
-        return self._dependents[key]
+        return self._dependents[self.task(key).key]  # KeyError for an unknown key
+
+    def mapped_over(self, key: str) -> tuple[str, ...]:
+        """The tasks mapped over ``key``'s result (``map_over``), in definition order."""
+        return tuple(t.key for t in self.tasks if t.map_over == key)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict that ``WorkflowDefinition.model_validate`` turns back into

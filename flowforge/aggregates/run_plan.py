@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from flowforge.aggregates import start_time, task_run, workflow_run
+from flowforge.aggregates import mapping, start_time, task_run, workflow_run
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.ids import new_id
 from flowforge.aggregates.rerun import CarriedResult, RerunPlan
@@ -141,6 +141,8 @@ def planned_tasks(
     it, when the run starts at once."""
     planned = []
     for task in definition.tasks:
+        if task.map_over is not None:
+            continue  # its elements are created when its upstream succeeds (expansion)
         carried = None if rerun is None else rerun.carried.get(task.key)
         if carried is not None:
             state = TaskRunState.PENDING  # the carry_over edge follows, from pending
@@ -163,6 +165,43 @@ def planned_tasks(
             )
         )
     return tuple(planned)
+
+
+def expansion_events(
+    definition: WorkflowDefinition,
+    run_id: UUID,
+    upstream: str,
+    result: list[Any],
+    *,
+    at: datetime,
+    actor: str,
+) -> list[task_run.TaskRun.Created]:
+    """The creation of every element of each task mapped over ``upstream``, whose
+    result (``mapping.result_problem`` checked it) is ``result``: one ready task run per
+    element, by mapped task then index, each carrying its index and input element."""
+    events = []
+    for mapped in definition.mapped_over(upstream):
+        task = definition.task(mapped)
+        fixed = {
+            "workflow_run_id": run_id,
+            "task_type": task.type,
+            "depends_on": [upstream],
+            "max_attempts": definition.retry_policy_for(mapped).max_attempts,
+            "lease_seconds": definition.lease_seconds_for(mapped),
+            "timeout_seconds": definition.timeout_seconds_for(mapped),
+            "max_running": task.max_running,
+            "max_worker_losses": definition.max_worker_losses_for(mapped),
+            "state": TaskRunState.READY,
+            "actor": actor,
+        }
+        for index, item in enumerate(result):
+            key = mapping.element_key(mapped, index)
+            events.append(
+                task_run.created_event(
+                    new_id(), at=at, task_key=key, map_index=index, map_item=item, **fixed
+                )
+            )
+    return events
 
 
 def limited_task_types(definition: WorkflowDefinition) -> tuple[str, ...]:

@@ -34,7 +34,7 @@ from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import ACTOR_SCHEDULER, is_due
-from flowforge.app import archived_runs
+from flowforge.app import archived_runs, mapped
 from flowforge.app.caches import DefinitionCache
 from flowforge.app.cancels import cancel_leftovers, cancel_upstream_failed
 from flowforge.app.results import AdvanceResult
@@ -227,15 +227,13 @@ def _branches_after_a_failure(
     """
     if definition.on_failure is OnFailure.FAIL_FAST:
         return None
-    states = {t.task_key: _effective_state(t) for t in writes.task_runs_of(run_id)}
+    rows = writes.task_runs_of(run_id)
+    states = mapped.states(definition, rows)
     if _T.FAILED not in states.values():
         return None
-    derived = rules.derive_run_state(definition.on_failure, states, _dependencies(definition))
+    dependencies = mapped.dependencies(definition, states)
+    derived = rules.derive_run_state(definition.on_failure, states, dependencies)
     return not WORKFLOW_RUN_MACHINE.is_terminal(derived)
-
-
-def _dependencies(definition: WorkflowDefinition) -> dict[str, tuple[str, ...]]:
-    return {task.key: tuple(task.depends_on) for task in definition.tasks}
 
 
 def _step_changes(
@@ -254,10 +252,14 @@ def _step_changes(
     dependencies = {
         key for dependent in dependents for key in definition.task(dependent).depends_on
     }
+    # A mapped task has no row: its upstream's (and, below, its elements') stand for it.
     needed = keys | dependents | dependencies
+    needed |= mapped.upstreams_of(definition, needed)
     have = [row for row in known if row.task_key in needed]
     missing = needed - {row.task_key for row in have}
-    rows = sorted([*have, *writes.task_runs_by_keys(run_id, missing)], key=_by_id)
+    rows = [*have, *writes.task_runs_by_keys(run_id, missing)]
+    rows += writes.task_runs_by_keys(run_id, mapped.element_keys_to_read(definition, keys, rows))
+    rows.sort(key=_by_id)
     if any(_effective_state(row) in _ENDS_THE_RUN for row in rows if row.task_key in keys):
         return False
     return _step_tasks(writes, rows, definition, writes.now, rand, result, actor=actor) is not None
@@ -328,7 +330,7 @@ def _step_tasks(
     """Take each task's next step; the tasks as they now are, or ``None`` if a step
     lost to another writer (whose change only a fresh read shows). ``now`` is asked
     only for a retry's due time (one query fewer when nothing is retrying)."""
-    succeeded = {t.task_key for t in tasks if t.task_state is _T.SUCCEEDED}
+    succeeded = mapped.succeeded(definition, tasks)
     eligible = [t for t in tasks if t.task_state is _T.PENDING and succeeded >= set(t.depends_on)]
     # All at once (a fan-out's thousands in one statement: TaskWrites.promote).
     promoted = writes.tasks.promote(eligible, actor=actor)
@@ -368,9 +370,9 @@ def _finish_if_derived(
     # those carry marks and wake the run again, and none can make a terminal state
     # derived here wrong (a terminal task never changes).
     tasks = stepped if stepped is not None else _tasks(writes, run.id)
-    states = {t.task_key: _effective_state(t) for t in tasks}
+    states = mapped.states(definition, tasks)
     branches = definition.on_failure is OnFailure.FINISH_BRANCHES
-    dependencies = _dependencies(definition) if branches else {}
+    dependencies = mapped.dependencies(definition, states) if branches else {}
     derived = rules.derive_run_state(definition.on_failure, states, dependencies)
     edge = _FINISH_RUN.get(derived)
     failed = [t.key for t in definition.tasks if states.get(t.key) is _T.FAILED]
@@ -387,8 +389,4 @@ def _finish_if_derived(
         cancel_leftovers(writes, run.id, result, cause)
 
 
-def _effective_state(task: TaskRunRow) -> TaskRunState:
-    """A failed task with attempts left is on its way back to ready, not a failure."""
-    if task.task_state is _T.FAILED and task.attempt < task.max_attempts:
-        return _T.RETRYING
-    return task.task_state
+_effective_state = mapped.effective_state

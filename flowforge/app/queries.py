@@ -11,7 +11,7 @@ from uuid import UUID
 from flowforge import errors
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
-from flowforge.app import archived_runs, audit, results
+from flowforge.app import archived_runs, audit, mapped, results
 from flowforge.app.core import ServiceCore
 from flowforge.app.results import (
     AuditEntry,
@@ -114,7 +114,13 @@ class Queries:
         """The results of some tasks of a run by key (``None`` for one not succeeded):
         a task's upstream results, read by key rather than the run's every row."""
         with self._core.reads() as reads:
-            return reads.task_results(run_id, task_keys)
+            found = reads.task_results(run_id, task_keys)
+            absent = [key for key in task_keys if key not in found]
+            run = reads.workflow_run(run_id) if absent else None
+            if run is not None:  # a mapped task has no row: its elements' results, listed
+                definition = self._core.definitions.of(run)
+                found.update(mapped.results(reads, definition, run_id, absent))
+            return found
 
     def task_runs(self, run_id: UUID) -> list[TaskRunView]:
         with self._core.reads() as reads:

@@ -172,6 +172,8 @@ class TaskRunView:
     timeout_seconds: float | None
     max_running: int | None
     max_worker_losses: int | None
+    map_index: int | None
+    map_item: Any
     state: str
     fencing_token: int
     attempt: int
@@ -282,9 +284,9 @@ def task_run_view(row: tables.TaskRunRow) -> TaskRunView:
     return TaskRunView(
         row.id, row.workflow_run_id, row.task_key, row.task_type, row.depends_on,
         row.max_attempts, row.lease_seconds, row.timeout_seconds, row.max_running,
-        row.max_worker_losses, row.state, row.fencing_token, row.attempt, row.lease_owner,
-        row.lease_expires_at, row.deadline_at, row.started_at, row.finished_at,
-        row.retry_due_at, row.result, row.error, row.carried_from_run_id,
+        row.max_worker_losses, row.map_index, row.map_item, row.state, row.fencing_token,
+        row.attempt, row.lease_owner, row.lease_expires_at, row.deadline_at, row.started_at,
+        row.finished_at, row.retry_due_at, row.result, row.error, row.carried_from_run_id,
         row.carried_from_task_run_id, row.carried_from_attempt, row.worker_losses,
         row.version, row.created_at, row.updated_at,
     )  # fmt: skip

@@ -273,6 +273,8 @@ class Steps:
             attempt=claim.attempt,
             fencing_token=claim.fencing_token,
             worker_id=self.worker_id,
+            item=task.map_item,
+            index=task.map_index,
         )
 
     def service(self, consumer: DispatchConsumer, seconds: float) -> None:

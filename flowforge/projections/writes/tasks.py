@@ -100,6 +100,11 @@ class TaskWrites:
             at = event.timestamp
             self._outbox.enqueue(event.originator_id, event.task_key, event.task_type, 0, at=at)
 
+    def create_many(self, events: Sequence[TaskRun.Created]) -> None:
+        """:meth:`create` for each: a mapped task's elements (``app/mapped.py``)."""
+        for event in events:
+            self.create(event)
+
     def carry_over(self, event: TaskRun.ResultCarriedOver) -> None:
         """A rerun's task created just before in this transaction (:meth:`create`, in
         ``pending``) takes its carried-over result: the event, built by the pure

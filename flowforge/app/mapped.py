@@ -1,0 +1,160 @@
+"""Mapped tasks (``aggregates.mapping``) as the application reads and writes them.
+
+A mapped task has no row of its own: its elements' rows are created by its upstream's
+success (:func:`expand`, in the finish's transaction), and its state is derived from
+its upstream's row and its elements' (:func:`states`). Everything that reads a run's
+upstreams applies one rule through here: a task that depends on a mapped task depends
+on each of its elements (:func:`dependencies`), and is eligible once the mapped task
+has succeeded (every element has; at once for an empty list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+from uuid import UUID
+
+from flowforge.aggregates import mapping, run_plan
+from flowforge.aggregates.definition import WorkflowDefinition
+from flowforge.aggregates.states import TaskRunState
+from flowforge.projections.reads import Reads
+from flowforge.projections.tables import TaskRunRow
+from flowforge.projections.writes import Writes
+
+_T = TaskRunState
+
+
+def effective_state(task: TaskRunRow) -> TaskRunState:
+    """A failed task with attempts left is on its way back to ready, not a failure."""
+    if task.task_state is _T.FAILED and task.attempt < task.max_attempts:
+        return _T.RETRYING
+    return task.task_state
+
+
+def mapped_keys(definition: WorkflowDefinition) -> list[str]:
+    """The definition's mapped tasks, in its order."""
+    return [t.key for t in definition.tasks if t.map_over is not None]
+
+
+def upstreams_of(definition: WorkflowDefinition, keys: Collection[str]) -> set[str]:
+    """The upstreams of the mapped tasks among ``keys``."""
+    return {t.map_over for t in definition.tasks if t.map_over is not None and t.key in keys}
+
+
+def states(definition: WorkflowDefinition, rows: Iterable[TaskRunRow]) -> dict[str, TaskRunState]:
+    """The (effective) state of every row read, by key, and of each mapped task, derived
+    from its upstream's row and its elements' among ``rows`` (``mapping.mapped_state``)."""
+    found = {row.task_key: row for row in rows}
+    result = {key: effective_state(row) for key, row in found.items()}
+    for key in mapped_keys(definition):
+        result[key] = _mapped_state(definition, key, found)
+    return result
+
+
+def _mapped_state(
+    definition: WorkflowDefinition, key: str, found: Mapping[str, TaskRunRow]
+) -> TaskRunState:
+    over = definition.task(key).map_over
+    assert over is not None
+    upstream = found.get(over)
+    if upstream is None:
+        return _T.PENDING
+    count = mapping.list_length(upstream.result)
+    elements = {}
+    for index in range(count):
+        row = found.get(mapping.element_key(key, index))
+        if row is not None:
+            elements[index] = effective_state(row)
+    return mapping.mapped_state(upstream.task_state, count, elements)
+
+
+def dependencies(
+    definition: WorkflowDefinition, keys: Collection[str] = ()
+) -> dict[str, tuple[str, ...]]:
+    """Each task's direct dependencies, by key: the definition's, each element among
+    ``keys`` depending on its mapped task's upstream, and each mapped task on its
+    upstream and those elements (so a failed element is upstream of its reducer)."""
+    found = {task.key: tuple(task.depends_on) for task in definition.tasks}
+    for task_key, indexes in mapping.group_keys(keys).items():
+        over = definition.task(task_key).map_over
+        if over is None or task_key not in found:
+            continue
+        elements = [mapping.element_key(task_key, i) for i in sorted(indexes)]
+        found[task_key] = (*found[task_key], *elements)
+        for element in elements:
+            found[element] = (over,)
+    return found
+
+
+def succeeded(definition: WorkflowDefinition, rows: Iterable[TaskRunRow]) -> set[str]:
+    """The keys that count as succeeded for a dependant: rows and mapped tasks."""
+    return {key for key, state in states(definition, rows).items() if state is _T.SUCCEEDED}
+
+
+def refused_result(
+    definition: WorkflowDefinition, upstream: str, result: Any
+) -> dict[str, str] | None:
+    """The error a success of ``upstream`` with ``result`` is recorded as instead, when
+    tasks are mapped over it and the result is no list or too long; else ``None``."""
+    mapped = definition.mapped_over(upstream)
+    if not mapped:
+        return None
+    problem = mapping.result_problem(result, upstream, mapped, definition.max_map_elements)
+    return None if problem is None else mapping.map_error(problem)
+
+
+def expand(
+    writes: Writes, succeeded_row: TaskRunRow, definition: WorkflowDefinition, *, actor: str
+) -> int:
+    """In the transaction that wrote ``succeeded_row``'s success: create the elements
+    of every task mapped over it (their rows, events and dispatches, written together
+    with the rest of the transaction). How many were created."""
+    if not definition.mapped_over(succeeded_row.task_key):
+        return 0
+    result = succeeded_row.result
+    assert isinstance(result, list), "refused_result checks a mapped upstream's result"
+    at = writes.recording.creation_time(writes.now)
+    events = run_plan.expansion_events(
+        definition,
+        succeeded_row.workflow_run_id,
+        succeeded_row.task_key,
+        result,
+        at=at,
+        actor=actor,
+    )
+    writes.tasks.create_many(events)
+    return len(events)
+
+
+def element_keys_to_read(
+    definition: WorkflowDefinition, changed: Collection[str], rows: Iterable[TaskRunRow]
+) -> list[str]:
+    """The element keys an advance of ``changed`` must read besides ``rows``: every
+    element of each mapped task one of whose elements changed (whether the mapped task
+    has succeeded depends on them all)."""
+    found = {row.task_key: row for row in rows}
+    keys: list[str] = []
+    for task_key in mapping.group_keys(changed):
+        over = definition.task(task_key).map_over
+        upstream = found.get(over) if over is not None else None
+        if upstream is not None:
+            count = mapping.list_length(upstream.result)
+            keys += [k for k in mapping.element_keys(task_key, count) if k not in found]
+    return keys
+
+
+def results(
+    reads: Reads, definition: WorkflowDefinition, run_id: UUID, keys: Collection[str]
+) -> dict[str, list[Any]]:
+    """The results of the mapped tasks among ``keys``, each the list of its elements'
+    results in index order (``None`` for one not succeeded; ``[]`` for an empty list)."""
+    found: dict[str, list[Any]] = {}
+    for key in keys:
+        task = definition.task(key) if key in {t.key for t in definition.tasks} else None
+        if task is None or task.map_over is None:
+            continue
+        upstream = reads.task_results(run_id, [task.map_over]).get(task.map_over)
+        element_keys = mapping.element_keys(key, mapping.list_length(upstream))
+        elements = reads.task_results(run_id, element_keys)
+        found[key] = [elements.get(k) for k in element_keys]
+    return found
