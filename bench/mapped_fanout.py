@@ -54,7 +54,11 @@ def mapped(width: int) -> dict[str, Any]:
         seconds = time.perf_counter() - started
         (dispatches,) = probe.one("SELECT count(*) FROM dispatch_outbox")
         assert dispatches == width + 1, dispatches  # and the root's
-        return {"width": width, "finish_call_s": finish_call, "all_ready_after_upstream_s": seconds}
+        return {
+            "width": width,
+            "finish_call_s": finish_call,
+            "all_ready_after_upstream_s": seconds,
+        }
     finally:
         app.close()
         probe.close()
