@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import fanout_scale
+from bench.end_to_end import drop_database
 
 DEFINITION_NAME = "bench_mapped_fanout"
 
@@ -62,7 +63,7 @@ def mapped(width: int) -> dict[str, Any]:
     finally:
         app.close()
         probe.close()
-        fanout_scale.drop_database(fanout_scale.DATABASE)
+        drop_database(fanout_scale.DATABASE)
 
 
 def main() -> None:
