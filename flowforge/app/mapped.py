@@ -17,6 +17,7 @@ from uuid import UUID
 from flowforge.aggregates import mapping, run_plan
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.states import TaskRunState
+from flowforge.app.results import MappedTaskView
 from flowforge.projections.reads import Reads
 from flowforge.projections.tables import TaskRunRow
 from flowforge.projections.writes import Writes
@@ -158,3 +159,36 @@ def results(
         elements = reads.task_results(run_id, element_keys)
         found[key] = [elements.get(k) for k in element_keys]
     return found
+
+
+def view(
+    definition: WorkflowDefinition,
+    key: str,
+    upstreams: Iterable[TaskRunRow],
+    counts: Mapping[str, int],
+) -> MappedTaskView:
+    """The mapped task ``key`` as users see it, from its upstream's row (among
+    ``upstreams``) and its elements' counts by state."""
+    over = definition.task(key).map_over
+    assert over is not None
+    upstream = next((row for row in upstreams if row.task_key == over), None)
+    expanded = upstream is not None and upstream.task_state is _T.SUCCEEDED
+    elements = mapping.list_length(upstream.result) if upstream is not None and expanded else None
+    by_index = {}
+    if elements:  # the derived state from the counts alone: any index of a state will do
+        index = 0
+        for state, count in counts.items():
+            for _ in range(count):
+                by_index[index] = TaskRunState(state)
+                index += 1
+    derived = mapping.mapped_state(
+        None if upstream is None else upstream.task_state, elements or 0, by_index
+    )
+    return MappedTaskView(
+        key=key,
+        map_over=over,
+        upstream_state=None if upstream is None else upstream.state,
+        elements=elements,
+        counts=dict(counts),
+        state=derived.value,
+    )

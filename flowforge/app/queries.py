@@ -17,6 +17,7 @@ from flowforge.app.results import (
     AuditEntry,
     BacklogView,
     DispatchView,
+    MappedTaskView,
     OverdueAttempt,
     RunSummary,
     TaskRunView,
@@ -135,6 +136,26 @@ class Queries:
         """Some tasks of a run by key (a key it lacks is skipped): never the run's all."""
         with self._core.reads() as reads:
             return [results.task_run_view(t) for t in reads.task_runs_by_keys(run_id, task_keys)]
+
+    def mapped_task_counts(self, run_id: UUID) -> dict[str, dict[str, int]]:
+        """The run's mapped tasks' elements counted by state, by mapped task key (one
+        pass over the run's index entries; empty for a run with no element)."""
+        with self._core.reads() as reads:
+            return reads.mapped_task_counts(run_id)
+
+    def mapped_tasks(self, run: WorkflowRunView) -> list[MappedTaskView]:
+        """The run's mapped tasks (``map_over``), in its definition's order: for each,
+        its upstream's state and its elements counted by state. ``run`` with its
+        definition's tasks (``get_workflow_run``, not the brief)."""
+        definition = self._core.definitions.of(run)
+        keys = mapped.mapped_keys(definition)
+        if not keys:
+            return []
+        with self._core.reads() as reads:
+            counts = reads.mapped_task_counts(run.id)
+            upstream_keys = mapped.upstreams_of(definition, keys)
+            upstreams = reads.task_runs_by_keys(run.id, upstream_keys)
+        return [mapped.view(definition, key, upstreams, counts.get(key, {})) for key in keys]
 
     def run_summary(self, run_id: UUID, per_state: int = SUMMARY_PER_STATE) -> RunSummary:
         """A run's tasks counted by state, and the few of each state a user acts on

@@ -131,6 +131,29 @@ class AuditEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class MappedTaskView:
+    """A mapped task (``map_over``) of a run: it has no row of its own, only elements
+    (``Queries.mapped_tasks``)."""
+
+    key: str
+    #: The task whose list it maps over, and that task's state (None: no such row).
+    map_over: str
+    upstream_state: str | None
+    #: How many elements it expanded into (None: not yet expanded), by state.
+    elements: int | None
+    counts: dict[str, int]
+    #: Its derived state (``aggregates.mapping.mapped_state``).
+    state: str
+
+    @property
+    def key_range(self) -> str:
+        """``process[0..9999]`` (``process[]`` for an empty list, ``process`` unexpanded)."""
+        if self.elements is None:
+            return self.key
+        return f"{self.key}[0..{self.elements - 1}]" if self.elements else f"{self.key}[]"
+
+
+@dataclass(frozen=True, slots=True)
 class RunSummary:
     """A run's tasks at any size (``Queries.run_summary``): how many are in each state,
     and the few of each state a user acts on (failed, running, retrying, ready,

@@ -1,0 +1,56 @@
+"""How the CLI shows a mapped task's elements (``map_over``): grouped, one line per
+mapped task (``process[0..9999]: 9,812 succeeded, 188 running``), never a line per
+element unless asked (``status --all``, ``--state``, a page, ``why RUN/process[3]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from flowforge.aggregates import mapping
+from flowforge.app.results import MappedTaskView, TaskRunView
+
+#: The order states are counted in (``summary.STATE_ORDER``'s).
+_ORDER = ("succeeded", "running", "ready", "retrying", "pending", "failed", "cancelled")
+
+
+def split(tasks: Sequence[TaskRunView]) -> tuple[list[TaskRunView], dict[str, list[TaskRunView]]]:
+    """The tasks that are no element, and the elements by mapped task key (in order)."""
+    plain: list[TaskRunView] = []
+    groups: dict[str, list[TaskRunView]] = {}
+    for task in tasks:
+        found = mapping.element_of(task.task_key) if task.map_index is not None else None
+        if found is None:
+            plain.append(task)
+        else:
+            groups.setdefault(found[0], []).append(task)
+    for elements in groups.values():
+        elements.sort(key=lambda t: t.map_index or 0)
+    return plain, groups
+
+
+def counts_text(counts: Mapping[str, int]) -> str:
+    """``9,812 succeeded, 188 running``."""
+    known = [s for s in _ORDER if counts.get(s)]
+    other = sorted(s for s in counts if s not in _ORDER and counts[s])
+    return ", ".join(f"{counts[s]:,} {s}" for s in (*known, *other)) or "no elements"
+
+
+def group_line(key: str, elements: Sequence[TaskRunView]) -> str:
+    """One mapped task's elements in one line, from their rows."""
+    counts: dict[str, int] = {}
+    for element in elements:
+        counts[element.state] = counts.get(element.state, 0) + 1
+    indexes = [e.map_index or 0 for e in elements]
+    span = f"{key}[{min(indexes)}..{max(indexes)}]" if indexes else f"{key}[]"
+    return f"{span}: {counts_text(counts)}"
+
+
+def view_line(view: MappedTaskView) -> str:
+    """One mapped task in one line, from its view (status's summary, ``why``)."""
+    if view.elements is None:
+        state = f" ({view.upstream_state})" if view.upstream_state else ""
+        return f"{view.key}: not expanded yet: waits for {view.map_over}{state} to return its list"
+    if view.elements == 0:
+        return f"{view.key}[]: no elements ({view.map_over} returned an empty list): done"
+    return f"{view.key_range}: {counts_text(view.counts)}"
