@@ -56,6 +56,9 @@ class PlannedTask:
     max_worker_losses: int
     state: TaskRunState
     carried: CarriedResult | None = None
+    #: An element of a mapped task (a rerun's, whose upstream is carried over).
+    map_index: int | None = None
+    map_item: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,8 @@ class RunPlan:
                 max_worker_losses=task.max_worker_losses,
                 state=start_time.held_until_start(task.state, run.start_at),
                 actor=self.actor,
+                map_index=task.map_index,
+                map_item=task.map_item,
             )
             if task.carried is not None:
                 new.carry_over(task.carried.result, task.carried.source, at=at, actor=self.actor)
@@ -142,7 +147,10 @@ def planned_tasks(
     planned = []
     for task in definition.tasks:
         if task.map_over is not None:
-            continue  # its elements are created when its upstream succeeds (expansion)
+            # Its elements are created when its upstream succeeds (the expansion); a
+            # rerun that carries the upstream over creates them with the run.
+            planned += _rerun_elements(definition, task.key, rerun)
+            continue
         carried = None if rerun is None else rerun.carried.get(task.key)
         if carried is not None:
             state = TaskRunState.PENDING  # the carry_over edge follows, from pending
@@ -202,6 +210,39 @@ def expansion_events(
                 )
             )
     return events
+
+
+def _rerun_elements(
+    definition: WorkflowDefinition, key: str, rerun: RerunPlan | None
+) -> list[PlannedTask]:
+    """The elements of the mapped task ``key`` a rerun creates with its run: one per
+    element of the carried-over upstream's list, each carried over too or ready."""
+    over = definition.task(key).map_over
+    if rerun is None or over is None:
+        return []
+    upstream = rerun.carried.get(over)
+    if upstream is None or not isinstance(upstream.result, list):
+        return []
+    elements = []
+    for index, item in enumerate(upstream.result):
+        carried = rerun.carried.get(mapping.element_key(key, index))
+        elements.append(
+            PlannedTask(
+                key=mapping.element_key(key, index),
+                type=definition.task(key).type,
+                depends_on=(over,),
+                max_attempts=definition.retry_policy_for(key).max_attempts,
+                lease_seconds=definition.lease_seconds_for(key),
+                timeout_seconds=definition.timeout_seconds_for(key),
+                max_running=definition.task(key).max_running,
+                max_worker_losses=definition.max_worker_losses_for(key),
+                state=TaskRunState.PENDING if carried is not None else TaskRunState.READY,
+                carried=carried,
+                map_index=index,
+                map_item=item,
+            )
+        )
+    return elements
 
 
 def limited_task_types(definition: WorkflowDefinition) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from flowforge.aggregates import mapping
-from flowforge.app.results import MappedTaskView, TaskRunView
+from flowforge.app.results import MappedTaskView, TaskRunView, WorkflowRunView
 
 #: The order states are counted in (``summary.STATE_ORDER``'s).
 _ORDER = ("succeeded", "running", "ready", "retrying", "pending", "failed", "cancelled")
@@ -54,3 +54,34 @@ def view_line(view: MappedTaskView) -> str:
     if view.elements == 0:
         return f"{view.key}[]: no elements ({view.map_over} returned an empty list): done"
     return f"{view.key_range}: {counts_text(view.counts)}"
+
+
+#: A mapped task's elements named one by one up to this many; beyond, counted.
+NAMED_ELEMENTS = 5
+
+
+def grouped_keys(tasks: Sequence[TaskRunView]) -> str:
+    """The tasks' keys, comma-separated, a mapped task's elements grouped when there
+    are many: ``list_files, process[0..9999] (9,998 elements)``."""
+    plain, groups = split(tasks)
+    keys = [t.task_key for t in plain]
+    for key, elements in groups.items():
+        if len(elements) <= NAMED_ELEMENTS:
+            keys += [e.task_key for e in elements]
+        else:
+            indexes = [e.map_index or 0 for e in elements]
+            span = f"{key}[{min(indexes)}..{max(indexes)}]"
+            keys.append(f"{span} ({len(elements):,} elements)")
+    return ", ".join(keys)
+
+
+def unexpanded(run: WorkflowRunView, tasks: Sequence[TaskRunView]) -> str:
+    """``, process (once list_files returns its list)`` for each mapped task of
+    ``run``'s definition with no element among ``tasks``; empty if none."""
+    groups = split(tasks)[1]
+    found = [
+        f", {task['key']} (once {task['map_over']} returns its list)"
+        for task in run.definition.get("tasks", [])
+        if task.get("map_over") and task["key"] not in groups
+    ]
+    return "".join(found)

@@ -56,3 +56,21 @@ def test_why_and_status_explain_and_group_a_mapped_task(cli: Cli) -> None:
     assert element.returncode == 0, element.stderr
     assert "process[1]" in element.stdout
     assert Path(EXAMPLE).exists()
+
+
+def test_rerun_says_what_it_carries_over_with_the_elements_grouped(cli: Cli) -> None:
+    ran = cli(
+        "run", EXAMPLE, "--tasks", "examples.mapped_tasks", "--input", "count=8", timeout=120
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (old,) = cli.json("runs")
+
+    again = cli("rerun", old["run_id"], "--from", "process[3]", "--detach")
+
+    assert again.returncode == 0, again.stderr
+    assert "carried over: list_files, process[0..7] (7 elements)" in again.stderr
+    assert "running again: summarize, process[3]" in again.stderr
+    whole = cli("rerun", old["run_id"], "--from", "list_files", "--detach")
+    assert whole.returncode == 0, whole.stderr
+    assert "carried over: nothing" in whole.stderr
+    assert "process (once list_files returns its list)" in whole.stderr
