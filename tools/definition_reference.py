@@ -111,7 +111,9 @@ depends_on = ["process"]    # waits for every element; gets their results as a l
   message that says which; nothing is created, and `list_files`'s retry policy
   applies.
 - **Nested maps** (a task mapped over a mapped task) are refused when the definition
-  is loaded: map over a task that collects the elements' results into one list.
+  is loaded: map over a task that collects the elements' results into one list. So is
+  a mapped task with a dependency besides its `map_over` task (its elements are ready
+  as soon as the list is): make that task upstream of the `map_over` task instead.
 """
 
 

@@ -45,6 +45,9 @@ class MappedNode(Protocol):
     def key(self) -> str: ...
 
     @property
+    def depends_on(self) -> Sequence[str]: ...
+
+    @property
     def map_over(self) -> str | None: ...
 
 
@@ -67,7 +70,8 @@ def mapped_task_of(key: str) -> str:
 
 def definition_problems(tasks: Sequence[MappedNode]) -> list[str]:
     """The mapping problems of a definition's tasks: a map over itself, over an unknown
-    task (reported as an unknown dependency), or over a mapped task (nested maps)."""
+    task (reported as an unknown dependency), over a mapped task (nested maps), or a
+    mapped task with other dependencies (its elements are ready when its list is)."""
     mapped = {t.key: t.map_over for t in tasks if t.map_over is not None}
     problems = []
     for i, task in enumerate(tasks):
@@ -81,6 +85,12 @@ def definition_problems(tasks: Sequence[MappedNode]) -> list[str]:
                 f"tasks[{i}].map_over: task {task.key!r} maps over {over!r}, itself mapped "
                 f"over {mapped[over]!r}: nested maps are not supported (map over a task "
                 f"that collects {over!r}'s results into one list instead)"
+            )
+        elif others := [d for d in task.depends_on if d != over]:
+            problems.append(
+                f"tasks[{i}].depends_on: task {task.key!r} maps over {over!r} and may depend "
+                f"on nothing else (its elements are ready as soon as {over!r} returns its "
+                f"list); make {', '.join(repr(d) for d in others)} upstream of {over!r}"
             )
     return problems
 

@@ -249,6 +249,12 @@ def _step_changes(
     """Step the changed tasks, their dependents and the dependents' dependencies; False
     if a changed task ends the run or a step lost a race (see advance_changes)."""
     dependents = {key for changed in keys for key in definition.dependents(changed)}
+    # A mapped task has no row (app/mapped.py): its dependants are one hop further.
+    dependents |= {
+        key
+        for m in mapped.mapped_among(definition, dependents)
+        for key in definition.dependents(m)
+    }
     dependencies = {
         key for dependent in dependents for key in definition.task(dependent).depends_on
     }

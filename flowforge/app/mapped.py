@@ -37,6 +37,11 @@ def mapped_keys(definition: WorkflowDefinition) -> list[str]:
     return [t.key for t in definition.tasks if t.map_over is not None]
 
 
+def mapped_among(definition: WorkflowDefinition, keys: Collection[str]) -> list[str]:
+    """The mapped tasks among ``keys``."""
+    return [t.key for t in definition.tasks if t.map_over is not None and t.key in keys]
+
+
 def upstreams_of(definition: WorkflowDefinition, keys: Collection[str]) -> set[str]:
     """The upstreams of the mapped tasks among ``keys``."""
     return {t.map_over for t in definition.tasks if t.map_over is not None and t.key in keys}
