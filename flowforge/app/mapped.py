@@ -119,7 +119,7 @@ def expand(
         return 0
     result = succeeded_row.result
     assert isinstance(result, list), "refused_result checks a mapped upstream's result"
-    at = writes.recording.creation_time(writes.now)
+    at = writes.now()  # a time of its own: the bulk statement stores it as it is
     events = run_plan.expansion_events(
         definition,
         succeeded_row.workflow_run_id,

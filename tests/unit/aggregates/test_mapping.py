@@ -3,12 +3,14 @@ result's checks, and a mapped task's state from its upstream and its elements.""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
 from flowforge import errors
-from flowforge.aggregates import mapping
+from flowforge.aggregates import mapping, run_plan, task_run
 from flowforge.aggregates.definition import parse_definition
 from flowforge.aggregates.states import TaskRunState
 
@@ -99,3 +101,30 @@ def test_a_mapped_tasks_state_comes_from_its_upstream_and_its_elements(
     expected: TaskRunState,
 ) -> None:
     assert mapping.mapped_state(upstream, count, elements) is expected
+
+
+def test_an_expansions_events_equal_the_ones_a_new_aggregate_makes() -> None:
+    definition = parse_definition(workflow({"key": "b", "type": "b", "map_over": "a"}))
+    run_id, at = uuid4(), datetime(2026, 1, 1, tzinfo=UTC)
+    events = run_plan.expansion_events(definition, run_id, "a", ["x", {"y": 1}], at=at, actor="w")
+    assert [e.task_key for e in events] == ["b[0]", "b[1]"]
+    for index, event in enumerate(events):
+        made = task_run.created_event(
+            event.originator_id,
+            at=at,
+            workflow_run_id=run_id,
+            task_key=f"b[{index}]",
+            task_type="b",
+            depends_on=["a"],
+            max_attempts=definition.retry_policy_for("b").max_attempts,
+            lease_seconds=definition.lease_seconds_for("b"),
+            timeout_seconds=None,
+            max_running=None,
+            max_worker_losses=definition.max_worker_losses_for("b"),
+            state=_T.READY,
+            actor="w",
+            map_index=index,
+            map_item=["x", {"y": 1}][index],
+        )
+        assert vars(made) == vars(event)
+        assert type(made) is type(event)
