@@ -242,7 +242,8 @@ def history(args: argparse.Namespace) -> int:
             _print_json_stream(entries)
             return 0
         print(f"history of {title}: {total} transitions{_narrowed(since, args.history_limit)}")
-        for line in render.history_stream(entries):
+        # A mapped task's elements taking one transition in a row: one line (all: --json).
+        for line in render.history_stream(mapped_lines.collapsed_history(entries)):
             print(line)
     return 0
 

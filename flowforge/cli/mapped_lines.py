@@ -5,10 +5,11 @@ element unless asked (``status --all``, ``--state``, a page, ``why RUN/process[3
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from flowforge.aggregates import mapping
-from flowforge.app.results import MappedTaskView, TaskRunView, WorkflowRunView
+from flowforge.app.results import AuditEntry, MappedTaskView, TaskRunView, WorkflowRunView
 
 #: The order states are counted in (``summary.STATE_ORDER``'s).
 _ORDER = ("succeeded", "running", "ready", "retrying", "pending", "failed", "cancelled")
@@ -85,3 +86,58 @@ def unexpanded(run: WorkflowRunView, tasks: Sequence[TaskRunView]) -> str:
         if task.get("map_over") and task["key"] not in groups
     ]
     return "".join(found)
+
+
+#: The transitions a run's history collapses when consecutive elements of one mapped
+#: task take them: an expansion's creations (no note under their lines, as a claim's
+#: lease or a finish's result has: those stay one line each).
+COLLAPSED = frozenset({"create"})
+#: Fewer consecutive elements than this are shown one by one.
+COLLAPSE_FROM = 3
+
+
+def collapsed_history(entries: Iterable[AuditEntry]) -> Iterator[AuditEntry]:
+    """A run's audit entries as they come, each run of consecutive entries of one
+    mapped task's elements taking one transition (a 10,000-element expansion's
+    creations) as ONE entry, its task ``process[0..9999] (10,000 elements)``; still a
+    stream: at most ``COLLAPSE_FROM`` entries of a run are held."""
+    held: list[AuditEntry] = []
+    key: tuple[str, str, str] | None = None
+    count, low, high = 0, 0, 0
+    for entry in entries:
+        this = _collapse_key(entry)
+        if this is not None and this == key:
+            index = _index(entry)
+            count, low, high = count + 1, min(low, index), max(high, index)
+            if count <= COLLAPSE_FROM:
+                held.append(entry)
+            continue
+        yield from _flushed(held, key, count, low, high)
+        held, key, count = [], this, 0
+        if this is None:
+            yield entry
+        else:
+            held, count, low, high = [entry], 1, _index(entry), _index(entry)
+    yield from _flushed(held, key, count, low, high)
+
+
+def _flushed(
+    held: list[AuditEntry], key: tuple[str, str, str] | None, count: int, low: int, high: int
+) -> list[AuditEntry]:
+    if key is None or count < COLLAPSE_FROM:
+        return held
+    label = f"{key[0]}[{low}..{high}] ({count:,} elements)"
+    return [dataclasses.replace(held[0], task_key=label)]
+
+
+def _collapse_key(entry: AuditEntry) -> tuple[str, str, str] | None:
+    found = mapping.element_of(entry.task_key or "")
+    transition = "create" if entry.source is None else entry.transition
+    if found is None or transition not in COLLAPSED:
+        return None
+    return found[0], transition, entry.actor
+
+
+def _index(entry: AuditEntry) -> int:
+    found = mapping.element_of(entry.task_key or "")
+    return 0 if found is None else found[1]

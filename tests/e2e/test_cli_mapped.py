@@ -74,3 +74,20 @@ def test_rerun_says_what_it_carries_over_with_the_elements_grouped(cli: Cli) -> 
     assert whole.returncode == 0, whole.stderr
     assert "carried over: nothing" in whole.stderr
     assert "process (once list_files returns its list)" in whole.stderr
+
+
+def test_history_streams_an_expansion_as_one_line_and_json_keeps_every_event(cli: Cli) -> None:
+    ran = cli(
+        "run", EXAMPLE, "--tasks", "examples.mapped_tasks", "--input", "count=40", timeout=120
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (run,) = cli.json("runs")
+
+    history = cli("history", run["run_id"])
+
+    assert history.returncode == 0, history.stderr
+    assert "process[0..39] (40 elements)" in history.stdout
+    assert "create (ready)" in history.stdout
+    events = cli.json("history", run["run_id"])
+    created = [e for e in events if e["source"] is None and "[" in (e["task_key"] or "")]
+    assert len(created) == 40
