@@ -128,3 +128,21 @@ def test_an_expansions_events_equal_the_ones_a_new_aggregate_makes() -> None:
         )
         assert vars(made) == vars(event)
         assert type(made) is type(event)
+
+
+def test_the_python_api_declares_a_map_as_the_file_does() -> None:
+    from flowforge.aggregates.definition import TaskDefinition, WorkflowDefinition
+
+    built = WorkflowDefinition(
+        name="w",
+        tasks=(
+            TaskDefinition(key="a", type="a"),
+            TaskDefinition(key="b", type="b", map_over="a"),
+            TaskDefinition(key="c", type="c", depends_on=("b",)),
+        ),
+        max_map_elements=50,
+    )
+    parsed = parse_definition(built.to_dict())
+    assert parsed == built
+    assert parsed.task("b").depends_on == ("a",)
+    assert parsed.mapped_over("a") == ("b",)
