@@ -30,8 +30,7 @@ The shape, as TOML (JSON is the same tree)::
     key = "load"
     type = "load"
     depends_on = ["extract"]     # keys of other tasks of this workflow
-    map_over = "extract"         # optional: one task run per element of extract's list
-                                 # result (implies the dependency; flowforge.aggregates.mapping)
+    map_over = "extract"         # optional: a task run per element of extract's list result
     lease_seconds = 120          # optional: overrides the workflow's
     timeout_seconds = 600        # optional: overrides the workflow's
     max_running = 2              # optional: start only while fewer than 2 tasks of
@@ -241,19 +240,15 @@ class TaskDefinition(BaseModel):
     )
     map_over: Identifier | None = Field(
         default=None,
-        description="expand into one task run per element of this task's result, a JSON "
-        "list, when it succeeds (implies the dependency; an empty list: none, and its "
-        "dependants run with []); its dependants get the elements' results as a list",
+        description="run once per element of this task's result, a JSON list (implies the "
+        "dependency; an empty list: no run, its dependants get []); its dependants get the "
+        "elements' results as a list",
     )
 
     @model_validator(mode="before")
     @classmethod
     def _map_over_implies_the_dependency(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and isinstance(over := data.get("map_over"), str):
-            depends_on = data.get("depends_on", ())
-            if isinstance(depends_on, list | tuple) and over not in depends_on:
-                return {**data, "depends_on": [*depends_on, over]}
-        return data
+        return mapping.with_implied_dependency(data)
 
     @field_validator("depends_on")
     @classmethod
@@ -367,8 +362,7 @@ class WorkflowDefinition(BaseModel):
         return MappingProxyType({key: tuple(keys) for key, keys in found.items()})
 
     def task(self, key: str) -> TaskDefinition:
-        """The task called ``key`` (an element's, ``process[3]``: its mapped task's);
-        ``KeyError`` naming the known keys if there is none."""
+        """The task called ``key`` (of ``process[3]``: ``process``), or a ``KeyError``."""
         task = self._tasks_by_key.get(key) or self._tasks_by_key.get(mapping.mapped_task_of(key))
         if task is None:
             raise KeyError(
@@ -408,9 +402,14 @@ class WorkflowDefinition(BaseModel):
         """The tasks that depend directly on ``key``, in definition order."""
         return self._dependents[self.task(key).key]  # KeyError for an unknown key
 
+    @functools.cached_property
+    def maps(self) -> Mapping[str, str]:
+        """Each mapped task's key and the key it maps over (built once: every finish asks)."""
+        return MappingProxyType({t.key: t.map_over for t in self.tasks if t.map_over})
+
     def mapped_over(self, key: str) -> tuple[str, ...]:
         """The tasks mapped over ``key``'s result (``map_over``), in definition order."""
-        return tuple(t.key for t in self.tasks if t.map_over == key)
+        return tuple(m for m, over in self.maps.items() if over == key)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict that ``WorkflowDefinition.model_validate`` turns back into

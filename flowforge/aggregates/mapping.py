@@ -68,6 +68,17 @@ def mapped_task_of(key: str) -> str:
     return key if found is None else found[0]
 
 
+def with_implied_dependency(data: Any) -> Any:
+    """A task's fields with its ``map_over`` task among its ``depends_on`` (the
+    dependency is implied); anything else as it is (pydantic then says what is wrong)."""
+    if not isinstance(data, Mapping):
+        return data
+    over, depends_on = data.get("map_over"), data.get("depends_on", ())
+    if isinstance(over, str) and isinstance(depends_on, list | tuple) and over not in depends_on:
+        return {**data, "depends_on": [*depends_on, over]}
+    return data
+
+
 def definition_problems(tasks: Sequence[MappedNode]) -> list[str]:
     """The mapping problems of a definition's tasks: a map over itself, over an unknown
     task (reported as an unknown dependency), over a mapped task (nested maps), or a

@@ -34,17 +34,17 @@ def effective_state(task: TaskRunRow) -> TaskRunState:
 
 def mapped_keys(definition: WorkflowDefinition) -> list[str]:
     """The definition's mapped tasks, in its order."""
-    return [t.key for t in definition.tasks if t.map_over is not None]
+    return list(definition.maps)
 
 
 def mapped_among(definition: WorkflowDefinition, keys: Collection[str]) -> list[str]:
     """The mapped tasks among ``keys``."""
-    return [t.key for t in definition.tasks if t.map_over is not None and t.key in keys]
+    return [key for key in definition.maps if key in keys]
 
 
 def upstreams_of(definition: WorkflowDefinition, keys: Collection[str]) -> set[str]:
     """The upstreams of the mapped tasks among ``keys``."""
-    return {t.map_over for t in definition.tasks if t.map_over is not None and t.key in keys}
+    return {over for key, over in definition.maps.items() if key in keys}
 
 
 def states(definition: WorkflowDefinition, rows: Iterable[TaskRunRow]) -> dict[str, TaskRunState]:
@@ -156,10 +156,10 @@ def results(
     results in index order (``None`` for one not succeeded; ``[]`` for an empty list)."""
     found: dict[str, list[Any]] = {}
     for key in keys:
-        task = definition.task(key) if key in {t.key for t in definition.tasks} else None
-        if task is None or task.map_over is None:
+        over = definition.maps.get(key)
+        if over is None:
             continue
-        upstream = reads.task_results(run_id, [task.map_over]).get(task.map_over)
+        upstream = reads.task_results(run_id, [over]).get(over)
         element_keys = mapping.element_keys(key, mapping.list_length(upstream))
         elements = reads.task_results(run_id, element_keys)
         found[key] = [elements.get(k) for k in element_keys]
