@@ -31,7 +31,7 @@ class TaskContext:
     fencing_token: int
     worker_id: str
     #: An element of a mapped task (``map_over``): its input element and its index in
-    #: the upstream's list; ``None`` for every other task.
+    #: the upstream's list (its ``upstream`` is empty); ``None`` for every other task.
     item: Any = None
     index: int | None = None
 

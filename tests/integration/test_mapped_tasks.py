@@ -393,3 +393,14 @@ def test_a_rerun_from_the_mapped_task_runs_every_element_again(
     assert ran == ["process[0]", "process[1]", "process[2]", "reduce"]
     carried = {t.task_key for t in app.task_runs(new) if t.carried_from_run_id == old}
     assert carried == {"list_files"}
+
+
+def test_an_elements_handler_gets_its_element_not_the_whole_list(
+    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, handlers: Handlers
+) -> None:
+    run_id = app.start_workflow_run(mapped_workflow())
+    assert run_to_end(app, channel, worker, run_id) == "succeeded"
+    elements = [c for c in handlers.seen if c.task_type == "process"]
+    assert len(elements) == 3
+    assert all(dict(c.upstream) == {} for c in elements)
+    assert sorted(c.item for c in elements) == [1, 2, 3]
