@@ -404,3 +404,28 @@ def test_an_elements_handler_gets_its_element_not_the_whole_list(
     assert len(elements) == 3
     assert all(dict(c.upstream) == {} for c in elements)
     assert sorted(c.item for c in elements) == [1, 2, 3]
+
+
+def test_elements_finishing_at_once_promote_the_reducer_exactly_once(app: FlowForge) -> None:
+    width = 6
+    run_id = app.start_workflow_run(mapped_workflow())
+    assert succeed_list_files(app, run_id, list(range(width)))
+    claims = []
+    for index in range(width):
+        claim = app.claim_task_run(task_id(app, run_id, f"process[{index}]"), "w", LEASE_S)
+        assert claim is not None
+        claims.append(claim)
+
+    def finisher(claim: Any) -> Any:
+        return lambda: app.finish_task_run(claim.task_run_id, claim.fencing_token, "succeed", 1)
+
+    assert race(*(finisher(c) for c in claims)) == [True] * width
+    for _ in range(3):  # what a finish could not advance, a woken pass does
+        app.advance_woken_runs()
+        app.advance_workflow_run(run_id)
+
+    reduce_id = task_id(app, run_id, "reduce")
+    assert app.get_task_run(reduce_id).state == "ready"
+    history = [e.transition for e in app.history(reduce_id)]
+    assert history.count("dependencies_satisfied") == 1
+    assert len(app.dispatches_of(reduce_id)) == 1
