@@ -258,17 +258,24 @@ def _step_changes(
     dependencies = {
         key for dependent in dependents for key in definition.task(dependent).depends_on
     }
-    # A mapped task has no row: its upstream's (and, below, its elements') stand for it.
+    # A mapped task has no row (app/mapped.py). One a dependant waits for is judged by
+    # its elements counted by state (an index scan, no row read: not its upstream's
+    # whole list and every element's row on each element's finish), or, with no
+    # element (not expanded, or an empty list), by its upstream's row.
     needed = keys | dependents | dependencies
-    needed |= mapped.upstreams_of(definition, needed)
+    judged = set(mapped.mapped_among(definition, dependencies))
+    counts = writes.mapped_task_counts(run_id) if judged else {}
+    done = {m for m in judged if set(counts.get(m, {"none": 1})) == {"succeeded"}}
+    needed |= mapped.upstreams_of(definition, judged - set(counts))
     have = [row for row in known if row.task_key in needed]
     missing = needed - {row.task_key for row in have}
-    rows = [*have, *writes.task_runs_by_keys(run_id, missing)]
-    rows += writes.task_runs_by_keys(run_id, mapped.element_keys_to_read(definition, keys, rows))
-    rows.sort(key=_by_id)
+    rows = sorted([*have, *writes.task_runs_by_keys(run_id, missing)], key=_by_id)
     if any(_effective_state(row) in _ENDS_THE_RUN for row in rows if row.task_key in keys):
         return False
-    return _step_tasks(writes, rows, definition, writes.now, rand, result, actor=actor) is not None
+    stepped = _step_tasks(
+        writes, rows, definition, writes.now, rand, result, actor=actor, done=done
+    )
+    return stepped is not None
 
 
 def _advance_locked(
@@ -332,11 +339,13 @@ def _step_tasks(
     result: AdvanceResult,
     *,
     actor: str = ACTOR_SCHEDULER,
+    done: Collection[str] = (),
 ) -> list[TaskRunRow] | None:
     """Take each task's next step; the tasks as they now are, or ``None`` if a step
     lost to another writer (whose change only a fresh read shows). ``now`` is asked
-    only for a retry's due time (one query fewer when nothing is retrying)."""
-    succeeded = mapped.succeeded(definition, tasks)
+    only for a retry's due time (one query fewer when nothing is retrying). ``done``:
+    mapped tasks known to have succeeded, whose element rows are not among ``tasks``."""
+    succeeded = mapped.succeeded(definition, tasks) | set(done)
     eligible = [t for t in tasks if t.task_state is _T.PENDING and succeeded >= set(t.depends_on)]
     # All at once (a fan-out's thousands in one statement: TaskWrites.promote).
     promoted = writes.tasks.promote(eligible, actor=actor)

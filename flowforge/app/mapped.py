@@ -132,23 +132,6 @@ def expand(
     return len(events)
 
 
-def element_keys_to_read(
-    definition: WorkflowDefinition, changed: Collection[str], rows: Iterable[TaskRunRow]
-) -> list[str]:
-    """The element keys an advance of ``changed`` must read besides ``rows``: every
-    element of each mapped task one of whose elements changed (whether the mapped task
-    has succeeded depends on them all)."""
-    found = {row.task_key: row for row in rows}
-    keys: list[str] = []
-    for task_key in mapping.group_keys(changed):
-        over = definition.task(task_key).map_over
-        upstream = found.get(over) if over is not None else None
-        if upstream is not None:
-            count = mapping.list_length(upstream.result)
-            keys += [k for k in mapping.element_keys(task_key, count) if k not in found]
-    return keys
-
-
 def results(
     reads: Reads, definition: WorkflowDefinition, run_id: UUID, keys: Collection[str]
 ) -> dict[str, list[Any]]:
