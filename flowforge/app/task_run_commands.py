@@ -29,11 +29,12 @@ from flowforge.aggregates.task_run import (
 )
 from flowforge.app import advance, mapped
 from flowforge.app.arguments import non_negative, positive, text
+from flowforge.app.caches import DefinitionCache
 from flowforge.app.core import ServiceCore
 from flowforge.app.results import Claim
 from flowforge.bounds import batch_of_ids
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes import LeafSuccess
+from flowforge.projections.writes import LeafSuccess, Writes
 
 # The logger the commands had before they were split in two: log filters select by it.
 log = logging.getLogger("flowforge.app.commands")
@@ -223,15 +224,17 @@ class TaskRunCommands:
         and safe; otherwise marked for a scheduler (advance.advance_after_finish). A
         success of a task that others are mapped over creates their elements in it
         (``app/mapped.py``), or is a failure if its result cannot be expanded."""
-        mapping = self._mapping_of(finish, claimed) if finish.edge.name == "succeed" else None
-        definition = None if mapping is None else mapping[0]
-        if mapping is not None:
-            finish = finish.refused(*mapping)
-        # Only a success advances its run here, so only a success tries the run row
-        # (first, then the task's: the lock order, advance.py says why); a failure
-        # leaves the run row alone.
-        succeeded = finish.edge.name == "succeed"
         with self._core.writes(marks_runs=False) as writes:
+            # Read in the finish's transaction (one round trip, none when the claim and
+            # the definition are in hand), so that the finish stays one commit.
+            maps = _mapping_of(writes, finish, claimed, self._core.definitions)
+            definition = None if maps is None else maps[0]
+            if maps is not None:
+                finish = finish.refused(*maps)
+            # Only a success advances its run here, so only a success tries the run row
+            # (first, then the task's: the lock order, advance.py says why); a failure
+            # leaves the run row alone.
+            succeeded = finish.edge.name == "succeed"
             run_state, row = writes.tasks.finish_trying_run(
                 finish.task_run_id,
                 finish.edge,
@@ -248,26 +251,6 @@ class TaskRunCommands:
                     writes, row, run_state, self._core.definitions, random.random, actor=actor
                 )
         return row is not None
-
-    def _mapping_of(
-        self, finish: _CheckedFinish, claimed: TaskRunRow | None
-    ) -> tuple[WorkflowDefinition, str] | None:
-        """The definition of a finishing task's run and the task's key, if the run maps
-        a task over its result (``None``: nothing to expand, or no such task)."""
-        if claimed is None:
-            with self._core.reads() as reads:
-                claimed = reads.task_run(finish.task_run_id)
-            if claimed is None:
-                return None
-        definition = self._core.definitions.cached(claimed.workflow_run_id)
-        if definition is None:
-            with self._core.reads() as reads:
-                run = reads.workflow_run(claimed.workflow_run_id)
-            if run is None:
-                return None
-            definition = self._core.definitions.of(run)
-        key = claimed.task_key
-        return (definition, key) if definition.mapped_over(key) else None
 
     def renew_lease(
         self,
@@ -322,6 +305,28 @@ class TaskRunCommands:
 
     def retry_ready(self, task_run_id: UUID, *, actor: str = ACTOR_SCHEDULER) -> bool:
         return self.transition_task_run(task_run_id, "retry_ready", actor=actor)
+
+
+def _mapping_of(
+    writes: Writes,
+    finish: _CheckedFinish,
+    claimed: TaskRunRow | None,
+    definitions: DefinitionCache,
+) -> tuple[WorkflowDefinition, str] | None:
+    """A succeeding task's run's definition and the task's key, if the run maps a task
+    over its result (``None``: not a success, nothing to expand, or no such task)."""
+    if finish.edge.name != "succeed":
+        return None
+    task = claimed if claimed is not None else writes.task_run(finish.task_run_id)
+    if task is None:
+        return None
+    definition = definitions.cached(task.workflow_run_id)
+    if definition is None:
+        run = writes.workflow_run(task.workflow_run_id)
+        if run is None:
+            return None
+        definition = definitions.of(run)
+    return (definition, task.task_key) if definition.mapped_over(task.task_key) else None
 
 
 @dataclass(frozen=True, slots=True)
