@@ -66,9 +66,61 @@ timeout_seconds = 600
 """
 
 
+MAPPING = """\
+## Mapping a task over a list
+
+A task with `map_over = "list_files"` runs once per element of `list_files`'s result,
+which must be a JSON list (dynamic fan-out; `flowforge/aggregates/mapping.py`):
+
+```toml
+[[tasks]]
+key = "list_files"
+type = "list_files"
+
+[[tasks]]
+key = "process"
+type = "process_file"
+map_over = "list_files"     # implies depends_on = ["list_files"]
+
+[[tasks]]
+key = "summarize"
+type = "summarize"
+depends_on = ["process"]    # waits for every element; gets their results as a list
+```
+
+- **When.** The mapped task has no task run of its own. When `list_files` succeeds, the
+  same transaction that records its success creates one task run per element, keyed
+  `process[0]`, `process[1]`, ... in list order: each a `TaskRun.Created` event of its
+  own carrying its index (`map_index`) and its input element (`map_item`), each ready
+  at once, with its dispatch. A crash leaves all of them or none (and then
+  `list_files` still running).
+- **The handler** of an element gets its element as `ctx.item` and its index as
+  `ctx.index`; its `ctx.upstream` is empty (each of 10,000 elements reading the whole
+  list again would cost the square of the list's length). A task that depends on
+  the mapped task waits until every element has succeeded and gets
+  `ctx.upstream["process"]`: the elements' results, a list in index order.
+- **Per element, every guarantee**: its own claim, lease, fencing token, retries with
+  backoff (the mapped task's policy), time-out, `max_running`, routing by type, and
+  the failure policy: an element failed for good is a failed task (fail-fast fails the
+  run; under `finish_branches` the tasks downstream of the mapped task are cancelled as
+  `upstream_failed`).
+- **An empty list**: the mapped task ends at once with zero elements (it counts as
+  succeeded) and its dependants run, with `ctx.upstream["process"] == []`.
+- **A result that is not a list, or a list longer than `max_map_elements`** (the
+  workflow's field, default 10,000, at most 1,000,000): `list_files`'s success is
+  recorded as a failure of that attempt instead, with error type `MapOverError` and a
+  message that says which; nothing is created, and `list_files`'s retry policy
+  applies.
+- **Nested maps** (a task mapped over a mapped task) are refused when the definition
+  is loaded: map over a task that collects the elements' results into one list. So is
+  a mapped task with a dependency besides its `map_over` task (its elements are ready
+  as soon as the list is): make that task upstream of the `map_over` task instead.
+"""
+
+
 def render(sections: Sequence[tuple[str, str, type[BaseModel]]] = SECTIONS) -> str:
     """The whole page."""
-    return "\n".join([HEADER, *(_section(*section) for section in sections)])
+    return "\n".join([HEADER, *(_section(*section) for section in sections), MAPPING])
 
 
 def missing_descriptions() -> list[str]:

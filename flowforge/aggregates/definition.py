@@ -30,6 +30,7 @@ The shape, as TOML (JSON is the same tree)::
     key = "load"
     type = "load"
     depends_on = ["extract"]     # keys of other tasks of this workflow
+    map_over = "extract"         # optional: a task run per element of extract's list result
     lease_seconds = 120          # optional: overrides the workflow's
     timeout_seconds = 600        # optional: overrides the workflow's
     max_running = 2              # optional: start only while fewer than 2 tasks of
@@ -69,7 +70,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from flowforge.aggregates import dag, json_values
+from flowforge.aggregates import dag, json_values, mapping
 from flowforge.aggregates.lost_workers import DEFAULT_MAX_WORKER_LOSSES
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.errors import InvalidWorkflowDefinitionError
@@ -237,6 +238,17 @@ class TaskDefinition(BaseModel):
         strict=True,
         description="its own bound of lost workers (none: the workflow's)",
     )
+    map_over: Identifier | None = Field(
+        default=None,
+        description="run once per element of this task's result, a JSON list (implies the "
+        "dependency; an empty list: no run, its dependants get []); its dependants get the "
+        "elements' results as a list",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _map_over_implies_the_dependency(cls, data: Any) -> Any:
+        return mapping.with_implied_dependency(data)
 
     @field_validator("depends_on")
     @classmethod
@@ -312,6 +324,14 @@ class WorkflowDefinition(BaseModel):
         "killed, crashed, out of memory) fails with WorkerLost, and so does each "
         "later loss; the retry policy applies to each failure",
     )
+    max_map_elements: int = Field(
+        default=mapping.DEFAULT_MAX_MAP_ELEMENTS,
+        ge=1,
+        le=mapping.MAX_MAP_ELEMENTS,
+        strict=True,
+        description="the longest list a mapped task expands (map_over): a longer result "
+        "fails its upstream's attempt (MapOverError), nothing created",
+    )
 
     @field_validator("tasks")
     @classmethod
@@ -323,7 +343,7 @@ class WorkflowDefinition(BaseModel):
     @model_validator(mode="after")
     def _is_a_dag(self) -> WorkflowDefinition:
         # All cross-task problems at once, so a user fixes a file in one round.
-        if problems := dag.problems(self.tasks):
+        if problems := dag.problems(self.tasks) + mapping.definition_problems(self.tasks):
             raise _problem(*problems)
         return self
 
@@ -342,8 +362,8 @@ class WorkflowDefinition(BaseModel):
         return MappingProxyType({key: tuple(keys) for key, keys in found.items()})
 
     def task(self, key: str) -> TaskDefinition:
-        """The task called ``key``; ``KeyError`` naming the known keys if there is none."""
-        task = self._tasks_by_key.get(key)
+        """The task called ``key`` (of ``process[3]``: ``process``), or a ``KeyError``."""
+        task = self._tasks_by_key.get(key) or self._tasks_by_key.get(mapping.mapped_task_of(key))
         if task is None:
             raise KeyError(
                 f"no task {key!r} in workflow {self.name!r} (known: {dag.keys(self.tasks)})"
@@ -380,8 +400,16 @@ class WorkflowDefinition(BaseModel):
 
     def dependents(self, key: str) -> tuple[str, ...]:
         """The tasks that depend directly on ``key``, in definition order."""
-        self.task(key)  # KeyError for an unknown key, rather than a silent ()
-        return self._dependents[key]
+        return self._dependents[self.task(key).key]  # KeyError for an unknown key
+
+    @functools.cached_property
+    def maps(self) -> Mapping[str, str]:
+        """Each mapped task's key and the key it maps over (built once: every finish asks)."""
+        return MappingProxyType({t.key: t.map_over for t in self.tasks if t.map_over})
+
+    def mapped_over(self, key: str) -> tuple[str, ...]:
+        """The tasks mapped over ``key``'s result (``map_over``), in definition order."""
+        return tuple(m for m, over in self.maps.items() if over == key)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict that ``WorkflowDefinition.model_validate`` turns back into

@@ -25,7 +25,7 @@ from typing import Any
 from uuid import UUID
 
 from flowforge import errors
-from flowforge.aggregates import dag
+from flowforge.aggregates import dag, mapping
 from flowforge.aggregates.definition import TaskDefinition, WorkflowDefinition
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.rules import initial_task_run_state
@@ -59,7 +59,17 @@ def carried_over(
     """The tasks a rerun carries over: succeeded, and neither in ``from_tasks`` nor
     downstream of one (the module's rule)."""
     again = downstream(definition, from_tasks)
-    return frozenset(t.key for t in definition.tasks if t.key in succeeded and t.key not in again)
+    found = {t.key for t in definition.tasks if t.key in succeeded and t.key not in again}
+    # A mapped task's elements (``mapping``): each carried over when its mapped task's
+    # upstream is (the rerun expands the same list) and neither it nor its mapped task
+    # runs again; the others run again, ready at once.
+    for key in succeeded:
+        element = mapping.element_of(key)
+        if element is None or key in again or element[0] in again:
+            continue
+        if definition.task(element[0]).map_over in found:
+            found.add(key)
+    return frozenset(found)
 
 
 def initial_state(task: TaskDefinition, carried: Collection[str]) -> TaskRunState:
@@ -96,7 +106,8 @@ def plan(
     ``RunNotFinishedError`` unless the run is terminal; ``NothingToRerunError`` if no
     task would run again."""
     known = {t.key for t in definition.tasks}
-    if unknown := [key for key in dict.fromkeys(from_tasks) if key not in known]:
+    named = dict.fromkeys(from_tasks)
+    if unknown := [key for key in named if mapping.mapped_task_of(key) not in known]:
         raise errors.UnknownTaskKeyError(
             f"run {run_id} (workflow {definition.name!r}) has no task "
             f"{', '.join(repr(k) for k in unknown)} to run again; its task keys are: "
@@ -109,7 +120,9 @@ def plan(
             f"(`flowforge cancel {run_id}`), then rerun it"
         )
     carried = carried_over(definition, succeeded.keys(), from_tasks)
-    if len(carried) == len(definition.tasks):
+    rows = [t.key for t in definition.tasks if t.map_over is None]
+    elements = [k for k in (*succeeded, *named) if mapping.element_of(k) is not None]
+    if all(k in carried for k in rows) and all(k in carried for k in elements):
         raise errors.NothingToRerunError(
             f"every task of run {run_id} succeeded, so a rerun would run nothing: name "
             f"the tasks to run again with --from TASK (from_tasks=...); they and every "

@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from flowforge.aggregates import start_time, task_run, workflow_run
+from flowforge.aggregates import mapping, start_time, task_run, workflow_run
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.ids import new_id
 from flowforge.aggregates.rerun import CarriedResult, RerunPlan
@@ -56,6 +56,9 @@ class PlannedTask:
     max_worker_losses: int
     state: TaskRunState
     carried: CarriedResult | None = None
+    #: An element of a mapped task (a rerun's, whose upstream is carried over).
+    map_index: int | None = None
+    map_item: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,8 @@ class RunPlan:
                 max_worker_losses=task.max_worker_losses,
                 state=start_time.held_until_start(task.state, run.start_at),
                 actor=self.actor,
+                map_index=task.map_index,
+                map_item=task.map_item,
             )
             if task.carried is not None:
                 new.carry_over(task.carried.result, task.carried.source, at=at, actor=self.actor)
@@ -141,6 +146,11 @@ def planned_tasks(
     it, when the run starts at once."""
     planned = []
     for task in definition.tasks:
+        if task.map_over is not None:
+            # Its elements are created when its upstream succeeds (the expansion); a
+            # rerun that carries the upstream over creates them with the run.
+            planned += _rerun_elements(definition, task.key, rerun)
+            continue
         carried = None if rerun is None else rerun.carried.get(task.key)
         if carried is not None:
             state = TaskRunState.PENDING  # the carry_over edge follows, from pending
@@ -163,6 +173,87 @@ def planned_tasks(
             )
         )
     return tuple(planned)
+
+
+def expansion_events(
+    definition: WorkflowDefinition,
+    run_id: UUID,
+    upstream: str,
+    result: list[Any],
+    *,
+    at: datetime,
+    actor: str,
+) -> list[task_run.TaskRun.Created]:
+    """The creation of every element of each task mapped over ``upstream``, whose
+    result (``mapping.result_problem`` checked it) is ``result``: one ready task run per
+    element, by mapped task then index, each carrying its index and input element."""
+    events = []
+    # What the library's _create records (its get_topic of an unregistered class).
+    topic = f"{task_run.TaskRun.__module__}:{task_run.TaskRun.__qualname__}"
+    created: Any = task_run.TaskRun.Created  # its fields are declared at import (base)
+    for mapped in definition.mapped_over(upstream):
+        task = definition.task(mapped)
+        fixed = {
+            "workflow_run_id": run_id,
+            "task_type": task.type,
+            "depends_on": [upstream],
+            "max_attempts": definition.retry_policy_for(mapped).max_attempts,
+            "lease_seconds": definition.lease_seconds_for(mapped),
+            "timeout_seconds": definition.timeout_seconds_for(mapped),
+            "max_running": task.max_running,
+            "max_worker_losses": definition.max_worker_losses_for(mapped),
+            "state": TaskRunState.READY.value,
+            "actor": actor,
+        }
+        # Built directly, not through a new aggregate each: the same event, 5x faster
+        # (10,000 elements; tests/unit/aggregates/test_mapping.py holds them equal).
+        events += [
+            created(
+                originator_topic=topic,
+                originator_id=new_id(),
+                originator_version=1,
+                timestamp=at,
+                task_key=mapping.element_key(mapped, index),
+                map_index=index,
+                map_item=item,
+                **fixed,
+            )
+            for index, item in enumerate(result)
+        ]
+    return events
+
+
+def _rerun_elements(
+    definition: WorkflowDefinition, key: str, rerun: RerunPlan | None
+) -> list[PlannedTask]:
+    """The elements of the mapped task ``key`` a rerun creates with its run: one per
+    element of the carried-over upstream's list, each carried over too or ready."""
+    over = definition.task(key).map_over
+    if rerun is None or over is None:
+        return []
+    upstream = rerun.carried.get(over)
+    if upstream is None or not isinstance(upstream.result, list):
+        return []
+    elements = []
+    for index, item in enumerate(upstream.result):
+        carried = rerun.carried.get(mapping.element_key(key, index))
+        elements.append(
+            PlannedTask(
+                key=mapping.element_key(key, index),
+                type=definition.task(key).type,
+                depends_on=(over,),
+                max_attempts=definition.retry_policy_for(key).max_attempts,
+                lease_seconds=definition.lease_seconds_for(key),
+                timeout_seconds=definition.timeout_seconds_for(key),
+                max_running=definition.task(key).max_running,
+                max_worker_losses=definition.max_worker_losses_for(key),
+                state=TaskRunState.PENDING if carried is not None else TaskRunState.READY,
+                carried=carried,
+                map_index=index,
+                map_item=item,
+            )
+        )
+    return elements
 
 
 def limited_task_types(definition: WorkflowDefinition) -> tuple[str, ...]:

@@ -59,6 +59,10 @@ class TaskRunFixed(Fields):
     #: How many of its leases may expire (its worker lost) before the reaper fails it
     #: (``lost_workers``); None in events stored before it: the default.
     max_worker_losses: Annotated[int | None, Show()]
+    #: An element of a mapped task (``aggregates.mapping``): its index and its input
+    #: element; None for every other task run (and in events stored before mapping).
+    map_index: Annotated[int | None, Show(brief=True)]
+    map_item: Annotated[Any, Show()]
 
 
 class TaskRunChanges(Fields):
@@ -363,11 +367,8 @@ def finish_rule(outcome: str) -> Transition:
     """The edge ``finish_task_run`` takes for ``outcome``: succeed, fail, cancel_running."""
     edge = TASK_RUN_MACHINE.get(outcome)
     if edge.name not in FINISH_TRANSITIONS:
-        raise errors.IllegalTransitionError(
-            "TaskRun",
-            outcome,
-            f"finish_task_run takes only {sorted(FINISH_TRANSITIONS)}",
-        )
+        only = f"finish_task_run takes only {sorted(FINISH_TRANSITIONS)}"
+        raise errors.IllegalTransitionError("TaskRun", outcome, only)
     return edge
 
 
@@ -386,11 +387,7 @@ def check_replayable(event: TaskRun.Transitioned) -> None:
 
 
 def event_from_row(
-    event_class: type[TaskRun.Transitioned],
-    row: Mapping[str, Any],
-    *,
-    source: str,
-    actor: str,
+    event_class: type[TaskRun.Transitioned], row: Mapping[str, Any], *, source: str, actor: str
 ) -> TaskRun.Transitioned:
     """The event a conditional write just made true, built from the row it returned."""
     return base.event_from_row(DECLARATION, event_class, row, source=source, actor=actor)
@@ -420,8 +417,10 @@ def new_task_run(
     timeout_seconds: float | None = None,
     max_running: int | None = None,
     max_worker_losses: int | None = None,
+    **element: Any,
 ) -> TaskRun:
-    """A new task run, its creation event (version 1) not yet collected."""
+    """A new task run, its creation event (version 1) not yet collected; an element of
+    a mapped task's with ``map_index`` and ``map_item``."""
     return TaskRun._create(
         TaskRun.Created,
         id=task_run_id,
@@ -435,6 +434,8 @@ def new_task_run(
         timeout_seconds=timeout_seconds,
         max_running=max_running,
         max_worker_losses=max_worker_losses,
+        map_index=element.get("map_index"),
+        map_item=element.get("map_item"),
         state=state.value,
         actor=actor,
     )

@@ -34,7 +34,7 @@ from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import ACTOR_SCHEDULER, is_due
-from flowforge.app import archived_runs
+from flowforge.app import archived_runs, mapped
 from flowforge.app.caches import DefinitionCache
 from flowforge.app.cancels import cancel_leftovers, cancel_upstream_failed
 from flowforge.app.results import AdvanceResult
@@ -227,15 +227,13 @@ def _branches_after_a_failure(
     """
     if definition.on_failure is OnFailure.FAIL_FAST:
         return None
-    states = {t.task_key: _effective_state(t) for t in writes.task_runs_of(run_id)}
+    rows = writes.task_runs_of(run_id)
+    states = mapped.states(definition, rows)
     if _T.FAILED not in states.values():
         return None
-    derived = rules.derive_run_state(definition.on_failure, states, _dependencies(definition))
+    dependencies = mapped.dependencies(definition, states)
+    derived = rules.derive_run_state(definition.on_failure, states, dependencies)
     return not WORKFLOW_RUN_MACHINE.is_terminal(derived)
-
-
-def _dependencies(definition: WorkflowDefinition) -> dict[str, tuple[str, ...]]:
-    return {task.key: tuple(task.depends_on) for task in definition.tasks}
 
 
 def _step_changes(
@@ -251,16 +249,33 @@ def _step_changes(
     """Step the changed tasks, their dependents and the dependents' dependencies; False
     if a changed task ends the run or a step lost a race (see advance_changes)."""
     dependents = {key for changed in keys for key in definition.dependents(changed)}
+    # A mapped task has no row (app/mapped.py): its dependants are one hop further.
+    dependents |= {
+        key
+        for m in mapped.mapped_among(definition, dependents)
+        for key in definition.dependents(m)
+    }
     dependencies = {
         key for dependent in dependents for key in definition.task(dependent).depends_on
     }
+    # A mapped task has no row (app/mapped.py). One a dependant waits for is judged by
+    # its elements counted by state (an index scan, no row read: not its upstream's
+    # whole list and every element's row on each element's finish), or, with no
+    # element (not expanded, or an empty list), by its upstream's row.
     needed = keys | dependents | dependencies
+    judged = set(mapped.mapped_among(definition, dependencies))
+    counts = writes.mapped_task_counts(run_id) if judged else {}
+    done = {m for m in judged if set(counts.get(m, {"none": 1})) == {"succeeded"}}
+    needed |= mapped.upstreams_of(definition, judged - set(counts))
     have = [row for row in known if row.task_key in needed]
     missing = needed - {row.task_key for row in have}
     rows = sorted([*have, *writes.task_runs_by_keys(run_id, missing)], key=_by_id)
     if any(_effective_state(row) in _ENDS_THE_RUN for row in rows if row.task_key in keys):
         return False
-    return _step_tasks(writes, rows, definition, writes.now, rand, result, actor=actor) is not None
+    stepped = _step_tasks(
+        writes, rows, definition, writes.now, rand, result, actor=actor, done=done
+    )
+    return stepped is not None
 
 
 def _advance_locked(
@@ -324,11 +339,13 @@ def _step_tasks(
     result: AdvanceResult,
     *,
     actor: str = ACTOR_SCHEDULER,
+    done: Collection[str] = (),
 ) -> list[TaskRunRow] | None:
     """Take each task's next step; the tasks as they now are, or ``None`` if a step
     lost to another writer (whose change only a fresh read shows). ``now`` is asked
-    only for a retry's due time (one query fewer when nothing is retrying)."""
-    succeeded = {t.task_key for t in tasks if t.task_state is _T.SUCCEEDED}
+    only for a retry's due time (one query fewer when nothing is retrying). ``done``:
+    mapped tasks known to have succeeded, whose element rows are not among ``tasks``."""
+    succeeded = mapped.succeeded(definition, tasks) | set(done)
     eligible = [t for t in tasks if t.task_state is _T.PENDING and succeeded >= set(t.depends_on)]
     # All at once (a fan-out's thousands in one statement: TaskWrites.promote).
     promoted = writes.tasks.promote(eligible, actor=actor)
@@ -368,9 +385,9 @@ def _finish_if_derived(
     # those carry marks and wake the run again, and none can make a terminal state
     # derived here wrong (a terminal task never changes).
     tasks = stepped if stepped is not None else _tasks(writes, run.id)
-    states = {t.task_key: _effective_state(t) for t in tasks}
+    states = mapped.states(definition, tasks)
     branches = definition.on_failure is OnFailure.FINISH_BRANCHES
-    dependencies = _dependencies(definition) if branches else {}
+    dependencies = mapped.dependencies(definition, states) if branches else {}
     derived = rules.derive_run_state(definition.on_failure, states, dependencies)
     edge = _FINISH_RUN.get(derived)
     failed = [t.key for t in definition.tasks if states.get(t.key) is _T.FAILED]
@@ -387,8 +404,4 @@ def _finish_if_derived(
         cancel_leftovers(writes, run.id, result, cause)
 
 
-def _effective_state(task: TaskRunRow) -> TaskRunState:
-    """A failed task with attempts left is on its way back to ready, not a failure."""
-    if task.task_state is _T.FAILED and task.attempt < task.max_attempts:
-        return _T.RETRYING
-    return task.task_state
+_effective_state = mapped.effective_state

@@ -11,12 +11,13 @@ from uuid import UUID
 from flowforge import errors
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
-from flowforge.app import archived_runs, audit, results
+from flowforge.app import archived_runs, audit, mapped, results
 from flowforge.app.core import ServiceCore
 from flowforge.app.results import (
     AuditEntry,
     BacklogView,
     DispatchView,
+    MappedTaskView,
     OverdueAttempt,
     RunSummary,
     TaskRunView,
@@ -114,7 +115,13 @@ class Queries:
         """The results of some tasks of a run by key (``None`` for one not succeeded):
         a task's upstream results, read by key rather than the run's every row."""
         with self._core.reads() as reads:
-            return reads.task_results(run_id, task_keys)
+            found = reads.task_results(run_id, task_keys)
+            absent = [key for key in task_keys if key not in found]
+            run = reads.workflow_run(run_id) if absent else None
+            if run is not None:  # a mapped task has no row: its elements' results, listed
+                definition = self._core.definitions.of(run)
+                found.update(mapped.results(reads, definition, run_id, absent))
+            return found
 
     def task_runs(self, run_id: UUID) -> list[TaskRunView]:
         with self._core.reads() as reads:
@@ -129,6 +136,26 @@ class Queries:
         """Some tasks of a run by key (a key it lacks is skipped): never the run's all."""
         with self._core.reads() as reads:
             return [results.task_run_view(t) for t in reads.task_runs_by_keys(run_id, task_keys)]
+
+    def mapped_task_counts(self, run_id: UUID) -> dict[str, dict[str, int]]:
+        """The run's mapped tasks' elements counted by state, by mapped task key (one
+        pass over the run's index entries; empty for a run with no element)."""
+        with self._core.reads() as reads:
+            return reads.mapped_task_counts(run_id)
+
+    def mapped_tasks(self, run: WorkflowRunView) -> list[MappedTaskView]:
+        """The run's mapped tasks (``map_over``), in its definition's order: for each,
+        its upstream's state and its elements counted by state. ``run`` with its
+        definition's tasks (``get_workflow_run``, not the brief)."""
+        definition = self._core.definitions.of(run)
+        keys = mapped.mapped_keys(definition)
+        if not keys:
+            return []
+        with self._core.reads() as reads:
+            counts = reads.mapped_task_counts(run.id)
+            upstream_keys = mapped.upstreams_of(definition, keys)
+            upstreams = reads.task_runs_by_keys(run.id, upstream_keys)
+        return [mapped.view(definition, key, upstreams, counts.get(key, {})) for key in keys]
 
     def run_summary(self, run_id: UUID, per_state: int = SUMMARY_PER_STATE) -> RunSummary:
         """A run's tasks counted by state, and the few of each state a user acts on

@@ -131,6 +131,29 @@ class AuditEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class MappedTaskView:
+    """A mapped task (``map_over``) of a run: it has no row of its own, only elements
+    (``Queries.mapped_tasks``)."""
+
+    key: str
+    #: The task whose list it maps over, and that task's state (None: no such row).
+    map_over: str
+    upstream_state: str | None
+    #: How many elements it expanded into (None: not yet expanded), by state.
+    elements: int | None
+    counts: dict[str, int]
+    #: Its derived state (``aggregates.mapping.mapped_state``).
+    state: str
+
+    @property
+    def key_range(self) -> str:
+        """``process[0..9999]`` (``process[]`` for an empty list, ``process`` unexpanded)."""
+        if self.elements is None:
+            return self.key
+        return f"{self.key}[0..{self.elements - 1}]" if self.elements else f"{self.key}[]"
+
+
+@dataclass(frozen=True, slots=True)
 class RunSummary:
     """A run's tasks at any size (``Queries.run_summary``): how many are in each state,
     and the few of each state a user acts on (failed, running, retrying, ready,
@@ -172,6 +195,8 @@ class TaskRunView:
     timeout_seconds: float | None
     max_running: int | None
     max_worker_losses: int | None
+    map_index: int | None
+    map_item: Any
     state: str
     fencing_token: int
     attempt: int
@@ -282,9 +307,9 @@ def task_run_view(row: tables.TaskRunRow) -> TaskRunView:
     return TaskRunView(
         row.id, row.workflow_run_id, row.task_key, row.task_type, row.depends_on,
         row.max_attempts, row.lease_seconds, row.timeout_seconds, row.max_running,
-        row.max_worker_losses, row.state, row.fencing_token, row.attempt, row.lease_owner,
-        row.lease_expires_at, row.deadline_at, row.started_at, row.finished_at,
-        row.retry_due_at, row.result, row.error, row.carried_from_run_id,
+        row.max_worker_losses, row.map_index, row.map_item, row.state, row.fencing_token,
+        row.attempt, row.lease_owner, row.lease_expires_at, row.deadline_at, row.started_at,
+        row.finished_at, row.retry_due_at, row.result, row.error, row.carried_from_run_id,
         row.carried_from_task_run_id, row.carried_from_attempt, row.worker_losses,
         row.version, row.created_at, row.updated_at,
     )  # fmt: skip

@@ -273,6 +273,8 @@ class FlowForge:
     task_run_by_key = _on("queries", Queries.task_run_by_key)
     task_runs_by_keys = _on("queries", Queries.task_runs_by_keys)
     run_summary = _on("queries", Queries.run_summary)
+    mapped_task_counts = _on("queries", Queries.mapped_task_counts)
+    mapped_tasks = _on("queries", Queries.mapped_tasks)
     task_runs_in_state = _on("queries", Queries.task_runs_in_state)
     task_runs_page = _on("queries", Queries.task_runs_page)
     run_history_count = _on("queries", Queries.run_history_count)

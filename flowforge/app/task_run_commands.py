@@ -16,7 +16,7 @@ from uuid import UUID
 
 from flowforge import errors
 from flowforge.aggregates import json_values
-from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS
+from flowforge.aggregates.definition import MAX_LEASE_SECONDS, MAX_SECONDS, WorkflowDefinition
 from flowforge.aggregates.machines import Transition
 from flowforge.aggregates.states import TaskRunState
 from flowforge.aggregates.task_run import (
@@ -27,16 +27,18 @@ from flowforge.aggregates.task_run import (
     timed_out_error,
     transition_rule,
 )
-from flowforge.app import advance
+from flowforge.app import advance, mapped
 from flowforge.app.arguments import non_negative, positive, text
+from flowforge.app.caches import DefinitionCache
 from flowforge.app.core import ServiceCore
 from flowforge.app.results import Claim
 from flowforge.bounds import batch_of_ids
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
-from flowforge.projections.writes import LeafSuccess
+from flowforge.projections.writes import LeafSuccess, Writes
 
 # The logger the commands had before they were split in two: log filters select by it.
 log = logging.getLogger("flowforge.app.commands")
+_FAIL = finish_rule("fail")
 
 
 class TaskRunCommands:
@@ -183,7 +185,8 @@ class TaskRunCommands:
         batch_of_ids([f.task_run_id for f in finishes], "finishes' task_run_ids")
         checked = [_CheckedFinish.of(finish) for finish in finishes]
         actor = text(actor or "worker", "actor")
-        leaves = self._leaf_successes(checked)
+        claimed: list[TaskRunRow | None] = []
+        leaves = self._leaf_successes(checked, claimed)
         written = [False] * len(checked)
         if leaves:
             with self._core.writes(marks_runs=False) as writes:
@@ -192,16 +195,19 @@ class TaskRunCommands:
                 written[i] = row is not None
         for i, finish in enumerate(checked):
             if i not in leaves:
-                written[i] = self._finish_advancing(finish, actor)
+                written[i] = self._finish_advancing(finish, actor, claimed[i])
         return written
 
-    def _leaf_successes(self, checked: Sequence[_CheckedFinish]) -> dict[int, LeafSuccess]:
+    def _leaf_successes(
+        self, checked: Sequence[_CheckedFinish], taken: list[TaskRunRow | None]
+    ) -> dict[int, LeafSuccess]:
         """The successes (by position) whose whole advance can go in SQL with them: a
         task no other task depends on, claimed here, on a store that builds events in
-        SQL. Every finish's claim leaves the memo (a finish ends it)."""
+        SQL. Every finish's claim leaves the memo (a finish ends it), into ``taken``."""
         leaves: dict[int, LeafSuccess] = {}
         for i, finish in enumerate(checked):
             claimed = self._core.claims.take(finish.task_run_id, finish.fencing_token)
+            taken.append(claimed)
             if finish.edge.name != "succeed" or not self._core.store.events_in_sql:
                 continue
             leaf = advance.leaf_of(claimed, self._core.definitions)
@@ -211,14 +217,24 @@ class TaskRunCommands:
                 )
         return leaves
 
-    def _finish_advancing(self, finish: _CheckedFinish, actor: str) -> bool:
+    def _finish_advancing(
+        self, finish: _CheckedFinish, actor: str, claimed: TaskRunRow | None
+    ) -> bool:
         """One finish in its own transaction, the run advanced in it when that is quick
-        and safe; otherwise marked for a scheduler (advance.advance_after_finish)."""
-        # Only a success advances its run here, so only a success tries the run row
-        # (first, then the task's: the lock order, advance.py says why); a failure
-        # leaves the run row alone.
-        succeeded = finish.edge.name == "succeed"
+        and safe; otherwise marked for a scheduler (advance.advance_after_finish). A
+        success of a task that others are mapped over creates their elements in it
+        (``app/mapped.py``), or is a failure if its result cannot be expanded."""
         with self._core.writes(marks_runs=False) as writes:
+            # Read in the finish's transaction (one round trip, none when the claim and
+            # the definition are in hand), so that the finish stays one commit.
+            maps = _mapping_of(writes, finish, claimed, self._core.definitions)
+            definition = None if maps is None else maps[0]
+            if maps is not None:
+                finish = finish.refused(*maps)
+            # Only a success advances its run here, so only a success tries the run row
+            # (first, then the task's: the lock order, advance.py says why); a failure
+            # leaves the run row alone.
+            succeeded = finish.edge.name == "succeed"
             run_state, row = writes.tasks.finish_trying_run(
                 finish.task_run_id,
                 finish.edge,
@@ -228,6 +244,8 @@ class TaskRunCommands:
                 result=finish.result,
                 error=finish.error,
             )
+            if row is not None and succeeded and definition is not None:
+                mapped.expand(writes, row, definition, actor=actor)
             if row is not None:
                 advance.advance_after_finish(
                     writes, row, run_state, self._core.definitions, random.random, actor=actor
@@ -289,6 +307,28 @@ class TaskRunCommands:
         return self.transition_task_run(task_run_id, "retry_ready", actor=actor)
 
 
+def _mapping_of(
+    writes: Writes,
+    finish: _CheckedFinish,
+    claimed: TaskRunRow | None,
+    definitions: DefinitionCache,
+) -> tuple[WorkflowDefinition, str] | None:
+    """A succeeding task's run's definition and the task's key, if the run maps a task
+    over its result (``None``: not a success, nothing to expand, or no such task)."""
+    if finish.edge.name != "succeed":
+        return None
+    task = claimed if claimed is not None else writes.task_run(finish.task_run_id)
+    if task is None:
+        return None
+    definition = definitions.cached(task.workflow_run_id)
+    if definition is None:
+        run = writes.workflow_run(task.workflow_run_id)
+        if run is None:
+            return None
+        definition = definitions.of(run)
+    return (definition, task.task_key) if definition.mapped_over(task.task_key) else None
+
+
 @dataclass(frozen=True, slots=True)
 class Finish:
     """One task's finish for :meth:`Commands.finish_task_runs`: ``outcome`` is
@@ -311,6 +351,14 @@ class _CheckedFinish:
     edge: Transition
     result: Any
     error: dict[str, str] | None
+
+    def refused(self, definition: WorkflowDefinition, key: str) -> _CheckedFinish:
+        """This success of ``key``, or a failure (``MapOverError``) if tasks are mapped
+        over it and its result is no list or too long: nothing is expanded then."""
+        error = mapped.refused_result(definition, key, self.result)
+        if error is None:
+            return self
+        return _CheckedFinish(self.task_run_id, self.fencing_token, _FAIL, None, error)
 
     @classmethod
     def of(cls, finish: Finish) -> _CheckedFinish:

@@ -7,6 +7,7 @@ audit log); ``why`` reads both, or only the log as of a past moment (``--at``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import threading
 import time
@@ -20,9 +21,15 @@ from flowforge.aggregates.ids import short_id
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app import why as explain_task
 from flowforge.app.ports import QueueProbe, QueueState
-from flowforge.app.results import AuditEntry, RunSummary, TaskRunView, WorkflowRunView
+from flowforge.app.results import (
+    AuditEntry,
+    MappedTaskView,
+    RunSummary,
+    TaskRunView,
+    WorkflowRunView,
+)
 from flowforge.app.service import FlowForge
-from flowforge.cli import common, ids, render
+from flowforge.cli import common, ids, mapped_lines, render
 from flowforge.cli import summary as summary_view
 from flowforge.cli.exits import EXIT_FAILED
 from flowforge.cli.parser import UsageError
@@ -81,20 +88,30 @@ def status(args: argparse.Namespace) -> int:
             return _status_code(run)
         summary = app.run_summary(run.id)
         whole = args.all_tasks or args.json or summary.total <= summary_view.SMALL_RUN
-        if whole:  # the definition's order: the full row, with the definition's tasks
+        # A run with elements, or a small one, is read whole: its mapped tasks are in
+        # its definition (one without elements yet has no row to show it by).
+        if whole or app.mapped_task_counts(run.id):
             run = app.get_workflow_run(run.id)
         tasks = render.task_order(run, app.task_runs(run.id)) if whole else []
+        maps = app.mapped_tasks(run) if run.definition.get("tasks") else []
     now = datetime.now(UTC)
     if args.json:
+        mapped_facts = [dataclasses.asdict(view) for view in maps]
         print(
-            render.to_json({**run_fact(run, tasks, now), "tasks": [task_fact(t) for t in tasks]})
+            render.to_json(
+                {
+                    **run_fact(run, tasks, now),
+                    "tasks": [task_fact(t) for t in tasks],
+                    "mapped_tasks": mapped_facts,
+                }
+            )
         )
     elif args.watch:
         pass
     elif whole:
-        _print_status(run, tasks, now)
+        _print_status(run, tasks, now, maps, every=args.all_tasks)
     else:
-        _print_summary(run, summary, now, args.run)
+        _print_summary(run, summary, now, args.run, maps)
     return _status_code(run)
 
 
@@ -124,10 +141,16 @@ def _print_page(app: FlowForge, run: WorkflowRunView, args: argparse.Namespace) 
 
 
 def _print_summary(
-    run: WorkflowRunView, summary: RunSummary, now: datetime, run_text: str
+    run: WorkflowRunView,
+    summary: RunSummary,
+    now: datetime,
+    run_text: str,
+    maps: Sequence[MappedTaskView],
 ) -> None:
     _print_run_lines(run, now)
     print(f"  tasks: {summary_view.counts_line(summary.counts)}")
+    for view in maps:
+        print(f"  {mapped_lines.view_line(view)}")
     for line in summary_view.sections(summary, now):
         print(line)
     for line in summary_view.more_lines(run_text, summary):
@@ -173,10 +196,21 @@ def _print_run_lines(run: WorkflowRunView, now: datetime) -> None:
         print(f"  {note}")
 
 
-def _print_status(run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> None:
+def _print_status(
+    run: WorkflowRunView,
+    tasks: Sequence[TaskRunView],
+    now: datetime,
+    maps: Sequence[MappedTaskView] = (),
+    *,
+    every: bool = False,
+) -> None:
     _print_run_lines(run, now)
-    print(f"  tasks: {render.counts(tasks)}\n")
-    for line in render.table(render.TASK_HEADERS, render.task_rows(tasks, now), fit=render.WIDTH):
+    print(f"  tasks: {render.counts(tasks)}")
+    for view in maps:  # each mapped task's elements in one line (all of them: --all)
+        print(f"  {mapped_lines.view_line(view)}")
+    print()
+    listed = tasks if every else mapped_lines.split(tasks)[0]
+    for line in render.table(render.TASK_HEADERS, render.task_rows(listed, now), fit=render.WIDTH):
         print(line)
     if carried := render.carried_over_lines(tasks):
         print("\ncarried over from an earlier run (not run again):")
@@ -208,7 +242,8 @@ def history(args: argparse.Namespace) -> int:
             _print_json_stream(entries)
             return 0
         print(f"history of {title}: {total} transitions{_narrowed(since, args.history_limit)}")
-        for line in render.history_stream(entries):
+        # A mapped task's elements taking one transition in a row: one line (all: --json).
+        for line in render.history_stream(mapped_lines.collapsed_history(entries)):
             print(line)
     return 0
 
@@ -239,17 +274,56 @@ def why(args: argparse.Namespace) -> int:
     at = parse_time(args.at) if args.at is not None else None
     settings = common.settings_from(args)
     with common.open_app(settings) as app:
+        mapped_answer = _why_mapped_task(app, args.task)
+        if mapped_answer is not None:
+            headline, details = mapped_answer["headline"], mapped_answer["details"]
+            return _print_explanation(mapped_answer, headline, details, as_json=args.json)
         task = ids.resolve_task(app, args.task)
         explanation = explain_task.why(
             app, task.id, at, embedded=settings.embedded, queues=_queue_probe(settings, app)
         )
-    if args.json:
-        print(render.to_json(explanation))
+    headline, details = explanation.headline, explanation.details
+    return _print_explanation(explanation, headline, details, as_json=args.json)
+
+
+def _print_explanation(answer: Any, headline: str, details: list[str], *, as_json: bool) -> int:
+    if as_json:
+        print(render.to_json(answer))
         return 0
-    print(explanation.headline)
-    for line in explanation.details:
+    print(headline)
+    for line in details:
         print(f"  {line}")
     return 0
+
+
+def _why_mapped_task(app: FlowForge, text: str) -> dict[str, Any] | None:
+    """``why RUN/process`` of a mapped task (``map_over``), which has no row of its own:
+    what it waits for, or its elements counted by state; None for any other task."""
+    run_text, slash, key = text.partition("/")
+    if not slash or "[" in key:
+        return None
+    run = ids.resolve_run_brief(app, run_text)
+    if app.task_run_by_key(run.id, key) is not None:
+        return None
+    full = app.get_workflow_run(run.id)
+    view = next((v for v in app.mapped_tasks(full) if v.key == key), None)
+    if view is None:
+        return None
+    details = [
+        f"{key} is mapped over {view.map_over}: one task run per element of its list, "
+        f"{key}[0], {key}[1], ...",
+    ]
+    if view.elements:
+        details.append(f"ask `flowforge why {run.id}/{key}[N]` about one element")
+    return {
+        "workflow_run_id": run.id,
+        "task_key": key,
+        "state": view.state,
+        "reason": "waiting_for_mapped_list" if view.elements is None else "mapped_task",
+        "headline": mapped_lines.view_line(view),
+        "details": details,
+        "mapped": dataclasses.asdict(view),
+    }
 
 
 def _queue_probe(settings: Settings, app: FlowForge) -> QueueProbe | None:

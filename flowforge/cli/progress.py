@@ -18,7 +18,7 @@ time the task or the reason it waits for changes.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TextIO
 
@@ -28,7 +28,7 @@ from rich.text import Text
 from flowforge import timefmt
 from flowforge.aggregates.ids import short_id
 from flowforge.app.results import TaskRunView, WorkflowRunView
-from flowforge.cli import render
+from flowforge.cli import mapped_lines, render
 from flowforge.cli.waiting import Wait
 
 #: ANSI: move the cursor to the start of the line N lines up, and clear to the end.
@@ -97,7 +97,8 @@ class Progress:
                 lines.append(Text(wait.text, WAIT_STYLE))
             self._redraw(lines)
         else:
-            self._changes(run, render.task_order(run, tasks), now)
+            plain, groups = mapped_lines.split(render.task_order(run, tasks))
+            self._changes(run, plain, now, groups)
             self._waiting(wait, now)
         self.stream.flush()
 
@@ -120,11 +121,21 @@ class Progress:
             self.console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
         self._drawn_lengths = [line.cell_len for line in fitted]
 
-    def _changes(self, run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> None:
+    def _changes(
+        self,
+        run: WorkflowRunView,
+        tasks: Sequence[TaskRunView],
+        now: datetime,
+        groups: Mapping[str, Sequence[TaskRunView]],
+        *,
+        run_line: bool = True,
+    ) -> None:
         # The run's line comes before its tasks' while it runs, after them once it ends,
-        # so the log reads in cause-and-effect order.
-        finished = run.finished_at is not None
-        if not finished:
+        # so the log reads in cause-and-effect order. A mapped task's elements make one
+        # line each time the set of their states changes (not one per element), and
+        # an element that fails a line of its own.
+        finished = run.finished_at is not None and run_line
+        if not finished and run_line:
             self._change("(run)", run.state, 0, f"run {run.workflow_name}", "", now)
         for task in tasks:
             detail = ""
@@ -134,16 +145,34 @@ class Progress:
                 detail = f": {render.error_line(task.error)}"
             suffix = f" (attempt {task.attempt}/{task.max_attempts}){detail}"
             self._change(task.task_key, task.state, task.attempt, task.task_key, suffix, now)
+        for key, elements in groups.items():
+            present = ",".join(sorted({e.state for e in elements}))
+            line = mapped_lines.group_line(key, elements)
+            self._change(f"{key}[]", present, len(elements), line, "", now, plain=True)
+            failing = [e for e in elements if e.state in ("failed", "retrying")]
+            if failing:
+                self._changes(run, failing, now, {}, run_line=False)
         if finished:
             self._change("(run)", run.state, 0, f"run {run.workflow_name}", "", now)
 
     def _change(
-        self, key: str, state: str, attempt: int, label: str, suffix: str, now: datetime
+        self,
+        key: str,
+        state: str,
+        attempt: int,
+        label: str,
+        suffix: str,
+        now: datetime,
+        *,
+        plain: bool = False,
     ) -> None:
         before = self._seen.get(key)
         if before == (state, attempt):
             return
         self._seen[key] = (state, attempt)
+        if plain:
+            self.stream.write(f"{timefmt.clock(now)} {label}\n")
+            return
         change = state if before is None else f"{before[0]} -> {state}"
         self.stream.write(f"{timefmt.clock(now)} {label}: {change}{suffix}\n")
 
@@ -159,6 +188,7 @@ def block(run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> 
     )
     # The error goes on a line of its own under its task: as a last column it would get
     # whatever width the other columns leave, often none.
+    tasks, groups = mapped_lines.split(tasks)
     rows = [row[:-1] for row in render.task_rows(tasks, now)]
     lines = render.table(render.TASK_HEADERS[:-1], rows)
     state_at = lines[0].index("STATE")
@@ -169,6 +199,7 @@ def block(run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> 
         table.append(text)
         if task.state in ("failed", "retrying") and task.error:
             table.append(Text(f"      {render.error_line(task.error)}", "red"))
+    table += [Text(f"  {mapped_lines.group_line(k, e)}") for k, e in groups.items()]
     return [summary, *table]
 
 

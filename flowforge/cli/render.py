@@ -14,7 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from flowforge import timefmt
-from flowforge.aggregates import cancel_cause, failures
+from flowforge.aggregates import cancel_cause, failures, mapping
 from flowforge.aggregates.definition import WorkflowDefinition
 from flowforge.aggregates.ids import short_id
 from flowforge.app.results import AuditEntry, TaskRunView, WorkflowRunView
@@ -58,7 +58,11 @@ def task_order(run: WorkflowRunView, tasks: Sequence[TaskRunView]) -> list[TaskR
     """The run's tasks in the definition's dependency order: the DAG read top down."""
     order = WorkflowDefinition.model_validate(run.definition).topological_order()
     rank = {key: i for i, key in enumerate(order)}
-    return sorted(tasks, key=lambda t: rank.get(t.task_key, len(rank)))
+    # A mapped task's elements where the mapped task stands, in index order.
+    return sorted(
+        tasks,
+        key=lambda t: (rank.get(mapping.mapped_task_of(t.task_key), len(rank)), t.map_index or 0),
+    )
 
 
 def error_line(error: dict[str, str] | None) -> str:

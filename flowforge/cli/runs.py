@@ -18,7 +18,7 @@ from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import StartedRun, TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
 from flowforge.app.why import why
-from flowforge.cli import common, ending, ids, render, stopping
+from flowforge.cli import common, ending, ids, mapped_lines, render, stopping
 from flowforge.cli import demo as demo_workflow
 from flowforge.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED
 from flowforge.cli.parser import UsageError
@@ -386,11 +386,12 @@ def _announce_rerun(
         )
         return
     ordered = render.task_order(new, tasks)
-    carried = [t.task_key for t in ordered if t.carried_from_run_id is not None]
-    again = [t.task_key for t in ordered if t.carried_from_run_id is None]
+    # A mapped task's elements grouped (mapped_lines): 10,000 keys are no sentence.
+    carried = mapped_lines.grouped_keys([t for t in ordered if t.carried_from_run_id])
+    again = mapped_lines.grouped_keys([t for t in ordered if t.carried_from_run_id is None])
     print(f"rerun of run {old.id} ({old.state}): new run {new.id}", file=sys.stderr)
-    print(f"  carried over: {', '.join(carried) or 'nothing'}", file=sys.stderr)
-    print(f"  running again: {', '.join(again)}", file=sys.stderr)
+    print(f"  carried over: {carried or 'nothing'}", file=sys.stderr)
+    print(f"  running again: {again}{mapped_lines.unexpanded(new, ordered)}", file=sys.stderr)
 
 
 def _follow_hint(args: argparse.Namespace, run: WorkflowRunView) -> None:

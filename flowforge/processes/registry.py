@@ -30,6 +30,10 @@ class TaskContext:
     attempt: int
     fencing_token: int
     worker_id: str
+    #: An element of a mapped task (``map_over``): its input element and its index in
+    #: the upstream's list (its ``upstream`` is empty); ``None`` for every other task.
+    item: Any = None
+    index: int | None = None
 
     @property
     def idempotency_key(self) -> str:

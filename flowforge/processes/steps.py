@@ -261,18 +261,22 @@ class Steps:
     def _context(self, task: TaskRunView, claim: Claim) -> TaskContext:
         run_id = task.workflow_run_id
         # Its own dependencies' rows only: a task of an N-task run costs O(1), not O(N);
-        # a root task asks nothing.
-        results = self.app.task_results(run_id, task.depends_on) if task.depends_on else {}
+        # a root task asks nothing, nor does an element of a mapped task: its input is
+        # its element (ctx.item), not its upstream's whole list, read again by each.
+        upstream = task.depends_on if task.map_index is None else []
+        results = self.app.task_results(run_id, upstream) if upstream else {}
         return TaskContext(
             task_run_id=task.id,
             workflow_run_id=run_id,
             task_key=task.task_key,
             task_type=task.task_type,
             inputs=self._runs.facts(task.workflow_run_id).inputs,
-            upstream={key: results.get(key) for key in task.depends_on},
+            upstream={key: results.get(key) for key in upstream},
             attempt=claim.attempt,
             fencing_token=claim.fencing_token,
             worker_id=self.worker_id,
+            item=task.map_item,
+            index=task.map_index,
         )
 
     def service(self, consumer: DispatchConsumer, seconds: float) -> None:

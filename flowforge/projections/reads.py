@@ -143,6 +143,14 @@ class Reads:
         rows = self._tx.run("select_task_state_counts", {"workflow_run_id": run_id})
         return {row["state"]: int(row["tasks"]) for row in rows}
 
+    def mapped_task_counts(self, run_id: UUID) -> dict[str, dict[str, int]]:
+        """A run's mapped tasks' elements counted by state, by mapped task key."""
+        rows = self._tx.run("select_mapped_task_counts", {"workflow_run_id": run_id})
+        found: dict[str, dict[str, int]] = {}
+        for row in rows:
+            found.setdefault(row["mapped_task"], {})[row["state"]] = int(row["tasks"])
+        return found
+
     def task_runs_in_state(self, run_id: UUID, state: str, limit: int) -> list[TaskRunRow]:
         """At most ``limit`` of a run's tasks in ``state``, the least recently changed first."""
         params = {"workflow_run_id": run_id, "state": state, "limit": limit}

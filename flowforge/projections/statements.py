@@ -140,6 +140,9 @@ POSTGRES_ONLY_STATEMENTS = frozenset(
         "run_succeed_after_finish",
         "mark_run_wakeup_after_finish",
         "insert_stored_event_at_now",
+        # A mapped task's elements in one statement (writes/elements.py): SQLite creates
+        # them one by one, as a run's creation does.
+        "insert_mapped_elements",
         # The archiver's lock (app/archive.py): SQLite's is a file lock.
         "try_archiver_lock",
         "archiver_unlock",

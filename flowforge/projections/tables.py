@@ -43,6 +43,7 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     "trace_context": ColumnCodec.JSON,
     "depends_on": ColumnCodec.JSON,
     "result": ColumnCodec.JSON,
+    "map_item": ColumnCodec.JSON,
     "error": ColumnCodec.JSON,
     "task_types": ColumnCodec.JSON,
     "task_keys": ColumnCodec.JSON,
@@ -146,6 +147,8 @@ class TaskRunRow(_Row):
     timeout_seconds: float | None
     max_running: int | None
     max_worker_losses: int | None
+    map_index: int | None
+    map_item: Any
     state: str
     fencing_token: int
     attempt: int

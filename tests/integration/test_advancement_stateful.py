@@ -18,7 +18,13 @@ where the DAG rule puts it:
 - under ``on_failure = "finish_branches"`` (drawn for half the runs), the rule is
   ``rules.derive_finishing_branches``; a run that failed has every task not downstream of
   a failure finished by its own work (none cancelled), and a running run has nothing
-  downstream of a failure left pending or ready (cancelled as upstream_failed).
+  downstream of a failure left pending or ready (cancelled as upstream_failed);
+- the mapped tasks' edge (``map_over``, drawn for some tasks: a task mapped over an
+  earlier, unmapped one): every success returns a list of 0 to 3 elements; a mapped
+  task has exactly one element per element of its upstream's list once (and only once)
+  its upstream has succeeded, each created ready with its dispatch, and the rule sees it
+  as the model does (``mapping.mapped_state``: its elements' states; a dependant of it
+  depends on each element).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from flowforge.aggregates import rules
+from flowforge.aggregates import mapping, rules
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.app.results import TaskRunView
@@ -58,7 +64,7 @@ INTO_READY = ("dependencies_satisfied", "retry_ready", "reap_lease")
 def dags(draw: st.DrawFn) -> dict[str, Any]:
     count = draw(st.integers(1, len(KEYS)))
     keys = KEYS[:count]
-    tasks = [
+    tasks: list[dict[str, Any]] = [
         {
             "key": key,
             "type": "work",
@@ -66,6 +72,12 @@ def dags(draw: st.DrawFn) -> dict[str, Any]:
         }
         for i, key in enumerate(keys)
     ]
+    for i, task in enumerate(tasks):  # the new edge: a task mapped over an earlier one
+        unmapped = [t["key"] for t in tasks[:i] if "map_over" not in t]
+        maps: bool = draw(st.booleans())
+        if unmapped and maps:
+            over = draw(st.sampled_from(unmapped), label=f"{task['key']} maps over")
+            task["map_over"], task["depends_on"] = over, [over]
     attempts = draw(st.sampled_from([1, 2]))
     retry = {"max_attempts": attempts, "backoff_seconds": 0.0, "jitter": 0.0}
     on_failure = draw(st.sampled_from(OnFailure))
@@ -80,6 +92,7 @@ class Advancement(RuleBasedStateMachine):
         # Earlier examples' runs stay in the database, settled: only these are judged.
         self.runs: list[UUID] = []
         self.policies: dict[UUID, OnFailure] = {}
+        self.maps: dict[UUID, dict[str, str]] = {}
 
     @precondition(lambda self: len(self.runs) < MAX_RUNS)
     @rule(definition=dags())
@@ -87,6 +100,9 @@ class Advancement(RuleBasedStateMachine):
         run_id = self.app.start_workflow_run(definition)
         self.runs.append(run_id)
         self.policies[run_id] = OnFailure(definition["on_failure"])
+        self.maps[run_id] = {
+            t["key"]: t["map_over"] for t in definition["tasks"] if "map_over" in t
+        }
 
     @precondition(lambda self: bool(self.runs))
     @rule(data=st.data(), succeed=st.booleans())
@@ -99,7 +115,8 @@ class Advancement(RuleBasedStateMachine):
         assert claim is not None
         error = None if succeed else {"type": "Boom", "message": "no"}
         outcome = "succeed" if succeed else "fail"
-        assert self.app.finish_task_run(task.id, claim.fencing_token, outcome, error=error)
+        result = [0] * data.draw(st.integers(0, 3), label="list") if succeed else None
+        assert self.app.finish_task_run(task.id, claim.fencing_token, outcome, result, error=error)
 
     @rule()
     def woken_pass(self) -> None:
@@ -135,22 +152,44 @@ class Advancement(RuleBasedStateMachine):
             tasks = self.app.task_runs(run_id)
             if run.run_state is WorkflowRunState.PENDING:  # started by its first claim
                 assert all(t.version == 1 for t in tasks), {t.task_key: t.state for t in tasks}
-            self._check_run(run.run_state, tasks, self.policies[run_id])
+            self._check_elements(tasks, self.maps[run_id])
+            self._check_run(run.run_state, tasks, self.policies[run_id], self.maps[run_id])
             for task in tasks:
                 self._check_task(task)
 
+    def _check_elements(self, tasks: list[TaskRunView], maps: dict[str, str]) -> None:
+        """One element per element of the upstream's list iff it succeeded: the edge."""
+        by_key = {t.task_key: t for t in tasks}
+        for key, over in maps.items():
+            upstream = by_key.get(over)
+            elements = sorted(
+                t.task_key
+                for t in tasks
+                if mapping.mapped_task_of(t.task_key) == key and t.map_index is not None
+            )
+            if upstream is None or upstream.state != "succeeded":
+                assert elements == [], (key, elements)
+                continue
+            assert elements == sorted(mapping.element_keys(key, len(upstream.result))), elements
+            for element in elements:
+                assert by_key[element].map_item == 0
+                assert by_key[element].depends_on == [over]
+
     def _check_run(
-        self, state: WorkflowRunState, tasks: list[TaskRunView], policy: OnFailure
+        self,
+        state: WorkflowRunState,
+        tasks: list[TaskRunView],
+        policy: OnFailure,
+        maps: dict[str, str],
     ) -> None:
-        effective = {t.task_key: _effective(t) for t in tasks}
+        effective, depends_on = _model(tasks, maps)
         snapshot = {t.task_key: t.state for t in tasks}
-        depends_on = {t.task_key: t.depends_on for t in tasks}
         blocked = rules.downstream_of_failures(effective, depends_on)
         branches = policy is OnFailure.FINISH_BRANCHES
         if state in TERMINAL:
             self._check_ended(tasks)
             if state is WorkflowRunState.SUCCEEDED:
-                assert set(effective.values()) == {TaskRunState.SUCCEEDED}, snapshot
+                assert set(effective.values()) == {TaskRunState.SUCCEEDED}, effective
             if state is WorkflowRunState.FAILED:
                 assert TaskRunState.FAILED in effective.values(), snapshot
             if state is WorkflowRunState.FAILED and branches:
@@ -161,9 +200,9 @@ class Advancement(RuleBasedStateMachine):
             return
         assert rules.derive_run_state(policy, effective, depends_on) not in TERMINAL, snapshot
         if branches:
-            left = [k for k in blocked if snapshot[k] in ("pending", "ready")]
+            left = [k for k in blocked if snapshot.get(k) in ("pending", "ready")]
             assert not left, f"downstream of a failure, not cancelled: {left} in {snapshot}"
-        succeeded = {t.task_key for t in tasks if t.task_state is TaskRunState.SUCCEEDED}
+        succeeded = {k for k, s in effective.items() if s is TaskRunState.SUCCEEDED}
         stuck = [
             t.task_key for t in tasks if t.state == "pending" and succeeded >= set(t.depends_on)
         ]
@@ -182,8 +221,30 @@ class Advancement(RuleBasedStateMachine):
         history = [entry.transition for entry in self.app.history(task.id)]
         assert history.count("dependencies_satisfied") <= 1, history
         into_ready = sum(t in INTO_READY for t in history)
-        initially_ready = not task.depends_on
+        initially_ready = not task.depends_on or task.map_index is not None  # an element
         assert len(self.app.dispatches_of(task.id)) == into_ready + initially_ready, history
+
+
+def _model(
+    tasks: list[TaskRunView], maps: dict[str, str]
+) -> tuple[dict[str, TaskRunState], dict[str, list[str]]]:
+    """The rule's view of a run: each row's effective state and dependencies, and each
+    mapped task's, derived from its upstream and its elements (the model's own reading
+    of the edge, from the rows alone)."""
+    effective = {t.task_key: _effective(t) for t in tasks}
+    depends_on = {t.task_key: list(t.depends_on) for t in tasks}
+    by_key = {t.task_key: t for t in tasks}
+    for key, over in maps.items():
+        upstream = by_key.get(over)
+        count = (
+            len(upstream.result) if upstream is not None and upstream.state == "succeeded" else 0
+        )
+        elements = mapping.element_keys(key, count)
+        states = {i: effective[k] for i, k in enumerate(elements) if k in effective}
+        upstream_state = None if upstream is None else upstream.task_state
+        effective[key] = mapping.mapped_state(upstream_state, count, states)
+        depends_on[key] = [over, *elements]
+    return effective, depends_on
 
 
 def _effective(task: TaskRunView) -> TaskRunState:

@@ -26,7 +26,13 @@ from flowforge.aggregates.workflow_run import WorkflowRun, WorkflowRunChanges, W
 from flowforge.app import as_of
 from flowforge.app.concurrency_limits import Hold
 from flowforge.app.ports import QueueState
-from flowforge.app.results import AuditEntry, DispatchView, TaskRunView, WorkflowRunView
+from flowforge.app.results import (
+    AuditEntry,
+    DispatchView,
+    MappedTaskView,
+    TaskRunView,
+    WorkflowRunView,
+)
 from flowforge.app.service import FlowForge
 
 #: The states a run ends in, from its machine.
@@ -99,6 +105,9 @@ class Situation:
     #: The concurrency limit that refused the task's last claim, if it is still held
     #: (live only: holds are delivery state, not in the log).
     hold: Hold | None = None
+    #: The mapped tasks (``map_over``) among its upstream, which have no row of their
+    #: own: their upstream's state and their elements' counts (live only).
+    mapped: Mapping[str, MappedTaskView] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -129,6 +138,10 @@ def situation_now(app: FlowForge, task_run_id: UUID) -> Situation:
     siblings = {t.task_key: TaskView.of(t) for t in _relatives(app, row)}
     siblings[row.task_key] = TaskView.of(row)
     run = _run(app, row.workflow_run_id, siblings.values())
+    mapped: dict[str, MappedTaskView] = {}
+    if any(key not in siblings for key in row.depends_on):  # a mapped task has no row
+        full = app.get_workflow_run(row.workflow_run_id)
+        mapped = {v.key: v for v in app.mapped_tasks(full) if v.key in row.depends_on}
     return Situation(
         at=app.database_now(),
         live=True,
@@ -139,6 +152,7 @@ def situation_now(app: FlowForge, task_run_id: UUID) -> Situation:
         run_log=app.run_transitions(run.id),
         dispatches=[_dispatch(d) for d in app.dispatches_of(row.id)],
         hold=app.hold_of(row),
+        mapped=mapped,
     )
 
 

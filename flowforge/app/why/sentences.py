@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any
 
 from flowforge import timefmt
-from flowforge.aggregates import failures, rules, task_run
+from flowforge.aggregates import failures, mapping, rules, task_run
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.app.results import AuditEntry
 from flowforge.app.why.facts import Situation, TaskView
@@ -138,12 +138,24 @@ _OUTCOMES = {
 
 def context_lines(s: Situation) -> list[str]:
     task, source = s.task, "the event log" if not s.live else "the database's clock"
+    element = []
+    if task.map_index is not None:  # an element of a mapped task (map_over)
+        item = failures.short_value(task.map_item, ELEMENT_ITEM)
+        element = [
+            f"element {task.map_index} of the mapped task {mapping.mapped_task_of(task.task_key)}"
+            f" (over {', '.join(task.depends_on)}'s list): its input (ctx.item) is {item}"
+        ]
     return [
+        *element,
         f"task run {task.id}: {task.task_key} (type {task.task_type}), attempt "
         f"{task.attempt} of {task.max_attempts}, fencing token {task.fencing_token}",
         f"run {s.run.id}: {s.run.workflow_name}, {s.run.state}",
         f"as of {iso(s.at)} ({source})",
     ]
+
+
+#: How much of an element's input ``why`` shows (the whole value: ``status --json``).
+ELEMENT_ITEM = 60
 
 
 def error_text(error: Mapping[str, str] | None) -> str:

@@ -33,6 +33,8 @@ def pending(s: Situation) -> Answer:
     if s.run.state == "pending" and s.run.start_at is not None:
         return _waiting_for_start_time(s, s.run.start_at)
     task, key = s.task, s.task.task_key
+    if mapped := _waiting_for_mapped_tasks(s):
+        return mapped
     upstream = [s.siblings[k] for k in task.depends_on if k in s.siblings]
     blocking = [u for u in upstream if u.state != "succeeded"]
     if not blocking:
@@ -68,6 +70,41 @@ def pending(s: Situation) -> Answer:
             *([f"already succeeded upstream: {', '.join(done)}"] if done else []),
             f"ask `flowforge why {s.run.id}/{blocking[0].task_key}` why "
             f"{blocking[0].task_key} is not done",
+        ],
+    )
+
+
+def _waiting_for_mapped_tasks(s: Situation) -> Answer | None:
+    """A task that depends on a mapped task (``map_over``) not yet done: it waits for
+    the mapped task's upstream to return its list, then for every element."""
+    waiting = [v for v in s.mapped.values() if v.state != "succeeded"]
+    if not waiting:
+        return None
+    key, first = s.task.task_key, waiting[0]
+    lines = []
+    for view in waiting:
+        if view.elements is None:
+            lines.append(
+                f"{view.key} is not expanded yet: it waits for {view.map_over} to return "
+                f"its list ({view.map_over} is {view.upstream_state or 'unknown'})"
+            )
+        else:
+            counts = ", ".join(f"{n:,} {state}" for state, n in sorted(view.counts.items()))
+            lines.append(f"{view.key_range}: {counts}")
+    ask = (
+        f"{s.run.id}/{first.map_over}"
+        if first.elements is None
+        else f"{s.run.id}/{first.key}[N] (one element)"
+    )
+    return (
+        "waiting_for_mapped_task",
+        f"{key} is waiting for the mapped task{'s' if len(waiting) > 1 else ''} "
+        f"{', '.join(v.key for v in waiting)}: {lines[0]}",
+        [
+            *lines[1:],
+            "a task that depends on a mapped task runs once every element has succeeded, "
+            "with their results as a list in index order",
+            f"ask `flowforge why {ask}`",
         ],
     )
 

@@ -410,3 +410,30 @@ e.originator_id
 -- The actor an event's state names (reading.sql): the state is the library's JSON, bytes.
 -- macro: actor_of_event
 convert_from(state, 'UTF8')::json->>'actor'
+
+-- A mapped task's elements (map_over, app/mapped.py), created by its upstream's finish:
+-- every element's row, its creation event and its dispatch in ONE statement, where one
+-- insert of each per element made a 10,000-element map take 30,000 statements. The
+-- events' states are the library's encoding, built by its mapper (:element_states, one per
+-- :element_ids, in order); every element shares the fixed fields but its key, index and item.
+-- name: insert_mapped_elements
+WITH t AS (
+    INSERT INTO task_runs (id, workflow_run_id, task_key, task_type, depends_on,
+                           max_attempts, lease_seconds, timeout_seconds, max_running,
+                           max_worker_losses, map_index, map_item, state, fencing_token,
+                           attempt, version, created_at, updated_at)
+    SELECT e.id, :workflow_run_id, e.task_key, :task_type, CAST(:element_depends_on AS json),
+           :max_attempts, :lease_seconds, :timeout_seconds, :max_running,
+           :max_worker_losses, e.map_index, e.map_item, 'ready', 0, 1, 1, :created_at,
+           :created_at
+    FROM unnest(CAST(:element_ids AS uuid[]), CAST(:element_keys AS text[]),
+                CAST(:element_indexes AS integer[]), CAST(:element_items AS json[]))
+        AS e (id, task_key, map_index, map_item)
+    RETURNING id, task_key, task_type, created_at),
+ev AS (
+    INSERT INTO {events_table} (originator_id, originator_version, topic, state)
+    SELECT s.id, 1, :topic, s.state
+    FROM unnest(CAST(:element_ids AS uuid[]), CAST(:element_states AS bytea[])) AS s (id, state))
+INSERT INTO dispatch_outbox (dispatch_id, task_run_id, task_key, task_type, fencing_token,
+                             created_at)
+SELECT {random_uuid}, t.id, t.task_key, t.task_type, 0, t.created_at FROM t;

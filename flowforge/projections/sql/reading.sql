@@ -10,6 +10,17 @@
 SELECT state, count(*) AS tasks FROM task_runs
 WHERE workflow_run_id = :workflow_run_id GROUP BY state;
 
+-- The elements of a run's mapped tasks (map_over) counted by mapped task and state: the
+-- mapped task's key is the element's key without its "[index]" suffix. One pass over
+-- the run's entries of the unique index, as the counts by state.
+-- name: select_mapped_task_counts
+SELECT substr(task_key, 1, length(task_key) - length(CAST(map_index AS text)) - 2)
+           AS mapped_task,
+       state, count(*) AS tasks
+FROM task_runs
+WHERE workflow_run_id = :workflow_run_id AND map_index IS NOT NULL
+GROUP BY substr(task_key, 1, length(task_key) - length(CAST(map_index AS text)) - 2), state;
+
 -- The tasks of a run in one state that waited (or ran) the longest: the oldest update
 -- first. For the unfinished states and failed, the partial index task_runs_unfinished_idx
 -- holds only the run's unfinished tasks; a finished run has none.

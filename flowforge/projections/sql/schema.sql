@@ -63,6 +63,8 @@ CREATE TABLE task_runs (
         CONSTRAINT task_runs_max_worker_losses_positive CHECK (max_worker_losses >= 1),
     worker_losses integer NOT NULL DEFAULT 0
         CONSTRAINT task_runs_worker_losses_non_negative CHECK (worker_losses >= 0),
+    map_index integer CONSTRAINT task_runs_map_index_non_negative CHECK (map_index >= 0),
+    map_item {json},
     CONSTRAINT task_runs_workflow_run_task_key_unique UNIQUE (workflow_run_id, task_key),
     CONSTRAINT taskrun_lease_iff_running
         CHECK ((state = 'running') = (lease_expires_at IS NOT NULL))

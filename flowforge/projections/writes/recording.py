@@ -93,6 +93,11 @@ class Recording:
         #: The transitions written, ``(machine, edge)`` each: counted once committed.
         self.taken: list[tuple[str, str]] = []
 
+    @property
+    def mapper(self) -> Mapper[UUID]:
+        """The library's mapper, for a statement that stores many events at once."""
+        return self._mapper
+
     def append(self, events: Sequence[DomainEventProtocol[UUID]]) -> None:
         """Store events in the library's table. Its primary key (originator_id,
         originator_version) is the second guard: two events can never claim the same

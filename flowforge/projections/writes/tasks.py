@@ -30,6 +30,7 @@ from flowforge.projections import projector
 from flowforge.projections.db.protocols import Row
 from flowforge.projections.reads import first_row, id_list, runs_of_tasks_unless_known
 from flowforge.projections.tables import TaskRunRow, WorkflowRunRow
+from flowforge.projections.writes import elements
 from flowforge.projections.writes.concurrency_limits import LimitWrites
 from flowforge.projections.writes.edges import (
     CLAIM,
@@ -99,6 +100,17 @@ class TaskWrites:
         if event.state == _READY.value:
             at = event.timestamp
             self._outbox.enqueue(event.originator_id, event.task_key, event.task_type, 0, at=at)
+
+    def create_many(self, events: Sequence[TaskRun.Created]) -> None:
+        """:meth:`create` for each: a mapped task's elements (``app/mapped.py``); on
+        PostgreSQL in one statement (``elements.py``)."""
+        bulk = self._recording.events_in_sql and len(events) > 1
+        if bulk and events[0].timestamp != projector.TRANSACTION_NOW:
+            elements.insert_in_one_statement(self._recording, events)
+            self._outbox.enqueued = True
+            return
+        for event in events:
+            self.create(event)
 
     def carry_over(self, event: TaskRun.ResultCarriedOver) -> None:
         """A rerun's task created just before in this transaction (:meth:`create`, in

@@ -139,6 +139,8 @@ def _plans(conn: psycopg.Connection, name: str) -> list[str]:
 
 def _typical(param: str, type_: str) -> str:
     """A value like the ones FlowForge sends for ``param``, as a literal of ``type_``."""
+    if type_.endswith("[]"):  # a mapped task's elements (insert_mapped_elements): none
+        return "'{}'"
     if type_ == "json":
         if param in ("task_types", "task_keys"):
             return "'[\"noop\"]'"

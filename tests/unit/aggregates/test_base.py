@@ -99,6 +99,8 @@ def test_the_mutable_fields_are_state_then_the_declared_changes_in_order() -> No
         "timeout_seconds",
         "max_running",
         "max_worker_losses",
+        "map_index",
+        "map_item",
     )
     assert workflow_run.STATIC_FIELDS == (
         "workflow_name",

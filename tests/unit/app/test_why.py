@@ -34,6 +34,8 @@ def view(key: str, state: str, **fields: Any) -> why.TaskView:
         "timeout_seconds": None,
         "max_running": None,
         "max_worker_losses": None,
+        "map_index": None,
+        "map_item": None,
         "fencing_token": 0,
         "lease_owner": None,
         "lease_expires_at": None,

@@ -64,6 +64,8 @@ def task(key: str, state: str, **fields: Any) -> TaskRunView:
         "timeout_seconds": None,
         "max_running": None,
         "max_worker_losses": None,
+        "map_index": None,
+        "map_item": None,
         "state": state,
         "fencing_token": 1,
         "attempt": 1,

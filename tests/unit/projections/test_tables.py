@@ -12,13 +12,14 @@ from flowforge.projections import tables
 
 #: The tables' columns, as the rows carry them (schema.sql declares them, migrations
 #: added lease_seconds, the rerun columns, the timeout columns, max_running, then the
-#: lost workers' (max_worker_losses, worker_losses); the
-#: rows carry the fixed fields first): a field added to or dropped
+#: lost workers' (max_worker_losses, worker_losses), then a mapped task's elements'
+#: (map_index, map_item); the rows carry the fixed fields first): a field added to or dropped
 #: from an aggregate's declaration changes a table, which must be a deliberate change
 #: here, in schema.sql and in a migration, not a side effect.
 TASK_RUN_COLUMNS = (
     *("id", "workflow_run_id", "task_key", "task_type", "depends_on", "max_attempts"),
-    *("lease_seconds", "timeout_seconds", "max_running", "max_worker_losses", "state"),
+    *("lease_seconds", "timeout_seconds", "max_running", "max_worker_losses"),
+    *("map_index", "map_item", "state"),
     "fencing_token",
     *("attempt", "lease_owner", "lease_expires_at", "deadline_at", "started_at"),
     *("finished_at", "retry_due_at", "result", "error"),

@@ -43,6 +43,8 @@ def row(state: str, **changes: Any) -> dict[str, Any]:
         "timeout_seconds": None,
         "max_running": None,
         "max_worker_losses": None,
+        "map_index": None,
+        "map_item": None,
         "state": state,
         "fencing_token": 1,
         "attempt": 1,

@@ -34,6 +34,8 @@ def task_row(state: str, *, version: int = 2, token: int = 1) -> TaskRunRow:
         timeout_seconds=None,
         max_running=None,
         max_worker_losses=None,
+        map_index=None,
+        map_item=None,
         state=state,
         fencing_token=token,
         attempt=1,

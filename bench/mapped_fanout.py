@@ -1,0 +1,90 @@
+"""Cost per element of a mapped task (``map_over``) against a static fan-out.
+
+    python -m bench.mapped_fanout                     # --width 10000 --reps 3
+
+Two runs of the same width, each on a fresh database (``bench.fanout_scale``'s):
+
+* **static**: a root task and ``--width`` tasks that depend on it, created with the
+  run (``bench.fanout_scale.fanout``); the root's finish promotes them all.
+* **mapped**: a root task whose result is a list of ``--width`` numbers and one task
+  ``map_over`` it; the root's finish creates the ``--width`` elements, ready, in its
+  own transaction.
+
+Both report the wall time from the root's finish call until every dependant (or
+element) is seen ready with its dispatch in the outbox (``all_ready_after_upstream_s``)
+and the finish call's own; the mapped run also reports the ratio to the static one
+(issue 46's target: at most 1.5). Nothing asserts a time; the checks are that every
+element was created once, ready, with one dispatch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import fanout_scale
+from bench.end_to_end import drop_database
+
+DEFINITION_NAME = "bench_mapped_fanout"
+
+
+def mapped(width: int) -> dict[str, Any]:
+    app, probe = fanout_scale._fresh()
+    try:
+        tasks: list[dict[str, Any]] = [
+            {"key": "root", "type": "noop"},
+            {"key": "each", "type": "noop", "map_over": "root"},
+        ]
+        run_id = app.start_workflow_run({"name": DEFINITION_NAME, "tasks": tasks})
+        (root_id,) = probe.one(
+            f"SELECT id FROM task_runs WHERE workflow_run_id = '{run_id}' AND task_key = 'root'"
+        )
+        claimed, run = app.claim_task_run_and_its_run(root_id, "bench")
+        assert claimed is not None
+        assert run is not None
+        app.definitions.of(run)
+        started = time.perf_counter()
+        assert app.finish_task_run(root_id, claimed.fencing_token, "succeed", list(range(width)))
+        finish_call = time.perf_counter() - started
+        fanout_scale._wait_ready(probe, run_id, width)
+        seconds = time.perf_counter() - started
+        (dispatches,) = probe.one("SELECT count(*) FROM dispatch_outbox")
+        assert dispatches == width + 1, dispatches  # and the root's
+        return {
+            "width": width,
+            "finish_call_s": finish_call,
+            "all_ready_after_upstream_s": seconds,
+        }
+    finally:
+        app.close()
+        probe.close()
+        drop_database(fanout_scale.DATABASE)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--width", type=int, default=10_000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--out", type=Path)
+    options = parser.parse_args()
+    result: dict[str, Any] = {"load_average": os.getloadavg()[0], "width": options.width}
+    for name, measure in (("static", fanout_scale.fanout), ("mapped", mapped)):
+        reps = [measure(options.width) for _ in range(options.reps)]
+        for key in ("finish_call_s", "all_ready_after_upstream_s"):
+            result[f"{name}_{key}"] = statistics.median(rep[key] for rep in reps)
+    result["mapped_over_static"] = (
+        result["mapped_all_ready_after_upstream_s"] / result["static_all_ready_after_upstream_s"]
+    )
+    print(json.dumps(result, indent=2))
+    if options.out:
+        with options.out.open("a") as out:
+            out.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
