@@ -228,6 +228,11 @@ class Queries:
         """Every transition of one task run, every attempt, in order."""
         return self._audit([task_run_id])
 
+    def histories(self, task_run_ids: Collection[UUID]) -> list[AuditEntry]:
+        """Every transition of some task runs, in the log's order: a run's changed tasks
+        only (the web UI's large run as of a moment), never its every task's."""
+        return self._audit(list(task_run_ids)) if task_run_ids else []
+
     def run_history(self, run_id: UUID) -> list[AuditEntry]:
         """The audit log of a run: its own transitions and every task's, in time order."""
         self.get_workflow_run(run_id)

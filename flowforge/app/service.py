@@ -268,6 +268,7 @@ class FlowForge:
     workflow_run_aggregate = _on("queries", Queries.workflow_run_aggregate)
     last_change = _on("queries", Queries.last_change)
     history = _on("queries", Queries.history)
+    histories = _on("queries", Queries.histories)
     run_history = _on("queries", Queries.run_history)
     # One run at any size (issue #50): bounded reads for the CLI and the UI.
     task_run_by_key = _on("queries", Queries.task_run_by_key)
