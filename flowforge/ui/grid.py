@@ -50,7 +50,9 @@ def grid_page(app: FlowForge, name: str, page: int = 1) -> dict[str, Any]:
     return {
         "name": name,
         "runs": [_column(r) for r in runs],
-        "rows": [{"key": k, "cells": [Cell(found.get((i, k))) for i in range(len(runs))]} for k in shown],
+        "rows": [
+            {"key": k, "cells": [Cell(found.get((i, k))) for i in range(len(runs))]} for k in shown
+        ],
         "task_count": len(keys),
         "page": page,
         "pages": pages,

@@ -3,9 +3,10 @@
 - **Layers**: a task's layer is one more than its deepest upstream task's (longest path;
   a task with no upstream is in layer 0). Layers are columns, left to right, so every
   edge goes from a lower layer to a higher one.
-- **Groups**: a layer of more than :data:`GROUP_LAYER` tasks is drawn as one box
-  ("work ×9,998"), its state counts drawn by the page; edges to and from its tasks become
-  one edge to or from the group.
+- **Groups**: a layer of more than :data:`GROUP_LAYER` tasks is drawn as one box,
+  labelled with its tasks' type and count ("work", a multiplication sign, "9,998"), its
+  state counts drawn by the page; edges to and from its tasks become one edge to or
+  from the group.
 - **Order**: within a layer, boxes are ordered to reduce crossings: barycentric sweeps
   (each box at the mean position of its neighbours in the layer before, then after),
   with a dummy node in every layer a long edge crosses, keeping the order with the
@@ -26,6 +27,7 @@ chain of 10,000 tasks) is not drawn (:func:`picture` returns ``None``); the page
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +45,9 @@ MAX_BOXES = 1000
 MAX_LAYERS = 80
 #: Barycentric sweeps (each one down and one up) to order the layers.
 SWEEPS = 4
+
+#: A group's label: its tasks' type, this sign, their count.
+TIMES = "\N{MULTIPLICATION SIGN}"
 
 BOX_WIDTH = 150
 BOX_HEIGHT = 40
@@ -151,7 +156,7 @@ def _nodes(tasks: Sequence[Task]) -> tuple[list[list[str]], dict[str, Box], set[
             key = group_key(lvl)
             kinds = Counter(types[k] for k in keys)
             kind = kinds.most_common(1)[0][0] if len(kinds) == 1 and kinds else "tasks"
-            label = f"{kind or 'tasks'} ×{len(keys):,}"
+            label = f"{kind or 'tasks'} {TIMES}{len(keys):,}"
             groups[key] = Box(key, lvl, 0, 0, tuple(keys), label)
             node_of.update(dict.fromkeys(keys, key))
             layers.append([key])
@@ -179,7 +184,7 @@ def order(layers: list[list[str]], edges: set[tuple[str, str]]) -> list[list[str
         chain = [u] + [f"\0{n}:{i}" for i in range(layer_of[u] + 1, layer_of[v])] + [v]
         for i, dummy in enumerate(chain[1:-1], start=layer_of[u] + 1):
             work[i].append(dummy)
-        for a, b in zip(chain, chain[1:], strict=False):
+        for a, b in itertools.pairwise(chain):
             succ.setdefault(a, []).append(b)
             pred.setdefault(b, []).append(a)
     best, fewest = [list(k) for k in work], _crossings(work, succ)
@@ -189,18 +194,25 @@ def order(layers: list[list[str]], edges: set[tuple[str, str]]) -> list[list[str
         for i in indices:
             near = work[i - 1] if down else work[i + 1]
             place = {k: p for p, k in enumerate(near)}
-            links = pred if down else succ
 
-            def weight(item: tuple[int, str], links: dict[str, list[str]] = links) -> float:
-                p, key = item
-                found = [place[k] for k in links.get(key, ()) if k in place]
-                return sum(found) / len(found) if found else float(p)
-
-            work[i] = [k for _, k in sorted(enumerate(work[i]), key=lambda it: (weight(it), it[0]))]
+            work[i] = _by_barycentre(work[i], place, pred if down else succ)
         count = _crossings(work, succ)
         if count < fewest:
             best, fewest = [list(k) for k in work], count
     return [[k for k in keys if not k.startswith("\0")] for keys in best]
+
+
+def _by_barycentre(
+    keys: list[str], place: dict[str, int], links: dict[str, list[str]]
+) -> list[str]:
+    """``keys`` sorted by the mean place of their neighbours (``links``) in the layer
+    beside, a key without any keeping its own place; ties in their current order."""
+
+    def weight(p: int, key: str) -> float:
+        found = [place[k] for k in links.get(key, ()) if k in place]
+        return sum(found) / len(found) if found else float(p)
+
+    return [k for _, k in sorted(enumerate(keys), key=lambda it: (weight(*it), it[0]))]
 
 
 def _crossings(work: list[list[str]], succ: dict[str, list[str]]) -> int:
@@ -264,8 +276,9 @@ def _route(u: Box, v: Box, u_sub: tuple[int, int], v_sub: tuple[int, int]) -> Ed
     """``u`` to ``v`` through the free lanes between columns and rows."""
     after = COLUMN_GAP if u_sub[0] == u_sub[1] - 1 else SUB_GAP
     before = COLUMN_GAP if v_sub[0] == 0 else SUB_GAP
-    x1, y1 = u.x + BOX_WIDTH, u.y + BOX_HEIGHT / 2
-    x2, y2 = v.x, v.y + BOX_HEIGHT / 2
+    x1, y1 = float(u.x + BOX_WIDTH), u.y + BOX_HEIGHT / 2
+    x2, y2 = float(v.x), v.y + BOX_HEIGHT / 2
+    points: tuple[tuple[float, float], ...]
     out, into = x1 + after / 2, x2 - before / 2
     if out == into:  # adjacent columns: one vertical run in the gap between them
         points = ((x1, y1), (out, y1), (out, y2), (x2, y2))

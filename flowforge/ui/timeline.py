@@ -52,7 +52,7 @@ def ticks(start: datetime, end: datetime, width: float = WIDTH) -> list[Tick]:
         label = moment.strftime("%H:%M:%S")
         if step < 1:
             label += f".{moment.microsecond // 1000:03d}"
-        if step >= 86400 or not found and moment.date() != start.date():
+        if step >= 86400 or (not found and moment.date() != start.date()):
             label = moment.strftime("%Y-%m-%d ") + label
         found.append(Tick(round(width * (moment - start).total_seconds() / span, 1), label))
         t += step

@@ -88,7 +88,7 @@ def test_a_layer_of_10000_tasks_is_one_group_box() -> None:
     picture = drawn(fan_out(9_998))
     assert [b.key for b in picture.boxes if not b.is_group] == ["root", "end"]
     (group,) = [b for b in picture.boxes if b.is_group]
-    assert group.label == "process ×9,998" and len(group.members) == 9_998
+    assert group.label == "process \N{MULTIPLICATION SIGN}9,998" and len(group.members) == 9_998
     assert {(e.source, e.target) for e in picture.edges} == {
         ("root", group.key),
         (group.key, "end"),
