@@ -130,6 +130,12 @@ class Queries:
         with self._core.reads() as reads:
             return [results.task_run_view(t) for t in reads.task_runs_by_keys(run_id, task_keys)]
 
+    def task_counts(self, run_id: UUID) -> dict[str, int]:
+        """A run's tasks counted by state (one aggregate query, no row read): the web
+        UI's runs page, at any run size."""
+        with self._core.reads() as reads:
+            return dict(reads.task_state_counts(run_id))
+
     def run_summary(self, run_id: UUID, per_state: int = SUMMARY_PER_STATE) -> RunSummary:
         """A run's tasks counted by state, and the few of each state a user acts on
         (``ACTED_ON_STATES``), the longest waiting first: bounded at any run size."""

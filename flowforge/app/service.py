@@ -255,6 +255,7 @@ class FlowForge:
     task_run_and_its_run = _on("queries", Queries.task_run_and_its_run)
     task_results = _on("queries", Queries.task_results)
     task_runs = _on("queries", Queries.task_runs)
+    task_counts = _on("queries", Queries.task_counts)
     recent_runs = _on("queries", Queries.recent_runs)
     every_run = _on("queries", Queries.every_run)
     ready_task_runs = _on("queries", Queries.ready_task_runs)

@@ -60,13 +60,12 @@ def runs_page(app: FlowForge, query: RunsQuery) -> dict[str, Any]:
 
 
 def _run_line(app: FlowForge, run: WorkflowRunView) -> dict[str, Any]:
-    tasks = app.task_runs(run.id)
     return {
         "run": run,
         "short": short_id(run.id),
         "created": timefmt.iso(run.created_at),
         "time": timefmt.span(run.started_at, run.finished_at, datetime.now(UTC)),
-        "tasks": dict(sorted(Counter(t.state for t in tasks).items())),
+        "tasks": dict(sorted(app.task_counts(run.id).items())),
     }
 
 

@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from flowforge import timefmt
 from flowforge.aggregates.ids import short_id
 from flowforge.app.service import FlowForge
-from flowforge.ui import create_app
+from flowforge.ui import create_app, pages
 from tests.helpers import LEASE_S, task_id, work
 
 CHAIN = {
@@ -291,7 +291,7 @@ def test_a_run_of_1000_tasks_is_drawn_grouped_paged_and_small(
 
 
 def test_a_live_run_page_patches_from_the_tasks_changed_since_its_cursor(
-    app: FlowForge, client: TestClient
+    app: FlowForge, client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_id = app.start_workflow_run(CHAIN)
     page = client.get(f"/runs/{run_id}").text
@@ -299,7 +299,8 @@ def test_a_live_run_page_patches_from_the_tasks_changed_since_its_cursor(
     assert cursor and f'data-patch="/runs/{run_id}/tasks.json"' in page
     everything = client.get(f"/runs/{run_id}/tasks.json").json()
     assert set(everything["tasks"]) == {"extract", "load"}
-    time.sleep(6)  # past the overlap the cursor keeps (PATCH_OVERLAP)
+    monkeypatch.setattr(pages, "PATCH_OVERLAP", timedelta(0))  # the cursor: the read's time
+    time.sleep(0.01)  # SQLite's clock has millisecond steps
     since = client.get(f"/runs/{run_id}/tasks.json").json()["cursor"]
     quiet = client.get(f"/runs/{run_id}/tasks.json", params={"since": since}).json()
     assert quiet["tasks"] == {}
