@@ -45,6 +45,9 @@ MAX_BOXES = 1000
 MAX_LAYERS = 80
 #: Barycentric sweeps (each one down and one up) to order the layers.
 SWEEPS = 4
+#: More dummy nodes than this (long edges times the layers they cross): the long edges
+#: are left out of the ordering, which stays quick on a dense graph.
+MAX_DUMMIES = 20_000
 
 #: A group's label: its tasks' type, this sign, their count.
 TIMES = "\N{MULTIPLICATION SIGN}"
@@ -180,7 +183,10 @@ def order(layers: list[list[str]], edges: set[tuple[str, str]]) -> list[list[str
     work = [list(keys) for keys in layers]
     succ: dict[str, list[str]] = {}
     pred: dict[str, list[str]] = {}
+    dummies = sum(layer_of[v] - layer_of[u] - 1 for u, v in edges)
     for n, (u, v) in enumerate(sorted(edges)):
+        if dummies > MAX_DUMMIES and layer_of[v] - layer_of[u] > 1:
+            continue
         chain = [u] + [f"\0{n}:{i}" for i in range(layer_of[u] + 1, layer_of[v])] + [v]
         for i, dummy in enumerate(chain[1:-1], start=layer_of[u] + 1):
             work[i].append(dummy)
