@@ -93,7 +93,8 @@ def run_state(
     """A run's tasks now or as of ``at``. A small run is replayed from its audit log. A
     large run (more than ``layout.GROUP_ABOVE`` tasks) is read from its task rows: now,
     each row as it is; as of a moment, a row not changed since is as it was then, and
-    only the tasks changed since are replayed, from their own events."""
+    only the tasks changed since are replayed, from their own events. Its timeline is
+    the first ``timeline.ROWS`` tasks claimed, from their own events."""
     run_moments = sorted({m for m in (run.created_at, run.started_at, run.finished_at) if m})
     if len(rows) <= layout.GROUP_ABOVE:
         history = app.run_history(run.id)
@@ -104,15 +105,23 @@ def run_state(
             replay.moments(history),
             replay.run_state(history, at) or "none",
         )
+    # The timeline's rows: the tasks first claimed (by then), each read from its own
+    # events, so every claim is its bar (a reap and a re-claim, a retry) with its waits.
+    drawn = sorted(
+        (t for t in rows if t.started_at is not None and (at is None or t.started_at <= at)),
+        key=lambda t: t.started_at or run.created_at,
+    )[: timeline.ROWS]
     if at is None:
         states = {t.task_key: replay.TaskAsOf(t.state, t.attempt) for t in rows}
-        return RunState(states, _attempts_now(rows), [], run_moments, run.state)
-    kept = [t for t in rows if t.updated_at <= at]
-    changed = app.histories([t.id for t in rows if t.updated_at > at])
-    states = {t.task_key: replay.TaskAsOf(t.state, t.attempt) for t in kept}
-    states.update(replay.task_states(changed, at))
-    attempts = _attempts_now([t for t in kept if t.finished_at is not None])
-    attempts += replay.attempts(changed, at)
+        history = app.histories([t.id for t in drawn])
+        attempts = replay.attempts(history)
+        return RunState(states, attempts, replay.waits(history), run_moments, run.state)
+    changed_ids = {t.id for t in rows if t.updated_at > at}
+    history = app.histories(changed_ids | {t.id for t in drawn})
+    states = {
+        t.task_key: replay.TaskAsOf(t.state, t.attempt) for t in rows if t.id not in changed_ids
+    }
+    states.update(replay.task_states([e for e in history if e.aggregate_id in changed_ids], at))
     shown = [m for m in run_moments if m <= at]
     if not shown:
         state = "none"
@@ -120,8 +129,8 @@ def run_state(
         state = run.state
     else:
         state = "running" if run.started_at is not None and run.started_at <= at else "pending"
-    attempts.sort(key=lambda a: a.start)
-    return RunState(states, attempts, replay.waits(changed, at), run_moments, state)
+    attempts = replay.attempts(history, at)
+    return RunState(states, attempts, replay.waits(history, at), run_moments, state)
 
 
 def run_page(
@@ -198,25 +207,6 @@ def run_changes(app: FlowForge, run: WorkflowRunView, since: datetime | None) ->
         "tasks": {t.task_key: {"state": t.state, "attempt": t.attempt} for t in changed},
         "cursor": timefmt.iso(now - PATCH_OVERLAP),
     }
-
-
-def _attempts_now(rows: list[TaskRunView]) -> list[replay.TimelineBar]:
-    """Each task's current attempt as its row has it (a large run's page reads no log):
-    from its first claim to its finish, in the order they started."""
-    found = [
-        replay.TimelineBar(
-            t.task_key,
-            t.attempt,
-            t.started_at,
-            t.finished_at,
-            t.state if t.finished_at is not None else None,
-            t.lease_owner,
-            t.error,
-        )
-        for t in rows
-        if t.started_at is not None
-    ]
-    return sorted(found, key=lambda a: a.start)
 
 
 def _task_line(

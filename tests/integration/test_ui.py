@@ -283,6 +283,8 @@ def test_a_run_of_1000_tasks_is_drawn_grouped_paged_and_small(
         and "ready 998" in group.group(1)
     )
     assert 'data-from="root" data-to=" level 1"' in dag
+    bars = _svg(page.text, "timeline")  # root's claim, from its own events
+    assert re.search(r'<g class="row" data-key="root">.*?class="bar state-succeeded"', bars, re.S)
     rows = re.findall(r'<tr data-key="([^"]+)">', page.text)
     assert rows == ["root"] + [f"t{i}" for i in range(49)]  # the first page of 50
     second = client.get(f"/runs/{run_id}", params={"tasks": "2"}).text
