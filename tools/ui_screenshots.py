@@ -3,7 +3,8 @@
 Run on demand (``python -m tools.ui_screenshots``; needs Debian's chromium and
 chromium-driver): it seeds a SQLite database the way tests/e2e/test_ui_browser.py does,
 starts the real `flowforge ui`, and photographs the runs page, a run (now and as of an
-earlier moment), and a task.
+earlier moment), a task, a workflow's grid, a 1,000-task run, the DAG of a 200-task
+fan-out and a run's timeline.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def main() -> None:
                 ("runs", f"{base}/"),
                 ("run", run),
                 ("task", f"{base}/tasks/{seeded['a']}"),
+                ("grid", f"{base}/workflows/pair"),
+                ("run-1000", f"{base}/runs/{seeded['big']}"),
             ):
                 driver.get(page)
                 driver.save_screenshot(str(OUT / f"{name}.png"))
@@ -57,6 +60,10 @@ def main() -> None:
             )
             time.sleep(1)
             driver.save_screenshot(str(OUT / "run-as-of.png"))
+            driver.get(f"{base}/runs/{seeded['fan']}")  # the DAG of a 200-task fan-out
+            driver.find_element("id", "dag").screenshot(str(OUT / "dag-200.png"))
+            driver.get(run)
+            driver.find_element("id", "timeline").screenshot(str(OUT / "timeline.png"))
         finally:
             driver.quit()
             server.terminate()

@@ -157,6 +157,12 @@ class Queries:
             upstreams = reads.task_runs_by_keys(run.id, upstream_keys)
         return [mapped.view(definition, key, upstreams, counts.get(key, {})) for key in keys]
 
+    def task_counts(self, run_id: UUID) -> dict[str, int]:
+        """A run's tasks counted by state (one aggregate query, no row read): the web
+        UI's runs page, at any run size."""
+        with self._core.reads() as reads:
+            return dict(reads.task_state_counts(run_id))
+
     def run_summary(self, run_id: UUID, per_state: int = SUMMARY_PER_STATE) -> RunSummary:
         """A run's tasks counted by state, and the few of each state a user acts on
         (``ACTED_ON_STATES``), the longest waiting first: bounded at any run size."""
@@ -254,6 +260,11 @@ class Queries:
     def history(self, task_run_id: UUID) -> list[AuditEntry]:
         """Every transition of one task run, every attempt, in order."""
         return self._audit([task_run_id])
+
+    def histories(self, task_run_ids: Collection[UUID]) -> list[AuditEntry]:
+        """Every transition of some task runs, in the log's order: a run's changed tasks
+        only (the web UI's large run as of a moment), never its every task's."""
+        return self._audit(list(task_run_ids)) if task_run_ids else []
 
     def run_history(self, run_id: UUID) -> list[AuditEntry]:
         """The audit log of a run: its own transitions and every task's, in time order."""

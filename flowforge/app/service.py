@@ -255,6 +255,7 @@ class FlowForge:
     task_run_and_its_run = _on("queries", Queries.task_run_and_its_run)
     task_results = _on("queries", Queries.task_results)
     task_runs = _on("queries", Queries.task_runs)
+    task_counts = _on("queries", Queries.task_counts)
     recent_runs = _on("queries", Queries.recent_runs)
     every_run = _on("queries", Queries.every_run)
     ready_task_runs = _on("queries", Queries.ready_task_runs)
@@ -268,6 +269,7 @@ class FlowForge:
     workflow_run_aggregate = _on("queries", Queries.workflow_run_aggregate)
     last_change = _on("queries", Queries.last_change)
     history = _on("queries", Queries.history)
+    histories = _on("queries", Queries.histories)
     run_history = _on("queries", Queries.run_history)
     # One run at any size (issue #50): bounded reads for the CLI and the UI.
     task_run_by_key = _on("queries", Queries.task_run_by_key)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -17,15 +17,11 @@ from flowforge.aggregates.ids import short_id
 from flowforge.app import why
 from flowforge.app.results import AuditEntry, TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
-from flowforge.ui import layout, replay
+from flowforge.ui import layout, replay, timeline
 
 #: The runs page filters and counts the most recent runs, at most this many.
 RUNS_WINDOW = 1000
 PAGE_SIZE = 50
-#: The timeline draws at most this many attempts (a grouped run's first ones).
-TIMELINE_ROWS = 200
-TIMELINE_WIDTH = 900
-TIMELINE_ROW = 18
 #: A result on a run's page is cut to this many characters (its task's page shows it all).
 SHORT_TEXT = 200
 
@@ -64,94 +60,181 @@ def runs_page(app: FlowForge, query: RunsQuery) -> dict[str, Any]:
 
 
 def _run_line(app: FlowForge, run: WorkflowRunView) -> dict[str, Any]:
-    tasks = app.task_runs(run.id)
     return {
         "run": run,
         "short": short_id(run.id),
         "created": timefmt.iso(run.created_at),
         "time": timefmt.span(run.started_at, run.finished_at, datetime.now(UTC)),
-        "tasks": dict(sorted(Counter(t.state for t in tasks).items())),
+        "tasks": dict(sorted(app.task_counts(run.id).items())),
     }
 
 
-def run_page(app: FlowForge, run: WorkflowRunView, at: datetime | None) -> dict[str, Any]:
-    """A run: header, its DAG and timeline now or as of ``at`` (replayed from the log).
+#: A run's page lists its tasks this many a page (``?tasks=N``).
+TASK_PAGE = 50
+#: Live updates re-read the tasks changed this long before the last read, so that a
+#: commit that took its time before the read's moment is not missed.
+PATCH_OVERLAP = timedelta(seconds=5)
 
-    A large run shown now is read from its task rows alone (one query), not from its
-    audit log (every event of every task: seconds for 10,000 tasks); as of a past moment
-    it needs the log."""
-    rows = app.task_runs(run.id)
-    if at is None and len(rows) > layout.GROUP_ABOVE:
-        states = {t.task_key: replay.TaskAsOf(t.state, t.attempt) for t in rows}
-        moments = sorted({m for m in (run.created_at, run.started_at, run.finished_at) if m})
-        attempts = _attempts_now(rows)
-        timeline = _timeline(attempts, moments, app.database_now(), run)
-        run_state = run.state
-    else:
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """What a run's page shows of its tasks, now or as of a moment."""
+
+    states: dict[str, replay.TaskAsOf]
+    attempts: list[replay.TimelineBar]
+    waits: list[replay.Wait]
+    moments: list[datetime]
+    run_state: str
+
+
+def run_state(
+    app: FlowForge, run: WorkflowRunView, rows: list[TaskRunView], at: datetime | None
+) -> RunState:
+    """A run's tasks now or as of ``at``. A small run is replayed from its audit log. A
+    large run (more than ``layout.GROUP_ABOVE`` tasks) is read from its task rows: now,
+    each row as it is; as of a moment, a row not changed since is as it was then, and
+    only the tasks changed since are replayed, from their own events. Its timeline is
+    the first ``timeline.ROWS`` tasks claimed, from their own events."""
+    run_moments = sorted({m for m in (run.created_at, run.started_at, run.finished_at) if m})
+    if len(rows) <= layout.GROUP_ABOVE:
         history = app.run_history(run.id)
-        states = replay.task_states(history, at)
-        moments = replay.moments(history)
-        shown = at or app.database_now()
-        timeline = _timeline(replay.attempts(history, at), [e.at for e in history], shown, run)
-        run_state = replay.run_state(history, at) or "none"
-    tasks = [layout.Task(t.task_key, t.depends_on) for t in _definition_order(run, rows)]
+        return RunState(
+            replay.task_states(history, at),
+            replay.attempts(history, at),
+            replay.waits(history, at),
+            replay.moments(history),
+            replay.run_state(history, at) or "none",
+        )
+    # The timeline's rows: the tasks first claimed (by then), each read from its own
+    # events, so every claim is its bar (a reap and a re-claim, a retry) with its waits.
+    drawn = sorted(
+        (t for t in rows if t.started_at is not None and (at is None or t.started_at <= at)),
+        key=lambda t: t.started_at or run.created_at,
+    )[: timeline.ROWS]
+    if at is None:
+        states = {t.task_key: replay.TaskAsOf(t.state, t.attempt) for t in rows}
+        history = app.histories([t.id for t in drawn])
+        attempts = replay.attempts(history)
+        return RunState(states, attempts, replay.waits(history), run_moments, run.state)
+    changed_ids = {t.id for t in rows if t.updated_at > at}
+    history = app.histories(changed_ids | {t.id for t in drawn})
+    states = {
+        t.task_key: replay.TaskAsOf(t.state, t.attempt) for t in rows if t.id not in changed_ids
+    }
+    states.update(replay.task_states([e for e in history if e.aggregate_id in changed_ids], at))
+    shown = [m for m in run_moments if m <= at]
+    if not shown:
+        state = "none"
+    elif run.finished_at is not None and run.finished_at <= at:
+        state = run.state
+    else:
+        state = "running" if run.started_at is not None and run.started_at <= at else "pending"
+    attempts = replay.attempts(history, at)
+    return RunState(states, attempts, replay.waits(history, at), run_moments, state)
+
+
+def run_page(
+    app: FlowForge, run: WorkflowRunView, at: datetime | None, tasks_page: int = 1
+) -> dict[str, Any]:
+    """A run: header, its DAG, its tasks (a page of them) and timeline, now or as of
+    ``at`` (``run_state`` says how each is read)."""
+    rows = _definition_order(run, app.task_runs(run.id))
+    now = app.database_now()
+    seen = run_state(app, run, rows, at)
+    states = seen.states
+    shown_at = at or now
+
+    def then(moment: datetime | None) -> str:
+        return timefmt.iso(moment if moment is not None and moment <= shown_at else None)
+
+    tasks = [layout.Task(t.task_key, t.depends_on, t.task_type) for t in rows]
+    pages_of_tasks = max(1, -(-len(rows) // TASK_PAGE))
+    page = min(max(1, tasks_page), pages_of_tasks)
+    by_attempt: dict[str, list[replay.TimelineBar]] = {}
+    for a in seen.attempts:
+        by_attempt.setdefault(a.task_key, []).append(a)
+    last = max((m for m in seen.moments if m <= shown_at), default=run.created_at)
+    end = shown_at if any(a.end is None for a in seen.attempts) or at else last
+    start = min(seen.moments, default=run.created_at)
     context: dict[str, Any] = {
         "run": run,
         "short": short_id(run.id),
         "at": at,
         "at_iso": timefmt.iso(at) if at else "",
-        "run_state": run_state,
+        "run_state": seen.run_state,
         "inputs": to_json(run.inputs),
-        "times": {
-            "created": timefmt.iso(run.created_at),
-            "started": timefmt.iso(run.started_at),
-            "finished": timefmt.iso(run.finished_at),
-        },
-        "moments": [m.isoformat() for m in moments],
-        "moment_index": _moment_index(moments, at),
+        "times": {"created": then(run.created_at), "started": then(run.started_at)}
+        | {"finished": then(run.finished_at), "now": timefmt.iso(now)},
+        "moments": [timefmt.iso(m) for m in seen.moments],
+        "moment_index": _moment_index(seen.moments, at),
         "task_ids": {t.task_key: t.id for t in rows},
         "states": states,
         "counts": dict(sorted(Counter(s.state for s in states.values()).items())),
         "task_count": len(rows),
-        "timeline": timeline,
+        "rows": [
+            _task_line(t, states.get(t.task_key), by_attempt.get(t.task_key, []))
+            for t in rows[(page - 1) * TASK_PAGE : page * TASK_PAGE]
+        ],
+        "tasks_page": page,
+        "tasks_pages": pages_of_tasks,
+        "task_keys": [t.task_key for t in rows] if len(rows) <= layout.GROUP_ABOVE else [],
+        "timeline": timeline.draw(seen.attempts, seen.waits, start, max(end, start)),
+        "box": {"w": layout.BOX_WIDTH, "h": layout.BOX_HEIGHT},
+        "group_layer": layout.GROUP_LAYER,
+        "cursor": timefmt.iso(now - PATCH_OVERLAP),
     }
-    if len(tasks) > layout.GROUP_ABOVE:
-        by_key = {k: s.state for k, s in states.items()}
-        context["levels"] = layout.grouped(tasks, by_key)
-    else:
-        context["rows"] = [_task_line(t) for t in _definition_order(run, rows)]
-        context["picture"] = layout.picture(tasks)
-        context["box"] = {"w": layout.BOX_WIDTH, "h": layout.BOX_HEIGHT}
+    picture = layout.picture(tasks)
+    context["picture"] = picture
+    by_key = {k: s.state for k, s in states.items()}
+    context["levels"] = layout.grouped(tasks, by_key) if picture is None else []
+    context["groups"] = {
+        b.key: dict(sorted(Counter(by_key.get(k, "none") for k in b.members).items()))
+        for b in (picture.boxes if picture else [])
+        if b.is_group
+    }
     return context
 
 
-def _attempts_now(rows: list[TaskRunView]) -> list[replay.TimelineBar]:
-    """Each task's attempt as its row has it now (a large run's page reads no log): from
-    its first claim to its finish, in the order they started."""
-    found = [
-        replay.TimelineBar(
-            t.task_key,
-            t.attempt,
-            t.started_at,
-            t.finished_at,
-            t.state if t.finished_at is not None else None,
-            t.lease_owner,
-        )
-        for t in rows
-        if t.started_at is not None
-    ]
-    return sorted(found, key=lambda a: a.start)
+def run_changes(app: FlowForge, run: WorkflowRunView, since: datetime | None) -> dict[str, Any]:
+    """What a live run page patches (``/runs/RUN/tasks.json``): the run's state, its
+    counts per state, and the tasks changed since ``since`` (each task without it)."""
+    rows = app.task_runs(run.id)
+    now = app.database_now()
+    changed = [t for t in rows if since is None or t.updated_at >= since]
+    return {
+        "run_state": run.state,
+        "counts": dict(sorted(Counter(t.state for t in rows).items())),
+        "tasks": {t.task_key: {"state": t.state, "attempt": t.attempt} for t in changed},
+        "cursor": timefmt.iso(now - PATCH_OVERLAP),
+    }
 
 
-def _task_line(task: TaskRunView) -> dict[str, Any]:
-    """A task as the run's table shows it now: its result or its error, shortened."""
+def _task_line(
+    task: TaskRunView, then: replay.TaskAsOf | None, attempts: list[replay.TimelineBar]
+) -> dict[str, Any]:
+    """A task as the run's table shows it: its state (as of the moment shown), its result
+    now (shortened), and each attempt with the error it ended with."""
     result = to_json(task.result) if task.result is not None else ""
-    error = task.error or {}
     return {
         "task": task,
+        "state": then.state if then else "none",
+        "attempt": then.attempt if then else 0,
         "result": result if len(result) <= SHORT_TEXT else result[:SHORT_TEXT] + "…",
-        "error": f"{error.get('type', '')}: {error.get('message', '')}" if error else "",
+        "attempts": [
+            {
+                "attempt": a.attempt,
+                "state": a.outcome or "running",
+                "worker": a.worker or "",
+                "error": _error_text(a.error),
+            }
+            for a in attempts
+        ],
+        "error": _error_text(task.error) if not attempts else "",
     }
+
+
+def _error_text(error: dict[str, str] | None) -> str:
+    return f"{error.get('type', '')}: {error.get('message', '')}" if error else ""
 
 
 def _definition_order(run: WorkflowRunView, rows: list[TaskRunView]) -> list[TaskRunView]:
@@ -163,42 +246,6 @@ def _moment_index(moments: list[datetime], at: datetime | None) -> int:
     if at is None:
         return len(moments) - 1
     return max(0, sum(m <= at for m in moments) - 1)
-
-
-def _timeline(
-    every: list[replay.TimelineBar], times: list[datetime], at: datetime, run: WorkflowRunView
-) -> dict[str, Any]:
-    """Every attempt as a bar on one time axis, from the run's creation to ``at`` (the
-    moment shown, or the database's now), or to its last transition (of ``times``) if it
-    ended before."""
-    start = min(times, default=run.created_at)
-    last = max((t for t in times if t <= at), default=start)
-    end = at if any(a.end is None for a in every) else last
-    span = max((end - start).total_seconds(), 1e-3)
-
-    def x(t: datetime) -> float:
-        return round(TIMELINE_WIDTH * (t - start).total_seconds() / span, 1)
-
-    bars = [
-        {
-            "attempt": a,
-            "x": x(a.start),
-            "w": max(2.0, round(x(a.end or end) - x(a.start), 1)),
-            "y": i * TIMELINE_ROW,
-            "state": a.outcome or "running",
-            "duration": timefmt.between(a.start, a.end, missing="running"),
-        }
-        for i, a in enumerate(every[:TIMELINE_ROWS])
-    ]
-    return {
-        "bars": bars,
-        "shown": len(bars),
-        "attempts": len(every),
-        "width": TIMELINE_WIDTH,
-        "height": max(1, len(bars)) * TIMELINE_ROW,
-        "start": timefmt.iso(start),
-        "end": timefmt.iso(end),
-    }
 
 
 def task_page(app: FlowForge, task_run_id: UUID, at: datetime | None) -> dict[str, Any]:

@@ -33,6 +33,19 @@ class TimelineBar:
     end: datetime | None
     outcome: str | None
     worker: str | None
+    #: The error the attempt ended with (a failure, a time-out, a lost worker).
+    error: dict[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A task waiting to be claimed: from entering ``kind`` (``ready``, or
+    ``retrying``: a retry's back-off) to its next claim (``end``), or still waiting."""
+
+    task_key: str
+    kind: str
+    start: datetime
+    end: datetime | None
 
 
 def task_states(history: Sequence[AuditEntry], at: datetime | None = None) -> dict[str, TaskAsOf]:
@@ -62,13 +75,38 @@ def attempts(history: Sequence[AuditEntry], at: datetime | None = None) -> list[
             i = open_.pop(key)
             running = found[i]
             found[i] = TimelineBar(
-                key, running.attempt, running.start, entry.at, entry.target, running.worker
+                key,
+                running.attempt,
+                running.start,
+                entry.at,
+                entry.target,
+                running.worker,
+                entry.error,
             )
         if entry.target == "running":
             open_[key] = len(found)
             found.append(
                 TimelineBar(key, entry.attempt or 1, entry.at, None, None, entry.lease_owner)
             )
+    return found
+
+
+def waits(history: Sequence[AuditEntry], at: datetime | None = None) -> list[Wait]:
+    """Every wait of every task as of ``at``: from each transition into ``ready`` or
+    ``retrying`` to the claim that ended it (a retrying task's wait runs on through
+    ``ready`` to its claim, as one back-off then queue)."""
+    found: list[Wait] = []
+    open_: dict[str, int] = {}  # task key -> index in found of its open wait
+    for entry in as_of.fold(history, at).entries:
+        key = entry.task_key
+        if entry.aggregate != "TaskRun" or key is None:
+            continue
+        if entry.target in ("ready", "retrying") and key not in open_:
+            open_[key] = len(found)
+            found.append(Wait(key, entry.target, entry.at, None))
+        elif entry.target not in ("ready", "retrying") and key in open_:
+            i = open_.pop(key)
+            found[i] = Wait(key, found[i].kind, found[i].start, entry.at)
     return found
 
 

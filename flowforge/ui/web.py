@@ -26,6 +26,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import (
+    JSONResponse,
     PlainTextResponse,
     RedirectResponse,
     Response,
@@ -39,7 +40,7 @@ from flowforge import errors, timefmt
 from flowforge.app import ids
 from flowforge.app.definition_files import load_definition_text
 from flowforge.app.service import FlowForge
-from flowforge.ui import pages
+from flowforge.ui import grid, pages
 from flowforge.ui.live import ChangeFeed
 
 HERE = Path(__file__).parent
@@ -76,6 +77,7 @@ def create_app(app: FlowForge, *, token: str | None) -> Starlette:
         autoescape=True,  # everything a user or a handler wrote is shown as text
         undefined=jinja2.StrictUndefined,
     )
+    environment.filters["iso"] = timefmt.iso  # one time format on every page (UTC)
     templates = Jinja2Templates(env=environment)
     csrf = secrets.token_urlsafe(32)  # per process: a POST from another site lacks it
     feed = ChangeFeed(app)
@@ -94,6 +96,8 @@ def create_app(app: FlowForge, *, token: str | None) -> Starlette:
             Route("/", ui.runs),
             Route("/runs", ui.submit, methods=["POST"]),
             Route("/runs/{run}", ui.run),
+            Route("/runs/{run}/tasks.json", ui.run_changes),
+            Route("/workflows/{name}", ui.grid),
             Route("/runs/{run}/cancel", ui.cancel, methods=["POST"]),
             Route("/runs/{run}/rerun", ui.rerun, methods=["POST"]),
             Route("/tasks/{task}", ui.task),
@@ -209,11 +213,39 @@ class _Pages:
             run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
         except BadQueryError as exc:
             return self._problem(request, str(exc), 400)
-        context = await run_in_threadpool(pages.run_page, self.app, run, at)
+        page = request.query_params.get("tasks", "1")
+        context = await run_in_threadpool(
+            pages.run_page, self.app, run, at, int(page) if page.isdigit() else 1
+        )
         context["cancelled"] = request.query_params.get("cancelled") == "1"
         context["notice"] = _RUN_NOTICES.get(next(iter(request.query_params), ""), "")
         context["live"] = at is None
+        # Live, the page patches its tasks' states from JSON instead of reloading.
+        context["patch"] = f"/runs/{run.id}/tasks.json" if at is None else ""
         return self._render(request, "run.html", context)
+
+    async def run_changes(self, request: Request) -> Response:
+        """A live run page's patch: the run's state and counts, and its tasks changed
+        since ``?since=`` (the ``cursor`` of the previous answer), as JSON."""
+        try:
+            since = parse_at(request.query_params.get("since"))
+            run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
+        except BadQueryError as exc:
+            return PlainTextResponse(str(exc), 400)
+        changes = await run_in_threadpool(pages.run_changes, self.app, run, since)
+        return JSONResponse(changes, headers={"Cache-Control": "no-store"})
+
+    async def grid(self, request: Request) -> Response:
+        """A workflow's newest runs as columns, its tasks as rows (``grid.py``)."""
+        page = request.query_params.get("page", "1")
+        context = await run_in_threadpool(
+            grid.grid_page,
+            self.app,
+            request.path_params["name"],
+            int(page) if page.isdigit() else 1,
+        )
+        context["live"] = True
+        return self._render(request, "grid.html", context)
 
     async def task(self, request: Request) -> Response:
         try:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import pytest
 from selenium.common.exceptions import StaleElementReferenceException
@@ -74,14 +75,37 @@ def seed(url: str) -> dict[str, str]:
         assert app.finish_task_run(tasks[key], claim.fencing_token, "succeed", {"ok": key})
     app.schedule_once()
     pending = app.start_workflow_run(definition)
+    fan = app.start_workflow_run(fan_out(198))
+    fan_tasks = {t.task_key: t.id for t in app.task_runs(fan)}
+    claim = app.claim_task_run(fan_tasks["root"], "w1", 30)
+    assert claim is not None
+    assert app.finish_task_run(fan_tasks["root"], claim.fencing_token, "succeed", {"ok": 1})
+    app.schedule_once()
+    big = app.start_workflow_run(fan_out(998))
+    live = app.start_workflow_run(definition)  # running: its a claimed, finished in a test
+    live_a = next(t.id for t in app.task_runs(live) if t.task_key == "a")
+    live_claim = app.claim_task_run(live_a, "w1", 300)
+    assert live_claim is not None
     seeded = {
         "finished": str(finished),
         "a": str(tasks["a"]),
         "pending": str(pending),
+        "fan": str(fan),
+        "big": str(big),
+        "live": str(live),
+        "live_a": str(live_a),
+        "live_token": str(live_claim.fencing_token),
         "url": url,
     }
     app.close()
     return seeded
+
+
+def fan_out(n: int) -> dict[str, object]:
+    """A root, ``n`` tasks after it, and one task after them all."""
+    middle = [{"key": f"t{i}", "type": "process", "depends_on": ["root"]} for i in range(n)]
+    end = {"key": "end", "type": "process", "depends_on": [f"t{i}" for i in range(n)]}
+    return {"name": f"fan{n}", "tasks": [{"key": "root", "type": "process"}, *middle, end]}
 
 
 @pytest.fixture(scope="module")
@@ -229,3 +253,151 @@ def test_the_runs_page_shows_a_new_run_without_reloading(
     )
     assert browser.execute_script("return window.flowforgeStayed") == 1
     assert int(browser.execute_script("return document.body.dataset.refreshed")) >= 1
+
+
+ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"
+
+#: The boxes' rectangles on the page as the browser drew them, and the DAG's size.
+BOXES_JS = """
+const rects = [...document.querySelectorAll('#dag g.task > rect, #dag g.group > rect:first-child')]
+  .map(r => { const b = r.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; });
+const dag = document.getElementById('dag').getBoundingClientRect();
+return {rects: rects, height: dag.height, width: dag.width};
+"""
+
+
+def test_a_200_task_fan_out_is_drawn_without_overlaps_with_arrowheads_and_bounded_height(
+    served: tuple[str, dict[str, str]], browser: Any
+) -> None:
+    base, seeded = served
+    browser.get(f"{base}/runs/{seeded['fan']}")
+    drawn = browser.execute_script(BOXES_JS)
+    rects = drawn["rects"]
+    assert len(rects) == 200  # every task its own box
+    assert drawn["height"] <= 1200  # not one column 11,000 px tall: its layer wraps
+    for i, (l1, t1, r1, b1) in enumerate(rects):
+        for l2, t2, r2, b2 in rects[i + 1 :]:
+            assert r1 <= l2 or r2 <= l1 or b1 <= t2 or b2 <= t1, "two boxes overlap"
+    edges = browser.execute_script(
+        "return [...document.querySelectorAll('#dag path.edge')]"
+        ".map(p => [p.getAttribute('marker-end'), p.getTotalLength()])"
+    )
+    assert len(edges) == 2 * 198
+    assert all(marker == "url(#arrow)" and length > 0 for marker, length in edges)
+    arrow = browser.execute_script(
+        "const m = document.querySelector('#dag marker#arrow path');"
+        "return m && getComputedStyle(m).fill"
+    )
+    assert arrow and arrow != "none"  # the arrowhead is drawn, in the stylesheet's colour
+    assert box_state(browser, "root") == "succeeded" and box_state(browser, "t7") == "ready"
+
+
+def test_a_1000_task_run_loads_grouped_and_its_load_time_is_reported(
+    served: tuple[str, dict[str, str]], browser: Any, record_property: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, seeded = served
+    browser.get(f"{base}/runs/{seeded['big']}")
+    timing = browser.execute_script(
+        "const n = performance.getEntriesByType('navigation')[0];"
+        "return {response: n.responseEnd - n.requestStart, loaded: n.loadEventEnd,"
+        " bytes: n.transferSize}"
+    )
+    record_property("page_load_ms_1000_tasks", round(timing["loaded"]))
+    print(  # in the test's report with -s or -rA: a 1,000-task run's page in the browser
+        f"\n1,000-task run page: response {timing['response']:.0f} ms, "
+        f"loaded {timing['loaded']:.0f} ms, {timing['bytes']:,} bytes"
+    )
+    group = browser.find_element(By.CSS_SELECTOR, '#dag g.group[data-level="1"]')
+    assert "process \N{MULTIPLICATION SIGN}998" in group.text
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#tasks tbody tr")) == 50  # paged
+
+
+def test_the_grid_shows_runs_as_columns_and_tasks_as_rows(
+    served: tuple[str, dict[str, str]], browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, seeded = served
+    browser.get(base + "/")
+    browser.find_element(By.CSS_SELECTOR, 'a[href="/workflows/pair"]').click()
+    assert browser.current_url.endswith("/workflows/pair")
+    heads = browser.find_elements(By.CSS_SELECTOR, "#grid thead a")
+    assert heads[0].get_attribute("href").endswith(f"/runs/{seeded['finished']}")  # oldest
+    cells = browser.find_elements(By.CSS_SELECTOR, '#grid tr[data-key="a"] td.cell')
+    assert len(cells) == len(heads) >= 3
+    assert "state-succeeded" in str(cells[0].get_attribute("class"))
+    colour = browser.execute_script(
+        "return getComputedStyle(arguments[0]).backgroundColor", cells[0]
+    )
+    assert colour not in ("", "rgba(0, 0, 0, 0)")
+
+
+def test_the_timeline_has_a_time_axis_in_utc_and_a_bar_per_attempt(
+    served: tuple[str, dict[str, str]], browser: Any
+) -> None:
+    import re
+
+    from selenium.webdriver.common.by import By
+
+    base, seeded = served
+    browser.get(f"{base}/runs/{seeded['finished']}")
+    ticks = browser.find_elements(By.CSS_SELECTOR, "#timeline #axis g.tick text")
+    assert len(ticks) >= 2
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d(\.\d{3})?", t.text) for t in ticks)
+    assert "UTC" in browser.find_element(By.ID, "axis").text
+    bars = browser.find_elements(By.CSS_SELECTOR, '#timeline g.row[data-key="a"] g.bar')
+    assert [b.get_attribute("data-attempt") for b in bars] == ["1", "2"]  # a retry
+    assert "state-failed" in str(bars[0].get_attribute("class"))
+    waits = browser.find_elements(By.CSS_SELECTOR, '#timeline g.row[data-key="a"] line.wait')
+    assert len(waits) >= 1
+    errors = browser.find_element(By.CSS_SELECTOR, '#tasks tr[data-key="a"] td.attempts').text
+    assert XSS in errors  # the first attempt's error beside it, as text
+
+
+def test_every_time_on_a_run_page_is_iso_utc_and_the_page_says_so(
+    served: tuple[str, dict[str, str]], browser: Any
+) -> None:
+    import re
+
+    from selenium.webdriver.common.by import By
+
+    base, seeded = served
+    browser.get(f"{base}/runs/{seeded['finished']}")
+    assert "times in UTC" in browser.find_element(By.ID, "tz").text
+    times = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#header dd.time")]
+    assert len(times) == 3 and all(re.fullmatch(ISO, t) for t in times)
+    moments = browser.execute_script(
+        "return JSON.parse(document.getElementById('slider').dataset.moments)"
+    )
+    assert all(re.fullmatch(ISO, m) for m in moments)
+    browser.get(f"{base}/runs/{seeded['finished']}?at={moments[1]}")
+    assert moments[1] in browser.find_element(By.ID, "header-at").text  # the moment chosen
+    finished = browser.find_elements(By.CSS_SELECTOR, "#header dd.time")[2].text
+    assert finished == "-"  # it had not finished then
+
+
+def test_a_live_run_page_patches_a_tasks_box_without_reloading(
+    served: tuple[str, dict[str, str]], browser: Any
+) -> None:
+    base, seeded = served
+    browser.get(f"{base}/runs/{seeded['live']}")
+    assert box_state(browser, "a") == "running"
+    browser.execute_script("window.flowforgeStayed = 1")  # gone if the page reloads
+    other = FlowForge(seeded["url"])  # another process finishes a: the poll sees it
+    try:
+        token = int(seeded["live_token"])
+        assert other.finish_task_run(UUID(seeded["live_a"]), token, "succeed", {"ok": 1})
+    finally:
+        other.close()
+    WebDriverWait(browser, WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda driver: box_state(driver, "a") == "succeeded"
+    )
+    from selenium.webdriver.common.by import By
+
+    row = browser.find_element(By.CSS_SELECTOR, '#tasks tr[data-key="a"] span.state').text
+    assert row == "succeeded"  # its row patched too
+    assert browser.execute_script("return window.flowforgeStayed") == 1
+    assert int(browser.execute_script("return document.body.dataset.patched")) >= 1
+    assert browser.execute_script("return document.body.dataset.refreshed") is None

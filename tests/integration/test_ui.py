@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from flowforge import timefmt
 from flowforge.aggregates.ids import short_id
 from flowforge.app.service import FlowForge
-from flowforge.ui import create_app
+from flowforge.ui import create_app, pages
 from tests.helpers import LEASE_S, task_id, work
 
 CHAIN = {
@@ -115,13 +115,15 @@ def test_a_runs_page_shows_header_dag_colours_and_timeline(
     dag = _svg(page.text, "dag")
     assert re.search(r'class="task state-succeeded" data-key="extract"', dag)
     assert re.search(r'class="task state-ready" data-key="load"', dag)
-    assert "<line" in dag  # the edge extract -> load
+    edge = r'<path class="edge" d="M[^"]+" marker-end="url\(#arrow\)" data-from="extract"'
+    assert re.search(edge + ' data-to="load"', dag)  # the edge extract -> load, an arrow
+    assert '<marker id="arrow"' in dag
     timeline = _svg(page.text, "timeline")
     assert timeline.count('class="bar state-succeeded"') == 1
     assert 'type="range"' in page.text
     tasks = re.search(r'id="tasks">(.*?)</table>', page.text, re.S)
     assert tasks
-    assert tasks.group(1).count("<tr>") == 3  # the header, extract and load
+    assert tasks.group(1).count("<tr") == 3  # the header, extract and load
 
 
 def test_the_slider_shows_a_task_as_it_was(app: FlowForge, client: TestClient) -> None:
@@ -250,30 +252,113 @@ def test_what_users_and_handlers_wrote_is_escaped(app: FlowForge, client: TestCl
         assert page.headers["content-security-policy"].startswith("default-src 'self'")
 
 
-def test_a_run_of_1000_tasks_is_grouped_by_level(
+def test_a_run_of_1000_tasks_is_drawn_grouped_paged_and_small(
     app: FlowForge, client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tasks: list[dict[str, Any]] = [{"key": "root", "type": "work"}]
     tasks += [{"key": f"t{i}", "type": "work", "depends_on": ["root"]} for i in range(998)]
     tasks.append({"key": "end", "type": "work", "depends_on": [f"t{i}" for i in range(998)]})
     run_id = app.start_workflow_run({"name": "wide", "tasks": tasks})
+    before_root = app.database_now()
     work(app, run_id, "root")
-    as_of = client.get(f"/runs/{run_id}", params={"at": timefmt.iso(app.database_now())})
-    assert as_of.status_code == 200 and "ready 998" in as_of.text  # replayed from the log
 
     def unread(*_: object) -> None:
-        raise AssertionError("a large run's page now reads its rows, not its audit log")
+        raise AssertionError("a large run's page reads its rows, not its whole audit log")
 
     monkeypatch.setattr(app, "run_history", unread)
+    as_of = client.get(f"/runs/{run_id}", params={"at": timefmt.iso(app.database_now())})
+    assert as_of.status_code == 200 and "ready 998" in as_of.text
+    earlier = client.get(f"/runs/{run_id}", params={"at": timefmt.iso(before_root)})
+    assert re.search(r'class="task state-ready" data-key="root"', _svg(earlier.text, "dag"))
+    assert "pending 999" in earlier.text  # replayed from the changed tasks' own events
     page = client.get(f"/runs/{run_id}")
     assert page.status_code == 200
-    assert 'id="dag"' not in page.text
-    levels = re.search(r'id="levels">(.*?)</table>', page.text, re.S)
-    assert levels
-    rows = re.findall(r"<tr><td>(\d+)</td><td>(\d+)</td>", levels.group(1))
-    assert rows == [("0", "1"), ("1", "998"), ("2", "1")]
-    assert "ready 998" in levels.group(1)
-    assert "succeeded 1" in levels.group(1)
+    assert len(page.content) < 200_000  # no list of every task, no 1,000-box picture
+    dag = _svg(page.text, "dag")
+    assert dag.count('class="task ') == 2  # root and end; the middle layer is one box
+    group = re.search(r'<g class="group" data-level="1">(.*?)</g>', dag, re.S)
+    assert (
+        group
+        and "work \N{MULTIPLICATION SIGN}998" in group.group(1)
+        and "ready 998" in group.group(1)
+    )
+    assert 'data-from="root" data-to=" level 1"' in dag
+    bars = _svg(page.text, "timeline")  # root's claim, from its own events
+    assert re.search(r'<g class="row" data-key="root">.*?class="bar state-succeeded"', bars, re.S)
+    rows = re.findall(r'<tr data-key="([^"]+)">', page.text)
+    assert rows == ["root"] + [f"t{i}" for i in range(49)]  # the first page of 50
+    second = client.get(f"/runs/{run_id}", params={"tasks": "2"}).text
+    assert re.findall(r'<tr data-key="([^"]+)">', second)[0] == "t49"
+    assert "tasks 51 to 100 of 1000" in second
+
+
+def test_a_live_run_page_patches_from_the_tasks_changed_since_its_cursor(
+    app: FlowForge, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = app.start_workflow_run(CHAIN)
+    page = client.get(f"/runs/{run_id}").text
+    cursor = re.search(r'data-cursor="([^"]+)"', page)
+    assert cursor and f'data-patch="/runs/{run_id}/tasks.json"' in page
+    everything = client.get(f"/runs/{run_id}/tasks.json").json()
+    assert set(everything["tasks"]) == {"extract", "load"}
+    monkeypatch.setattr(pages, "PATCH_OVERLAP", timedelta(0))  # the cursor: the read's time
+    time.sleep(0.01)  # SQLite's clock has millisecond steps
+    since = client.get(f"/runs/{run_id}/tasks.json").json()["cursor"]
+    quiet = client.get(f"/runs/{run_id}/tasks.json", params={"since": since}).json()
+    assert quiet["tasks"] == {}
+    work(app, run_id, "extract")
+    changed = client.get(f"/runs/{run_id}/tasks.json", params={"since": since}).json()
+    assert changed["tasks"] == {
+        "extract": {"state": "succeeded", "attempt": 1},
+        "load": {"state": "ready", "attempt": 1},  # made ready by extract's success
+    }
+    assert changed["counts"] == {"ready": 1, "succeeded": 1}
+    assert changed["run_state"] == "running"
+
+
+def test_the_grid_shows_each_tasks_state_in_each_run_of_a_workflow(
+    app: FlowForge, client: TestClient
+) -> None:
+    first = app.start_workflow_run(CHAIN)
+    work(app, first, "extract")
+    second = app.start_workflow_run(CHAIN)
+    other = app.start_workflow_run({"name": "other", "tasks": [{"key": "x", "type": "t"}]})
+    page = client.get("/workflows/chain")
+    assert page.status_code == 200
+    grid = re.search(r'id="grid">(.*?)</table>', page.text, re.S)
+    assert grid
+    heads = re.findall(r'<a href="/runs/([0-9a-f-]+)"', grid.group(1))
+    assert heads == [str(first), str(second)]  # the oldest on the left; other's not here
+    assert str(other) not in page.text
+    rows = dict(re.findall(r'<tr data-key="(\w+)"><th>\w+</th>(.*?)</tr>', grid.group(1), re.S))
+    assert re.findall(r'class="cell state-(\w+)"', rows["extract"]) == ["succeeded", "ready"]
+    assert re.findall(r'class="cell state-(\w+)"', rows["load"]) == ["ready", "pending"]
+    assert client.get("/").text.count('href="/workflows/chain"') >= 1
+
+
+def test_the_as_of_header_shows_the_moment_chosen_and_every_time_in_utc(
+    app: FlowForge, client: TestClient
+) -> None:
+    run_id = app.start_workflow_run(CHAIN)
+    moment = app.database_now()
+    work(app, run_id, "extract")
+    work(app, run_id, "load")
+    assert app.get_workflow_run(run_id).finished_at is not None
+    page = client.get(f"/runs/{run_id}", params={"at": timefmt.iso(moment)}).text
+    header = re.search(r'id="header">(.*?)</dl>', page, re.S)
+    assert header and f"<strong>{timefmt.iso(moment)}</strong> UTC" in header.group(1)
+    finished = re.search(r"<dt>finished</dt><dd class=\"time\">(.*?)</dd>", header.group(1))
+    assert finished and finished.group(1) == "-"  # not finished as of that moment
+    assert "times in UTC" in page
+    iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"
+    now = client.get(f"/runs/{run_id}").text
+    shown = re.findall(r'<dd class="time">(.*?)</dd>', now)
+    assert len(shown) == 3 and all(re.fullmatch(iso, t) for t in shown)
+    task = client.get(f"/tasks/{task_id(app, run_id, 'load')}").text
+    history = re.search(r'class="history">(.*?)</table>', task, re.S)
+    assert history
+    cells = re.findall(r"<tr><td>([^<]+)</td>", history.group(1))
+    assert cells and all(re.fullmatch(iso, t) for t in cells)
 
 
 def _svg(page: str, svg_id: str) -> str:

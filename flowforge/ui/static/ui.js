@@ -11,6 +11,51 @@ function wireSlider() {
   });
 }
 
+// A live run page patches itself: it fetches the tasks changed since its last look (JSON,
+// /runs/RUN/tasks.json?since=CURSOR) and updates their boxes and rows, the run's state and
+// its counts, without re-rendering. When the run's own state changes (it started, ended),
+// the whole page is fetched again: its forms and timeline change with it.
+function patchRun(body, reload) {
+  var url = body.dataset.patch + "?since=" + encodeURIComponent(body.dataset.cursor || "");
+  return fetch(url, {credentials: "same-origin"})
+    .then(function (response) { return response.ok ? response.json() : null; })
+    .then(function (data) {
+      if (data === null) return;
+      body.dataset.cursor = data.cursor;
+      var state = document.getElementById("run-state");
+      if (state && state.textContent !== data.run_state) return reload();
+      var counts = document.getElementById("counts");
+      if (counts) {
+        counts.textContent = "";
+        Object.keys(data.counts).forEach(function (name) {
+          var span = document.createElement("span");
+          span.className = "count state-" + name;
+          span.textContent = name + " " + data.counts[name];
+          counts.appendChild(span);
+          counts.appendChild(document.createTextNode(" "));
+        });
+      }
+      Object.keys(data.tasks).forEach(function (key) {
+        var task = data.tasks[key], quoted = CSS.escape(key);
+        var box = document.querySelector('#dag g.task[data-key="' + quoted + '"]');
+        if (box) {
+          box.setAttribute("class", "task state-" + task.state);
+          var small = box.querySelector("text.small");
+          if (small) small.textContent = task.state + " · attempt " + task.attempt;
+        }
+        var row = document.querySelector('#tasks tr[data-key="' + quoted + '"]');
+        if (row) {
+          var cell = row.querySelector("td span.state");
+          cell.className = "state state-" + task.state;
+          cell.textContent = task.state;
+          var attempt = row.querySelector("td.attempt");
+          attempt.textContent = task.attempt + " of " + attempt.dataset.max;
+        }
+      });
+      body.dataset.patched = String(Number(body.dataset.patched || 0) + 1);
+    });
+}
+
 // Live updates: the server's event stream says when something changed (flowforge/ui/live.py);
 // the page fetches itself again and swaps its <main>, at most once a second, never while
 // the user is typing in one of its forms (it swaps once they leave it).
@@ -31,11 +76,21 @@ function followChanges(url) {
       return;
     }
     busy = true; again = false; last = Date.now();
-    fetch(window.location.href, {credentials: "same-origin"})
+    var body = document.body;
+    if (body.dataset.patch) {
+      patchRun(body, reload).finally(function () { busy = false; if (again) setTimeout(retry, 250); });
+      return;
+    }
+    reload().finally(function () { busy = false; if (again) setTimeout(retry, 250); });
+  }
+
+  function reload() {
+    return fetch(window.location.href, {credentials: "same-origin"})
       .then(function (response) { return response.ok ? response.text() : null; })
       .then(function (html) {
         if (html === null) return;
-        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("main");
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var fresh = doc.querySelector("main");
         var open = document.getElementById("submit");
         if (fresh) {
           main.innerHTML = fresh.innerHTML;
@@ -44,8 +99,8 @@ function followChanges(url) {
           document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
           wireSlider();
         }
-      })
-      .finally(function () { busy = false; if (again) setTimeout(retry, 250); });
+        if (doc.body && doc.body.dataset.cursor) document.body.dataset.cursor = doc.body.dataset.cursor;
+      });
   }
 
   function retry() { if (again) refresh(); }

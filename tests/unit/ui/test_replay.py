@@ -74,3 +74,24 @@ def test_an_attempt_running_as_of_a_time_has_no_end_yet() -> None:
 
 def test_the_sliders_stops_are_the_distinct_transition_times() -> None:
     assert replay.moments(LOG) == [at(s) for s in (0, 1, 2, 3, 4, 5, 7)]
+
+
+def test_waits_run_from_ready_or_retrying_to_the_next_claim() -> None:
+    assert replay.waits(LOG) == [
+        replay.Wait("extract", "ready", at(0), at(1)),
+        replay.Wait("extract", "retrying", at(3), at(5)),  # its back-off, then the queue
+    ]
+    assert replay.waits(LOG, at(3.5)) == [
+        replay.Wait("extract", "ready", at(0), at(1)),
+        replay.Wait("extract", "retrying", at(3), None),  # still waiting then
+    ]
+
+
+def test_an_attempt_carries_the_error_it_ended_with() -> None:
+    error = {"type": "ValueError", "message": "boom"}
+    failed = AuditEntry(
+        at(2), "TaskRun", TASK, 1, "e", "t", "running", "failed", "w", "extract",
+        attempt=1, error=error,
+    )  # fmt: skip
+    log = [LOG[1], LOG[2], failed]
+    assert replay.attempts(log)[0].error == error
