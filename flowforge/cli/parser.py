@@ -206,6 +206,7 @@ COMMANDS = (
     reading.EVENTS,
     runs.CANCEL,
     reading.WHY,
+    reading.LOGS,
     reading.UI,
 )
 

@@ -24,7 +24,7 @@ from flowforge.aggregates import failures, lost_workers
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.app.results import Claim, TaskRunView
 from flowforge.app.service import FlowForge
-from flowforge.processes import settle, telemetry
+from flowforge.processes import capture, settle, telemetry
 from flowforge.processes.claim import Claimer
 from flowforge.processes.handler_call import HandlerCall, error_details
 from flowforge.processes.heartbeat import Heartbeat
@@ -86,6 +86,8 @@ class Steps:
         #: Handlers left running after their lease was lost, each on its own lane.
         self._abandoned: list[HandlerCall] = []
         self.max_abandoned = max_abandoned
+        # Each attempt's prints and log records go to its own buffer (capture.py).
+        capture.install()
 
     # --- admitting and claiming -------------------------------------------------------
 
@@ -201,7 +203,7 @@ class Steps:
                 self._pump(consumer, 0)
                 meanwhile()
         result, error = call.outcome()
-        outcome = _outcome(task, claim, result, error)
+        outcome = _outcome(task, claim, result, error, call.output.captured())
         observe.announce.handler_returned(
             task.task_type, outcome.edge, time.perf_counter() - began
         )
@@ -240,7 +242,9 @@ class Steps:
             ),
         )
         message = "the lease was lost while the handler ran; the worker stopped waiting"
-        return _outcome(task, claim, None, {"type": ABANDONED, "message": message})
+        # What it printed so far is kept with the attempt; what it prints later is not.
+        error = {"type": ABANDONED, "message": message}
+        return _outcome(task, claim, None, error, call.output.captured())
 
     @property
     def abandoned_running(self) -> int:
@@ -359,7 +363,11 @@ class Steps:
 
 
 def _outcome(
-    task: TaskRunView, claim: Claim, result: Any, error: dict[str, str] | None
+    task: TaskRunView,
+    claim: Claim,
+    result: Any,
+    error: dict[str, str] | None,
+    output: capture.Captured | None = None,
 ) -> Outcome:
     return Outcome(
         task_run_id=task.id,
@@ -370,4 +378,5 @@ def _outcome(
         result=result,
         error=error,
         workflow_run_id=task.workflow_run_id,
+        output=output,
     )

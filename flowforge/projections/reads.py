@@ -63,6 +63,10 @@ class Reads:
         """Every stored event, in the log's order, in one read (the rebuild's check)."""
         return [stored_event(row) for row in self._tx.run("select_stored_events")]
 
+    def attempt_log_rows(self, task_run_id: UUID) -> list[Row]:
+        """The task's attempts' captured outputs, in the order of their claims."""
+        return self._tx.run("select_attempt_logs", {"task_run_id": task_run_id})
+
     def now(self) -> datetime:
         """The database's clock: the one that decides leases and retry times."""
         (row,) = self._tx.run("db_now")
