@@ -232,6 +232,7 @@ class Processes:
             worker_id=worker_id,
             stop=self.stop,
             batch=batch,
+            task_types=consumed,
         )
 
     def _consumed(self, task_types: Collection[str] | None) -> list[str] | None:

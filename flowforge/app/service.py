@@ -261,6 +261,7 @@ class FlowForge:
     every_run = _on("queries", Queries.every_run)
     ready_task_runs = _on("queries", Queries.ready_task_runs)
     expired_leases = _on("queries", Queries.expired_leases)
+    tasks_leased_by = _on("queries", Queries.tasks_leased_by)
     overdue_tasks = _on("queries", Queries.overdue_tasks)
     dispatches_of = _on("queries", Queries.dispatches_of)
     pending_dispatch_count = _on("queries", Queries.pending_dispatch_count)

@@ -201,6 +201,10 @@ class Reads:
         rows = self._tx.run("select_ready_task_runs", {"limit": limit})
         return [TaskRunRow.from_mapping(r) for r in rows]
 
+    def tasks_leased_by(self, worker_id: str, limit: int) -> list[TaskRunRow]:
+        rows = self._tx.run("select_tasks_leased_by", {"worker_id": worker_id, "limit": limit})
+        return [TaskRunRow.from_mapping(r) for r in rows]
+
     def expired_leases(self, limit: int, run_ids: Collection[UUID] | None = None) -> list[UUID]:
         """Running task runs whose lease expired by the database's clock, oldest first
         (only of ``run_ids``, if given)."""
