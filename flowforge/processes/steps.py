@@ -86,6 +86,8 @@ class Steps:
         #: Handlers left running after their lease was lost, each on its own lane.
         self._abandoned: list[HandlerCall] = []
         self.max_abandoned = max_abandoned
+        #: Whether a handler runs now (what a stop waits for: ``Processes.run_workers``).
+        self.handling = False
         # Each attempt's prints and log records go to its own buffer (capture.py).
         capture.install()
 
@@ -192,16 +194,20 @@ class Steps:
         )
         call = HandlerCall(handler, self._context(task, claim), self._handlers, watch=watch)
         began = time.perf_counter()
-        with heartbeat:
-            call.start()
-            while not call.join(PUMP_INTERVAL_S):
-                # Before anything that may block (a batch's due writes): the renewals
-                # never wait for the consumer thread once they are handed over.
-                heartbeat.keep_up()
-                if heartbeat.lost:
-                    return self._abandon(task, claim, call)
-                self._pump(consumer, 0)
-                meanwhile()
+        self.handling = True
+        try:
+            with heartbeat:
+                call.start()
+                while not call.join(PUMP_INTERVAL_S):
+                    # Before anything that may block (a batch's due writes): the renewals
+                    # never wait for the consumer thread once they are handed over.
+                    heartbeat.keep_up()
+                    if heartbeat.lost:
+                        return self._abandon(task, claim, call)
+                    self._pump(consumer, 0)
+                    meanwhile()
+        finally:
+            self.handling = False
         result, error = call.outcome()
         outcome = _outcome(task, claim, result, error, call.output.captured())
         observe.announce.handler_returned(
