@@ -28,7 +28,7 @@ from uuid import UUID
 
 import psycopg
 
-from flowforge import config
+from flowforge import config, errors
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import WorkflowRunView
 from flowforge.app.service import FlowForge
@@ -94,6 +94,9 @@ def main() -> int:
     except psycopg.OperationalError as exc:
         print(f"the database is not usable ({str(exc).strip().splitlines()[0]})")
         return embedded_demo()
+    if (refused := broker_refusal()) is not None:
+        print(f"error: {refused}", file=sys.stderr)
+        return 3
     app = FlowForge(DATABASE_URL, migrate=True)  # a fresh database gets its schema
     run_id = app.start_workflow_run(str(WORKFLOW), {"rows": 8})
     print(f"submitted run {run_id} of {WORKFLOW.name}")
@@ -117,6 +120,19 @@ def main() -> int:
     for line in render.inspect_commands(run_id, flowforge_command(), "enrich"):
         print(f"  {line}")
     return 0 if run.state == "succeeded" else 1
+
+
+def broker_refusal() -> str | None:
+    """Why the broker will not have us (its own words: credentials, vhost), checked
+    before the run exists: the workers would retry for ever and the run wait."""
+    from flowforge.processes import rabbitmq  # noqa: PLC0415 - pika only when it is used
+
+    broker = config.BrokerConfig.from_env({config.BrokerConfig.ENVIRONMENT["url"]: BROKER_URL})
+    try:
+        rabbitmq.check_reachable(broker)
+    except errors.BrokerError as exc:
+        return str(exc)
+    return None
 
 
 def embedded_demo() -> int:

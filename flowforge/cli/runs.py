@@ -36,6 +36,8 @@ def submit(args: argparse.Namespace) -> int:
     start_at = args.start_at if args.start_at is not None else args.start_in
     settings = common.settings_from(args)
     with common.open_app(settings) as app:
+        # A broker that refuses the credentials fails the submit before its run exists.
+        unreachable = bootstrap.broker_not_refusing(settings, app.deployment_id)
         started = app.submit_workflow_run(
             definition, inputs, idempotency_key=args.idempotency_key, start_at=start_at
         )
@@ -45,6 +47,12 @@ def submit(args: argparse.Namespace) -> int:
     else:
         print(started.run_id)
     _announce(started, run, definition, args.idempotency_key, show_id=False)
+    if unreachable is not None:
+        print(
+            f"note: the run's dispatches wait in the outbox until the broker is back: "
+            f"{unreachable}",
+            file=sys.stderr,
+        )
     if started.created and (note := render.start_note(run, datetime.now(UTC))):
         print(f"note: run {run.id} {note}", file=sys.stderr)
     if settings.embedded and not WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
