@@ -221,15 +221,13 @@ def test_why_says_a_carried_over_task_did_not_run_and_where_its_result_came_from
 
 
 def running(**fields: Any) -> why.TaskView:
-    return view(
-        "slow",
-        "running",
-        lease_owner="worker-1",
-        lease_expires_at=AT + timedelta(seconds=20),
-        started_at=AT - timedelta(minutes=5),
-        fencing_token=1,
-        **fields,
-    )
+    defaults: dict[str, Any] = {
+        "lease_owner": "worker-1",
+        "lease_expires_at": AT + timedelta(seconds=20),
+        "started_at": AT - timedelta(minutes=5),
+        "fencing_token": 1,
+    }
+    return view("slow", "running", **(defaults | fields))
 
 
 def test_why_of_a_running_task_says_when_it_times_out() -> None:
@@ -303,7 +301,7 @@ def test_why_of_a_running_task_whose_heartbeat_renews_it_says_so() -> None:
 def test_why_of_a_lease_nobody_renews_does_not_claim_a_heartbeat_renews_it() -> None:
     """Issue #49: a task left by an exited `flowforge run` keeps its lease until it runs
     out; `why` said its heartbeat renewed it."""
-    task = dataclasses.replace(running(), lease_expires_at=AT + timedelta(seconds=5))
+    task = running(lease_expires_at=AT + timedelta(seconds=5))
     claimed = claimed_at(AT - timedelta(seconds=25))
     found = why.explain(situation(task, task_log=[claimed], embedded=True))
     assert found.reason == "running"
