@@ -1,0 +1,35 @@
+"""What the CLI prints, within 80 columns at the sizes users have (issue #49)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from flowforge.app.results import AuditEntry
+from flowforge.cli import render
+
+AT = datetime(2026, 12, 5, 5, 24, 37, 571000, tzinfo=UTC)
+#: A production worker's id: a Kubernetes pod's name, then the random suffix.
+POD_WORKER = "flowforge-worker-7d9f8c6b5-x2k4j-1a2b3c4d"
+
+
+def entry(transition: str, actor: str, source: str | None = "running") -> AuditEntry:
+    return AuditEntry(
+        AT, "task_run", uuid.uuid4(), 3, "Event", transition, source, "ready", actor,
+        task_key="extract", attempt=2, fencing_token=12,
+    )  # fmt: skip
+
+
+def test_history_fits_80_columns_with_production_worker_ids() -> None:
+    entries = [entry("claim", POD_WORKER), entry("renew_lease", POD_WORKER)]
+    entries.append(entry("schedule_retry", "scheduler"))
+    lines = render.history_lines(entries)
+    assert all(len(line) <= 80 for line in lines), "\n".join(lines)
+    assert "flowf…1a2b3c4d" in lines[1]  # its start and its distinguishing end
+    assert "scheduler" in lines[3]
+
+
+def test_a_short_actor_is_shown_whole() -> None:
+    assert render.short_actor("w1-e3b5") == "w1-e3b5"
+    assert render.short_actor("user:alice") == "user:alice"
+    assert len(render.short_actor(POD_WORKER)) == render.HISTORY_ACTOR_WIDTH
