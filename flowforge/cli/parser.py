@@ -10,9 +10,12 @@ per family, listed here in the order ``--help`` shows them); their flags are
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import textwrap
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from flowforge import errors
 from flowforge.aggregates import json_values  # pure and light: --help stays fast
@@ -67,8 +70,36 @@ examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with its errors as FlowForge's: one ``error:`` line (no usage
+    block before it: the flag's own message says what is wrong), the closest name for a
+    mistyped command or choice, and where the full usage is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}{did_you_mean(message)}\n       see `{self.prog} --help`\n")
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)")
+
+
+def did_you_mean(message: str) -> str:
+    """`` (did you mean 'submit'?)`` for argparse's invalid choice close to a valid one."""
+    found = _INVALID_CHOICE.search(message)
+    if found is None:
+        return ""
+    choices = re.findall(r"'([^']*)'", found["choices"])
+    close = closest(found["given"], choices)
+    return f"; did you mean {close!r}?" if close else ""
+
+
+def closest(given: str, names: Sequence[str]) -> str | None:
+    """The name in ``names`` closest to ``given``, if one is close enough to be a typo."""
+    found = difflib.get_close_matches(given, names, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
 def build() -> argparse.ArgumentParser:
-    main = argparse.ArgumentParser(
+    main = _Parser(
         prog="flowforge",
         description="FlowForge: an event-sourced workflow engine. DAGs of tasks run by "
         "workers; every state change is an event in the audit log.",

@@ -33,3 +33,36 @@ def test_a_short_actor_is_shown_whole() -> None:
     assert render.short_actor("w1-e3b5") == "w1-e3b5"
     assert render.short_actor("user:alice") == "user:alice"
     assert len(render.short_actor(POD_WORKER)) == render.HISTORY_ACTOR_WIDTH
+
+
+def test_a_mistyped_command_gets_one_error_line_and_the_closest_name() -> None:
+    import contextlib
+    import io
+
+    import pytest
+
+    from flowforge.cli import parser
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as code:
+        parser.build().parse_args(["sbumit", "x"])
+    assert code.value.code == 2
+    first, second = err.getvalue().splitlines()
+    assert first.startswith("error: argument COMMAND: invalid choice: 'sbumit'")
+    assert first.endswith("; did you mean 'submit'?")
+    assert second == "       see `flowforge --help`"
+
+
+def test_an_at_error_has_no_usage_block_before_it() -> None:
+    import contextlib
+    import io
+
+    import pytest
+
+    from flowforge.cli import parser
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit):
+        parser.build().parse_args(["submit", "wf.toml", "--at", "yesterday"])
+    assert err.getvalue().startswith("error: argument --at: 'yesterday' is not an ISO 8601")
+    assert "usage:" not in err.getvalue()
