@@ -255,6 +255,19 @@ def _announce_stop(app: FlowForge, run_id: UUID, cause: str, grace: float) -> No
     print(f"stopping ({cause}){waiting}", file=sys.stderr)
 
 
+def summary_counts(tasks: Sequence[TaskRunView]) -> str:
+    """``5 tasks, 6 attempts``: a task a rerun carried over ran no attempt here (its
+    row's attempt is 1, its result another run's); ``, 2 carried over`` says how many."""
+    carried = sum(t.carried_from_run_id is not None for t in tasks)
+    attempts = sum(t.attempt for t in tasks if t.carried_from_run_id is None)
+    words = f"{count(len(tasks), 'task')}, {count(attempts, 'attempt')}"
+    return f"{words}, {carried} carried over" if carried else words
+
+
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def report_outcome(
     app: FlowForge, run: WorkflowRunView, stopped_by: str, timeout: float | None, rerun: str
 ) -> int:
@@ -263,8 +276,7 @@ def report_outcome(
     tasks = render.task_order(run, app.task_runs(run.id))
     short = short_id(run.id)
     if run.state == "succeeded":
-        attempts = sum(t.attempt for t in tasks)
-        print(f"run {short} succeeded in {took}: {len(tasks)} tasks, {attempts} attempts")
+        print(f"run {short} succeeded in {took}: {summary_counts(tasks)}")
         return 0
     if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
         print(f"run {short} {run.state} after {took}", file=sys.stderr)

@@ -66,3 +66,12 @@ def test_an_at_error_has_no_usage_block_before_it() -> None:
         parser.build().parse_args(["submit", "wf.toml", "--at", "yesterday"])
     assert err.getvalue().startswith("error: argument --at: 'yesterday' is not an ISO 8601")
     assert "usage:" not in err.getvalue()
+
+
+def test_a_duration_is_never_negative_and_one_task_is_singular() -> None:
+    from flowforge import timefmt
+    from flowforge.cli import runs
+
+    assert timefmt.duration(-0.001) == "0.00s"  # printed -0.00s (issue #49)
+    assert runs.count(1, "task") == "1 task"
+    assert runs.count(2, "attempt") == "2 attempts"
