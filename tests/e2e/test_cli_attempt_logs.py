@@ -87,3 +87,19 @@ def test_logs_follow_prints_each_attempt_as_a_worker_process_stores_it(
     ]
     assert "worker-1" in out.splitlines()[0]
     assert "enriching" not in (tmp_path / "worker-1.log").read_text()
+
+
+def test_status_takes_run_slash_task_and_a_mistyped_key_gets_the_closest(
+    finished: tuple[Cli, str],
+) -> None:
+    cli, run_id = finished
+    done = cli("status", f"{run_id[-8:]}/enrich")
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("TASK", "enrich"))]
+    assert [row.split()[0] for row in rows] == ["TASK", "enrich"]
+    assert "tasks: 5 succeeded (5 tasks)" in done.stdout
+    (one,) = cli.json("status", f"{run_id}/enrich")["tasks"]
+    assert one["task_key"] == "enrich"
+    wrong = cli("status", f"{run_id}/enrch")
+    assert wrong.returncode == 2
+    assert "has no task 'enrch' (did you mean 'enrich'?" in wrong.stderr
