@@ -123,9 +123,13 @@ class Progress:
     def _changes(self, run: WorkflowRunView, tasks: Sequence[TaskRunView], now: datetime) -> None:
         # The run's line comes before its tasks' while it runs, after them once it ends,
         # so the log reads in cause-and-effect order.
+        # Each change stamped with its row's time (the database's, when it changed), not
+        # when this process saw it: `status --watch` of a run that ended an hour ago
+        # says when each of its tasks ended (issue #49). ``now`` is unused here.
+        del now
         finished = run.finished_at is not None
         if not finished:
-            self._change("(run)", run.state, 0, f"run {run.workflow_name}", "", now)
+            self._change("(run)", run.state, 0, f"run {run.workflow_name}", "", run.updated_at)
         for task in tasks:
             detail = ""
             if task.state == "running" and task.lease_owner:
@@ -133,9 +137,10 @@ class Progress:
             elif task.state in ("failed", "retrying") and task.error:
                 detail = f": {render.error_line(task.error)}"
             suffix = f" (attempt {task.attempt}/{task.max_attempts}){detail}"
-            self._change(task.task_key, task.state, task.attempt, task.task_key, suffix, now)
+            at = task.updated_at
+            self._change(task.task_key, task.state, task.attempt, task.task_key, suffix, at)
         if finished:
-            self._change("(run)", run.state, 0, f"run {run.workflow_name}", "", now)
+            self._change("(run)", run.state, 0, f"run {run.workflow_name}", "", run.updated_at)
 
     def _change(
         self, key: str, state: str, attempt: int, label: str, suffix: str, now: datetime
