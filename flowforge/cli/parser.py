@@ -70,6 +70,29 @@ examples:
 """
 
 
+#: The width ``--help`` wraps to (argparse's own reads $COLUMNS for the options).
+HELP_WIDTH = 80
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written (their examples' lines kept), except that a
+    line too long for 80 columns is wrapped, at its own indentation: a description
+    was one line of up to 531 characters."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        width = min(width, HELP_WIDTH)
+        lines = []
+        for line in text.splitlines():
+            if len(indent + line) <= width:
+                lines.append(indent + line)
+                continue
+            inner = indent + line[: len(line) - len(line.lstrip())]
+            lines.append(
+                textwrap.fill(line.strip(), width, initial_indent=inner, subsequent_indent=inner)
+            )
+        return "\n".join(lines)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, with its errors as FlowForge's: one ``error:`` line (no usage
     block before it: the flag's own message says what is wrong), the closest name for a
@@ -104,7 +127,7 @@ def build() -> argparse.ArgumentParser:
         description="FlowForge: an event-sourced workflow engine. DAGs of tasks run by "
         "workers; every state change is an event in the audit log.",
         epilog=_MAIN_EXAMPLES + EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
         parents=[_global_options(suppress=False)],
     )
     main.add_argument("--version", action=_VersionAction, nargs=0, help=_VERSION_HELP)
@@ -196,7 +219,7 @@ def _group(commands: Any, group: Group) -> None:
         help=group.summary,
         description=group.description,
         epilog="example:" + examples,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     subcommands = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
     for action in group.actions:
@@ -210,7 +233,7 @@ def _command(commands: Any, command: Command) -> None:
         help=command.summary,
         description=command.description or command.summary,
         epilog="example:\n" + example,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
         parents=[
             _global_options(
                 suppress=True, log_level=command.log_level, uses_broker=command.uses_broker

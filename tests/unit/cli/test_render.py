@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+import pytest
+
 from flowforge.app.results import AuditEntry
 from flowforge.cli import render
 
@@ -75,3 +77,20 @@ def test_a_duration_is_never_negative_and_one_task_is_singular() -> None:
     assert timefmt.duration(-0.001) == "0.00s"  # printed -0.00s (issue #49)
     assert runs.count(1, "task") == "1 task"
     assert runs.count(2, "attempt") == "2 attempts"
+
+
+def test_every_commands_help_wraps_within_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #49: a description was printed as one line of up to 531 characters."""
+    import contextlib
+    import io
+
+    from flowforge.cli import parser
+
+    monkeypatch.setenv("COLUMNS", "80")
+    names = [[c.name] for c in parser.COMMANDS] + [["db", "archive"], ["schedule", "add"], []]
+    for argv in names:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+            parser.build().parse_args([*argv, "--help"])
+        long = [line for line in out.getvalue().splitlines() if len(line) > 80]
+        assert long == [], (argv, long)
