@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -40,6 +41,8 @@ DATABASE_URL = os.environ.get(
 BROKER_URL = os.environ.get("FLOWFORGE_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 WORKFLOW = Path(__file__).with_name("fan_out.toml")
 TIMEOUT_S = 120.0
+#: The report's width: a terminal's 80 columns.
+REPORT_WIDTH = 80
 #: The settings the embedded fallback must not inherit: they are the unreachable ones.
 EMBEDDED_UNSET = (config.DATABASE_URL_VARIABLE, config.BrokerConfig.ENVIRONMENT["url"])
 
@@ -173,7 +176,11 @@ def report(app: FlowForge, run_id: UUID) -> None:
         log = app.history(task.id)
         claims = [e for e in log if e.transition == "claim"]
         path = " -> ".join(e.transition for e in log if e.transition != "renew_lease")
-        print(f"{task.task_key:<10} {task.state:<10} {len(claims):<9} {path}")
+        # Within 80 columns (issue #49: 130): a long path goes on under its task.
+        lines = textwrap.wrap(path, REPORT_WIDTH - 32, break_on_hyphens=False) or [""]
+        print(f"{task.task_key:<10} {task.state:<10} {len(claims):<9} {lines[0]}")
+        for more in lines[1:]:
+            print(f"{'':<32}{more}")
 
 
 if __name__ == "__main__":
