@@ -129,18 +129,6 @@ def transport_for(settings: Settings, deployment: str, *, in_process: bool = Fal
     return Transport.rabbitmq(settings.broker.for_deployment(deployment))
 
 
-def broker_not_refusing(settings: Settings, deployment: str) -> str | None:
-    """``submit``'s check, before it creates a run: a broker that refuses the configured
-    credentials or vhost fails it now, with the broker's reason (the run would never
-    be dispatched); one that cannot be reached now does not (its outbox keeps the
-    dispatches): why, for a note. None: embedded, or the broker accepts them."""
-    if settings.broker is None:
-        return None
-    from flowforge.processes import rabbitmq  # noqa: PLC0415 - pika only with a broker
-
-    return rabbitmq.check_not_refused(settings.broker.for_deployment(deployment))
-
-
 def open_app(settings: Settings, *, migrate: bool | None = None) -> FlowForge:
     """The application service on the configured database: every command's, process's
     and the web UI's. ``migrate`` is ``FlowForge``'s (``None``: SQLite sets itself up).

@@ -24,6 +24,7 @@ from flowforge.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED
 from flowforge.cli.parser import UsageError
 from flowforge.cli.progress import Progress
 from flowforge.cli.waiting import Waiting
+from flowforge.config import Settings
 from flowforge.processes.registry import TaskRegistry, default_registry
 
 
@@ -37,7 +38,7 @@ def submit(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
     with common.open_app(settings) as app:
         # A broker that refuses the credentials fails the submit before its run exists.
-        unreachable = bootstrap.broker_not_refusing(settings, app.deployment_id)
+        unreachable = _broker_not_refusing(settings, app.deployment_id)
         started = app.submit_workflow_run(
             definition, inputs, idempotency_key=args.idempotency_key, start_at=start_at
         )
@@ -59,6 +60,17 @@ def submit(args: argparse.Namespace) -> int:
         # No worker can reach a run without a broker: say what will run it.
         print(f"note: {embedded_runner_hint(args, run.id, definition)}", file=sys.stderr)
     return 0
+
+
+def _broker_not_refusing(settings: Settings, deployment: str) -> str | None:
+    """A broker that refuses the credentials or vhost fails the submit now, with its
+    reason (the run would never be dispatched); one unreachable now does not (the
+    outbox keeps its dispatches): why, for a note. None: embedded, or accepted."""
+    if settings.broker is None:
+        return None
+    from flowforge.processes import rabbitmq  # noqa: PLC0415 - pika only with a broker
+
+    return rabbitmq.check_not_refused(settings.broker.for_deployment(deployment))
 
 
 def embedded_runner_hint(
