@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -28,7 +29,7 @@ from uuid import UUID
 
 import psycopg
 
-from flowforge import config
+from flowforge import config, errors
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.results import WorkflowRunView
 from flowforge.app.service import FlowForge
@@ -40,6 +41,8 @@ DATABASE_URL = os.environ.get(
 BROKER_URL = os.environ.get("FLOWFORGE_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 WORKFLOW = Path(__file__).with_name("fan_out.toml")
 TIMEOUT_S = 120.0
+#: The report's width: a terminal's 80 columns.
+REPORT_WIDTH = 80
 #: The settings the embedded fallback must not inherit: they are the unreachable ones.
 EMBEDDED_UNSET = (config.DATABASE_URL_VARIABLE, config.BrokerConfig.ENVIRONMENT["url"])
 
@@ -94,6 +97,9 @@ def main() -> int:
     except psycopg.OperationalError as exc:
         print(f"the database is not usable ({str(exc).strip().splitlines()[0]})")
         return embedded_demo()
+    if (refused := broker_refusal()) is not None:
+        print(f"error: {refused}", file=sys.stderr)
+        return 3
     app = FlowForge(DATABASE_URL, migrate=True)  # a fresh database gets its schema
     run_id = app.start_workflow_run(str(WORKFLOW), {"rows": 8})
     print(f"submitted run {run_id} of {WORKFLOW.name}")
@@ -117,6 +123,19 @@ def main() -> int:
     for line in render.inspect_commands(run_id, flowforge_command(), "enrich"):
         print(f"  {line}")
     return 0 if run.state == "succeeded" else 1
+
+
+def broker_refusal() -> str | None:
+    """Why the broker will not have us (its own words: credentials, vhost), checked
+    before the run exists: the workers would retry for ever and the run wait."""
+    from flowforge.processes import rabbitmq  # noqa: PLC0415 - pika only when it is used
+
+    broker = config.BrokerConfig.from_env({config.BrokerConfig.ENVIRONMENT["url"]: BROKER_URL})
+    try:
+        rabbitmq.check_reachable(broker)
+    except errors.BrokerError as exc:
+        return str(exc)
+    return None
 
 
 def embedded_demo() -> int:
@@ -157,7 +176,11 @@ def report(app: FlowForge, run_id: UUID) -> None:
         log = app.history(task.id)
         claims = [e for e in log if e.transition == "claim"]
         path = " -> ".join(e.transition for e in log if e.transition != "renew_lease")
-        print(f"{task.task_key:<10} {task.state:<10} {len(claims):<9} {path}")
+        # Within 80 columns (issue #49: 130): a long path goes on under its task.
+        lines = textwrap.wrap(path, REPORT_WIDTH - 32, break_on_hyphens=False) or [""]
+        print(f"{task.task_key:<10} {task.state:<10} {len(claims):<9} {lines[0]}")
+        for more in lines[1:]:
+            print(f"{'':<32}{more}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ def clean(ctx: TaskContext) -> dict[str, Any]:
 
 @task("enrich")
 def enrich(ctx: TaskContext) -> dict[str, Any]:
+    # Kept with this attempt: `flowforge logs RUN enrich` shows it (docs/logs.md).
+    print(f"enriching {len(ctx.upstream['extract']['records'])} records, attempt {ctx.attempt}")
     if ctx.attempt == 1:
         # Fails once on purpose: the retry policy brings it back as attempt 2.
         raise ConnectionError("enrichment service timed out (first attempt fails on purpose)")

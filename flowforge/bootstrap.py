@@ -232,6 +232,7 @@ class Processes:
             worker_id=worker_id,
             stop=self.stop,
             batch=batch,
+            task_types=consumed,
         )
 
     def _consumed(self, task_types: Collection[str] | None) -> list[str] | None:
@@ -273,7 +274,20 @@ class Processes:
             self.worker(worker_id, batch=batch, task_types=task_types) for worker_id in worker_ids
         ]
         targets = [(worker.worker_id, worker.run) for worker in workers]
-        return self.supervisor().run(targets, grace=grace)
+
+        def stopping() -> None:
+            """Say what the stop waits for, and how not to wait (a second Ctrl-C)."""
+            busy = sum(worker.steps.handling for worker in workers)
+            if busy and not self.stop.hurry.is_set():
+                wait = f"up to {grace:g}s" if grace is not None else "as long as they take"
+                handlers = "handler" if busy == 1 else "handlers"
+                log.warning(
+                    f"stopping: waiting {wait} for {busy} {handlers} to finish; "
+                    f"Ctrl-C again to stop now",
+                    extra={"reason": self.stop.reason, "running_handlers": busy},
+                )
+
+        return self.supervisor().run(targets, grace=grace, stopping=stopping)
 
 
 def bootstrap(

@@ -27,6 +27,9 @@ def clock(at: datetime | None, missing: str = "-") -> str:
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    # A clock a little behind the database's (a span from the database's time to this
+    # machine's now) printed -0.00s: a duration is never negative.
+    seconds = max(seconds, 0.0)
     if seconds < 60:
         return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.1f}s"
     minutes, secs = divmod(int(seconds), 60)

@@ -20,9 +20,13 @@ Only this module imports ``opentelemetry`` (an import-linter contract).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import socket
 import sys
+import threading
+import urllib.parse
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from types import ModuleType, TracebackType
@@ -247,10 +251,50 @@ def configure(service_name: str) -> bool:
     if isinstance(api.get_tracer_provider(), TracerProvider):
         return True
     named = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
-    provider = TracerProvider(resource=Resource.create(named))
+    # Not the SDK's own exit hook: it waits out a dead collector's retries (11 s a
+    # command, measured); ours drops the spans then (_flush_at_exit).
+    provider = TracerProvider(resource=Resource.create(named), shutdown_on_exit=False)
     for name in names:
         provider.add_span_processor(BatchSpanProcessor(_exporter(name)))
     api.set_tracer_provider(provider)
+    atexit.register(_flush_at_exit, provider, "otlp" in names)
+    return True
+
+
+#: How long a process's exit waits for its last spans to reach a collector that answers.
+EXIT_FLUSH_S = 5.0
+#: How long the exit asks whether the collector answers at all (a TCP connect).
+COLLECTOR_PROBE_S = 0.25
+
+
+def _flush_at_exit(provider: Any, otlp: bool) -> None:
+    """Send the last spans on exit, unless the OTLP collector does not answer: a dead
+    collector must cost a command nothing (its spans are lost either way)."""
+    if otlp and not _collector_answers(_otlp_endpoint()):
+        return
+    # On a thread of its own, waited for a bounded time: a collector that accepts the
+    # connection and then stalls costs at most EXIT_FLUSH_S.
+    flushing = threading.Thread(target=provider.shutdown, name="spans-at-exit", daemon=True)
+    flushing.start()
+    flushing.join(EXIT_FLUSH_S)
+
+
+def _otlp_endpoint() -> str:
+    return (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or "http://localhost:4318"
+    )
+
+
+def _collector_answers(url: str) -> bool:
+    parts = urllib.parse.urlsplit(url)
+    default = 443 if parts.scheme == "https" else 4318
+    try:
+        address = (parts.hostname or "localhost", parts.port or default)
+        socket.create_connection(address, timeout=COLLECTOR_PROBE_S).close()
+    except (OSError, ValueError):
+        return False
     return True
 
 
@@ -276,7 +320,8 @@ def _exporter(name: str) -> Any:
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter  # noqa: PLC0415
 
-        return ConsoleSpanExporter()
+        # stderr: stdout is a command's answer (`RUN=$(flowforge submit ...)`).
+        return ConsoleSpanExporter(out=sys.stderr)
     protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
         "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
     )

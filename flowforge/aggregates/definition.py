@@ -70,7 +70,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from flowforge.aggregates import dag, json_values, mapping
+from flowforge.aggregates import dag, json_values, mapping, validation_words
 from flowforge.aggregates.lost_workers import DEFAULT_MAX_WORKER_LOSSES
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.errors import InvalidWorkflowDefinitionError
@@ -433,10 +433,20 @@ def parse_definition(data: Mapping[str, Any], origin: str | None = None) -> Work
 
 
 def _lines(error: Mapping[str, Any]) -> list[str]:
-    """One line per problem: ``field.path[i]: message``. The cross-task checks run on
-    the whole model (an empty location) and put the field path in their own text."""
+    """One line per problem: ``field.path[i]: message``, in the file's words
+    (``validation_words``). The cross-task checks run on the whole model (an empty
+    location) and put the field path in their own text."""
     path = _field_path(error["loc"])
-    return [f"{path}: {line}" if path else line for line in error["msg"].splitlines()]
+    text = validation_words.message(error, _known_keys())
+    return [f"{path}: {line}" if path else line for line in text.splitlines()]
+
+
+@functools.cache
+def _known_keys() -> frozenset[str]:
+    """Every key a workflow file may have, at any level: what an unknown one is
+    compared with (``did you mean 'depends_on'?``)."""
+    models = (WorkflowDefinition, TaskDefinition, RetryPolicy)
+    return frozenset(name for model in models for name in model.model_fields)
 
 
 def _field_path(loc: Sequence[int | str]) -> str:

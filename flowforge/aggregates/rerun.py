@@ -125,7 +125,7 @@ def plan(
     if all(k in carried for k in rows) and all(k in carried for k in elements):
         raise errors.NothingToRerunError(
             f"every task of run {run_id} succeeded, so a rerun would run nothing: name "
-            f"the tasks to run again with --from TASK (from_tasks=...); they and every "
-            f"task downstream of them run again, the others' results are carried over"
+            f"the tasks to run again (`flowforge rerun {run_id} --from TASK`); they and "
+            f"every task downstream of them run again, the others' results are carried over"
         )
     return RerunPlan(run_id, {key: succeeded[key] for key in carried})

@@ -50,13 +50,15 @@ database by `flowforge db archive`; `flowforge db restore FILE` puts them back.
 manifest.json  the format, the source database, the cutoff, the counts, the SHA-256 of
                runs.jsonl and of each of its lines (one per run, in file order).
 runs.jsonl     one JSON object per run: "run" (its workflow_runs row), "tasks" (its
-               task_runs rows), "outbox", "run_limits", "held_dispatches" (its
-               bookkeeping rows) and "events": the run's and its tasks' events in log
-               order, each in the eventsourcing library's stored form: originator_id,
-               originator_version, topic, state (the stored bytes: UTF-8 JSON written
-               by the library's JSON transcoder, no compressor, no cipher; or
-               state_base64 where they are not UTF-8). Rows: UUIDs as text, times as
-               ISO 8601 with their offset, JSON columns as JSON.
+               task_runs rows), "outbox", "run_limits", "held_dispatches",
+               "attempt_logs" (its bookkeeping rows; a file may lack the last: a
+               run archived before attempt logs existed) and "events": the run's
+               and its tasks' events in log order, each in the eventsourcing
+               library's stored form: originator_id, originator_version, topic,
+               state (the stored bytes: UTF-8 JSON written by the library's JSON
+               transcoder, no compressor, no cipher; or state_base64 where they are
+               not UTF-8). Rows: UUIDs as text, times as ISO 8601 with their
+               offset, JSON columns as JSON.
 """
 
 
@@ -264,7 +266,11 @@ def decode_record(line: bytes) -> RunRecord:
         return RunRecord(
             run=_unrow(document["run"]),
             tasks=[_unrow(task) for task in document["tasks"]],
-            bookkeeping={name: [_unrow(r) for r in document[name]] for name in BOOKKEEPING},
+            bookkeeping={
+                # .get: a file written before attempt logs were archived has none.
+                name: [_unrow(r) for r in document.get(name, [])]
+                for name in BOOKKEEPING
+            },
             events=[_unevent(event) for event in document["events"]],
         )
     except (ValueError, KeyError, TypeError) as exc:

@@ -217,6 +217,13 @@ class Queries:
         with self._core.reads() as reads:
             return reads.expired_leases(limit, (scope or EVERY_RUN).run_ids)
 
+    def tasks_leased_by(self, worker_id: str, limit: int = 10) -> list[TaskRunView]:
+        """The running tasks whose lease ``worker_id`` holds: for a worker starting under
+        an id, what it held when it last stopped (a handler may have ended it)."""
+        with self._core.reads() as reads:
+            held = reads.tasks_leased_by(worker_id, row_limit(limit))
+        return [results.task_run_view(t) for t in held]
+
     def overdue_tasks(self, limit: int = REAP_BATCH) -> list[OverdueAttempt]:
         """Running attempts past their execution timeout, by the database's clock."""
         with self._core.reads() as reads:

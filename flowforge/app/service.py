@@ -21,6 +21,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 from uuid import UUID
 
 from flowforge.app import archive, db_stats, rebuild, results
+from flowforge.app.attempt_logs import AttemptLogs
 from flowforge.app.caches import ClaimCache, DefinitionCache
 from flowforge.app.commands import Commands
 from flowforge.app.concurrency_limits import Limits
@@ -121,6 +122,7 @@ class FlowForge:
         self.cron_schedules = Schedules(self.core)
         self.limits = Limits(self.core)
         self.feeds = Feed(self.core)
+        self.logs = AttemptLogs(self.core)
         self.scheduling = Scheduling(
             self.core, self.queries, self.commands, self.outbox, self.cron_schedules
         )
@@ -260,6 +262,7 @@ class FlowForge:
     every_run = _on("queries", Queries.every_run)
     ready_task_runs = _on("queries", Queries.ready_task_runs)
     expired_leases = _on("queries", Queries.expired_leases)
+    tasks_leased_by = _on("queries", Queries.tasks_leased_by)
     overdue_tasks = _on("queries", Queries.overdue_tasks)
     dispatches_of = _on("queries", Queries.dispatches_of)
     pending_dispatch_count = _on("queries", Queries.pending_dispatch_count)
@@ -309,6 +312,11 @@ class FlowForge:
     time_out_task_run = _on("commands", Commands.time_out_task_run)
     schedule_retry = _on("commands", Commands.schedule_retry)
     retry_ready = _on("commands", Commands.retry_ready)
+
+    # --- each attempt's captured output (app/attempt_logs.py; docs/logs.md) -------------
+
+    record_attempt_log = _on("logs", AttemptLogs.record_attempt_log)
+    attempt_logs = _on("logs", AttemptLogs.attempt_logs)
 
     # --- concurrency limits (app/concurrency_limits.py) -----------------------------------
 

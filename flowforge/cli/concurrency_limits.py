@@ -23,7 +23,8 @@ def set_limit(args: argparse.Namespace) -> int:
         raise errors.TransactionConflictError(
             f"another change of {task_type}'s limit won the race; see `flowforge limit list`"
         )
-    print(f"at most {max_running} {task_type} tasks run at once")
+    tasks = "task runs" if max_running == 1 else "tasks run"
+    print(f"at most {max_running} {task_type} {tasks} at once")
     return 0
 
 

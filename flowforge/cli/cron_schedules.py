@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from flowforge import timefmt
 from flowforge.aggregates.cron import Cron
+from flowforge.aggregates.ids import short_id
 from flowforge.app.cron_schedules import schedule_name
 from flowforge.app.results import ScheduleView
 from flowforge.cli import common, render
@@ -49,21 +50,18 @@ def list_schedules(args: argparse.Namespace) -> int:
     if not rows:
         print("no schedules: add one with `flowforge schedule add NAME --cron EXPR FILE`")
         return 0
-    table = [
-        [
-            row.name,
-            row.state,
-            _when(row),
-            row.workflow_name,
-            _local(row, row.next_fire_at),
-            _local(row, row.last_fire_at),
-            "-" if row.last_run_id is None else str(row.last_run_id),
-        ]
-        for row in rows
-    ]
-    headers = ("NAME", "STATE", "CRON", "WORKFLOW", "NEXT FIRE", "LAST FIRE", "LAST RUN")
-    for line in render.table(headers, table):
+    # Within 80 columns (issue #49: 140): the workflow and the last fire on a line of
+    # their own under the schedule's, the run it started by its short id.
+    table = [[row.name, row.state, _when(row), _local(row, row.next_fire_at)] for row in rows]
+    header, *lines = render.table(("NAME", "STATE", "CRON", "NEXT FIRE"), table)
+    print(header)
+    for line, row in zip(lines, rows, strict=True):
         print(line)
+        last = "never fired"
+        if row.last_fire_at is not None:
+            run = "" if row.last_run_id is None else f", run {short_id(row.last_run_id)}"
+            last = f"last fire {_local(row, row.last_fire_at)}{run}"
+        print(f"  {row.workflow_name}; {last}")
     return 0
 
 

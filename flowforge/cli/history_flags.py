@@ -105,3 +105,24 @@ HISTORY_LIMIT = Flag(
     dest="history_limit",
     help="at most N transitions",
 )
+
+# --- flowforge logs: each attempt's captured output (issue #49) --------------------------
+
+LOGS_TARGET = Flag(
+    ("run",),
+    metavar="RUN|TASK_RUN",
+    help="a run's id or short id (then TASK), a task run's id, or RUN/TASK_KEY",
+)
+LOGS_TASK = Flag(("task",), metavar="TASK", nargs="?", help="the task's key in RUN")
+ATTEMPT = Flag(
+    ("--attempt",),
+    type=_whole_number(MAX_ROWS),
+    metavar="N",
+    help="only attempt N's output (default: every attempt's)",
+)
+LOGS_FOLLOW = Flag(
+    ("--follow",),
+    action="store_true",
+    help="keep printing each attempt's output as it is stored, until the task has "
+    "ended (no retry left) or Ctrl-C",
+)

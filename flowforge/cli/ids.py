@@ -6,6 +6,8 @@ The run lookup is ``flowforge/app/ids.py``'s (the web UI uses it too).
 
 from __future__ import annotations
 
+import difflib
+
 from flowforge import errors
 from flowforge.app.ids import full_id as _full_id
 from flowforge.app.ids import matches_id as _matches
@@ -45,10 +47,17 @@ def task_of_run(app: FlowForge, run: WorkflowRunView, key: str) -> TaskRunView:
     """The run's task ``key``, read by its key (never the run's every task)."""
     task = app.task_run_by_key(run.id, key)
     if task is None:
+        keys = [t.task_key for t in app.task_runs_page(run.id, limit=_KEYS_COMPARED)]
+        near = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]!r}? " if near else ""
         raise errors.UnknownTaskRunError(
-            f"run {run.id} has no task {key!r} (tasks: {_some_keys(app, run)})"
+            f"run {run.id} has no task {key!r} ({hint}tasks: {_some_keys(app, run)})"
         )
     return task
+
+
+#: How many of a run's task keys a mistyped one is compared with (the first, by key).
+_KEYS_COMPARED = 1000
 
 
 #: How many of a run's task keys an error names.

@@ -79,8 +79,14 @@ def runs(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
+    # RUN/TASK, as `why` and `history` take it: the run's lines and that task's row.
+    run_text, slash, key = args.run.partition("/")
     with common.open_app(common.settings_from(args)) as app:
-        run = ids.resolve_run_brief(app, args.run)
+        run = ids.resolve_run_brief(app, run_text)
+        if slash and not args.watch:
+            counts = app.run_summary(run.id, per_state=1).counts
+            task = ids.task_of_run(app, run, key)
+            return _print_one_task(run, task, counts, as_json=args.json)
         if args.watch:
             run = _watch(app, run.id, quiet=args.json)
         if args.state or args.limit is not None or args.after:
@@ -112,6 +118,26 @@ def status(args: argparse.Namespace) -> int:
         _print_status(run, tasks, now, maps, every=args.all_tasks)
     else:
         _print_summary(run, summary, now, args.run, maps)
+    return _status_code(run)
+
+
+def _print_one_task(
+    run: WorkflowRunView, task: TaskRunView, counts: Mapping[str, int], *, as_json: bool
+) -> int:
+    """``status RUN/TASK``: the run's lines (its tasks counted) and that task's row."""
+    now = datetime.now(UTC)
+    if as_json:
+        fact = run_fact(run, [task], now, counts=counts)
+        print(render.to_json({**fact, "tasks": [task_fact(task)]}))
+        return _status_code(run)
+    _print_run_lines(run, now)
+    print(f"  tasks: {summary_view.counts_line(counts)}\n")
+    for line in render.table(render.TASK_HEADERS, render.task_rows([task], now), fit=render.WIDTH):
+        print(line)
+    if failed := render.failure_lines([task]):
+        print("\nerror (the full traceback: --json, or `flowforge history`):")
+        for line in failed:
+            print(f"  {line}")
     return _status_code(run)
 
 

@@ -10,9 +10,12 @@ per family, listed here in the order ``--help`` shows them); their flags are
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import textwrap
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from flowforge import errors
 from flowforge.aggregates import json_values  # pure and light: --help stays fast
@@ -67,13 +70,64 @@ examples:
 """
 
 
+#: The width ``--help`` wraps to (argparse's own reads $COLUMNS for the options).
+HELP_WIDTH = 80
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written (their examples' lines kept), except that a
+    line too long for 80 columns is wrapped, at its own indentation: a description
+    was one line of up to 531 characters."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        width = min(width, HELP_WIDTH)
+        lines = []
+        for line in text.splitlines():
+            if len(indent + line) <= width:
+                lines.append(indent + line)
+                continue
+            inner = indent + line[: len(line) - len(line.lstrip())]
+            lines.append(
+                textwrap.fill(line.strip(), width, initial_indent=inner, subsequent_indent=inner)
+            )
+        return "\n".join(lines)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with its errors as FlowForge's: one ``error:`` line (no usage
+    block before it: the flag's own message says what is wrong), the closest name for a
+    mistyped command or choice, and where the full usage is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}{did_you_mean(message)}\n       see `{self.prog} --help`\n")
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)")
+
+
+def did_you_mean(message: str) -> str:
+    """`` (did you mean 'submit'?)`` for argparse's invalid choice close to a valid one."""
+    found = _INVALID_CHOICE.search(message)
+    if found is None:
+        return ""
+    choices = re.findall(r"'([^']*)'", found["choices"])
+    close = closest(found["given"], choices)
+    return f"; did you mean {close!r}?" if close else ""
+
+
+def closest(given: str, names: Sequence[str]) -> str | None:
+    """The name in ``names`` closest to ``given``, if one is close enough to be a typo."""
+    found = difflib.get_close_matches(given, names, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
 def build() -> argparse.ArgumentParser:
-    main = argparse.ArgumentParser(
+    main = _Parser(
         prog="flowforge",
         description="FlowForge: an event-sourced workflow engine. DAGs of tasks run by "
         "workers; every state change is an event in the audit log.",
         epilog=_MAIN_EXAMPLES + EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
         parents=[_global_options(suppress=False)],
     )
     main.add_argument("--version", action=_VersionAction, nargs=0, help=_VERSION_HELP)
@@ -165,7 +219,7 @@ def _group(commands: Any, group: Group) -> None:
         help=group.summary,
         description=group.description,
         epilog="example:" + examples,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     subcommands = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
     for action in group.actions:
@@ -179,7 +233,7 @@ def _command(commands: Any, command: Command) -> None:
         help=command.summary,
         description=command.description or command.summary,
         epilog="example:\n" + example,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
         parents=[
             _global_options(
                 suppress=True, log_level=command.log_level, uses_broker=command.uses_broker
@@ -206,6 +260,7 @@ COMMANDS = (
     reading.EVENTS,
     runs.CANCEL,
     reading.WHY,
+    reading.LOGS,
     reading.UI,
 )
 

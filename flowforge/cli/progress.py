@@ -133,10 +133,13 @@ class Progress:
         # The run's line comes before its tasks' while it runs, after them once it ends,
         # so the log reads in cause-and-effect order. A mapped task's elements make one
         # line each time the set of their states changes (not one per element), and
-        # an element that fails a line of its own.
+        # an element that fails a line of its own. Each change stamped with its row's
+        # time (the database's, when it changed), not when this process saw it:
+        # `status --watch` of a run that ended an hour ago says when each of its tasks
+        # ended (issue #49).
         finished = run.finished_at is not None and run_line
         if not finished and run_line:
-            self._change("(run)", run.state, 0, f"run {run.workflow_name}", "", now)
+            self._change("(run)", run.state, 0, f"run {run.workflow_name}", "", run.updated_at)
         for task in tasks:
             detail = ""
             if task.state == "running" and task.lease_owner:
@@ -144,16 +147,18 @@ class Progress:
             elif task.state in ("failed", "retrying") and task.error:
                 detail = f": {render.error_line(task.error)}"
             suffix = f" (attempt {task.attempt}/{task.max_attempts}){detail}"
-            self._change(task.task_key, task.state, task.attempt, task.task_key, suffix, now)
+            at = task.updated_at
+            self._change(task.task_key, task.state, task.attempt, task.task_key, suffix, at)
         for key, elements in groups.items():
             present = ",".join(sorted({e.state for e in elements}))
             line = mapped_lines.group_line(key, elements)
-            self._change(f"{key}[]", present, len(elements), line, "", now, plain=True)
+            latest = max(e.updated_at for e in elements)
+            self._change(f"{key}[]", present, len(elements), line, "", latest, plain=True)
             failing = [e for e in elements if e.state in ("failed", "retrying")]
             if failing:
                 self._changes(run, failing, now, {}, run_line=False)
         if finished:
-            self._change("(run)", run.state, 0, f"run {run.workflow_name}", "", now)
+            self._change("(run)", run.state, 0, f"run {run.workflow_name}", "", run.updated_at)
 
     def _change(
         self,

@@ -178,12 +178,27 @@ def history_stream(entries: Iterable[AuditEntry], widths_from: int = 200) -> Ite
         yield from _history_note_lines(entry)
 
 
+#: The widest actor a history row shows: a production worker id (``<hostname>-<8 hex>``,
+#: a pod's name 30 characters and more) would push the row past 80 columns.
+HISTORY_ACTOR_WIDTH = 14
+
+
+def short_actor(actor: str, width: int = HISTORY_ACTOR_WIDTH) -> str:
+    """``actor`` within ``width``: its start and its end (a worker id's random suffix,
+    which tells two workers of one host apart) around an ellipsis; ``--json`` has it
+    whole."""
+    if len(actor) <= width:
+        return actor
+    tail = 8
+    return f"{actor[: width - tail - 1]}…{actor[-tail:]}"
+
+
 def _history_row(e: AuditEntry) -> list[str]:
     return [
         timefmt.iso(e.at),
         e.task_key or "(run)",
         "" if e.attempt is None else f"{e.attempt}/{e.fencing_token}",
-        e.actor,
+        short_actor(e.actor),
         f"create ({e.target})" if e.source is None else e.transition,
     ]
 

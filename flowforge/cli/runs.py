@@ -24,6 +24,7 @@ from flowforge.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_REFUSED
 from flowforge.cli.parser import UsageError
 from flowforge.cli.progress import Progress
 from flowforge.cli.waiting import Waiting
+from flowforge.config import Settings
 from flowforge.processes.registry import TaskRegistry, default_registry
 
 
@@ -36,6 +37,8 @@ def submit(args: argparse.Namespace) -> int:
     start_at = args.start_at if args.start_at is not None else args.start_in
     settings = common.settings_from(args)
     with common.open_app(settings) as app:
+        # A broker that refuses the credentials fails the submit before its run exists.
+        unreachable = _broker_not_refusing(settings, app.deployment_id)
         started = app.submit_workflow_run(
             definition, inputs, idempotency_key=args.idempotency_key, start_at=start_at
         )
@@ -45,12 +48,29 @@ def submit(args: argparse.Namespace) -> int:
     else:
         print(started.run_id)
     _announce(started, run, definition, args.idempotency_key, show_id=False)
+    if unreachable is not None:
+        print(
+            f"note: the run's dispatches wait in the outbox until the broker is back: "
+            f"{unreachable}",
+            file=sys.stderr,
+        )
     if started.created and (note := render.start_note(run, datetime.now(UTC))):
         print(f"note: run {run.id} {note}", file=sys.stderr)
     if settings.embedded and not WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
         # No worker can reach a run without a broker: say what will run it.
         print(f"note: {embedded_runner_hint(args, run.id, definition)}", file=sys.stderr)
     return 0
+
+
+def _broker_not_refusing(settings: Settings, deployment: str) -> str | None:
+    """A broker that refuses the credentials or vhost fails the submit now, with its
+    reason (the run would never be dispatched); one unreachable now does not (the
+    outbox keeps its dispatches): why, for a note. None: embedded, or accepted."""
+    if settings.broker is None:
+        return None
+    from flowforge.processes import rabbitmq  # noqa: PLC0415 - pika only with a broker
+
+    return rabbitmq.check_not_refused(settings.broker.for_deployment(deployment))
 
 
 def embedded_runner_hint(
@@ -247,6 +267,19 @@ def _announce_stop(app: FlowForge, run_id: UUID, cause: str, grace: float) -> No
     print(f"stopping ({cause}){waiting}", file=sys.stderr)
 
 
+def summary_counts(tasks: Sequence[TaskRunView]) -> str:
+    """``5 tasks, 6 attempts``: a task a rerun carried over ran no attempt here (its
+    row's attempt is 1, its result another run's); ``, 2 carried over`` says how many."""
+    carried = sum(t.carried_from_run_id is not None for t in tasks)
+    attempts = sum(t.attempt for t in tasks if t.carried_from_run_id is None)
+    words = f"{count(len(tasks), 'task')}, {count(attempts, 'attempt')}"
+    return f"{words}, {carried} carried over" if carried else words
+
+
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def report_outcome(
     app: FlowForge, run: WorkflowRunView, stopped_by: str, timeout: float | None, rerun: str
 ) -> int:
@@ -255,8 +288,7 @@ def report_outcome(
     tasks = render.task_order(run, app.task_runs(run.id))
     short = short_id(run.id)
     if run.state == "succeeded":
-        attempts = sum(t.attempt for t in tasks)
-        print(f"run {short} succeeded in {took}: {len(tasks)} tasks, {attempts} attempts")
+        print(f"run {short} succeeded in {took}: {summary_counts(tasks)}")
         return 0
     if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
         print(f"run {short} {run.state} after {took}", file=sys.stderr)

@@ -37,7 +37,8 @@ def counts_line(counts: Mapping[str, int]) -> str:
     known = [s for s in STATE_ORDER if counts.get(s)]
     other = sorted(s for s in counts if s not in STATE_ORDER and counts[s])
     parts = [f"{counts[s]:,} {s}" for s in (*known, *other)]
-    return f"{', '.join(parts) or 'no tasks'} ({sum(counts.values()):,} tasks)"
+    total = sum(counts.values())
+    return f"{', '.join(parts) or 'no tasks'} ({total:,} task{'' if total == 1 else 's'})"
 
 
 def sections(

@@ -9,6 +9,7 @@ from typing import Any
 
 from flowforge import observe
 from flowforge.aggregates import json_values
+from flowforge.processes import capture
 from flowforge.processes.lane import Lane
 from flowforge.processes.registry import Handler, TaskContext
 
@@ -26,7 +27,7 @@ def error_details(exc: BaseException) -> dict[str, str]:
 
 class HandlerCall:
     """Runs ``handler(context)`` on a lane (the worker's, reused task after task; a new
-    one if none is given) and keeps its return or exception."""
+    one if none is given) and keeps its return or exception, and its output."""
 
     def __init__(
         self,
@@ -45,6 +46,8 @@ class HandlerCall:
         self._result: Any = None
         self._error: BaseException | None = None
         self._returned: threading.Event | None = None
+        #: What the handler prints and logs in its thread (``processes/capture.py``).
+        self.output = capture.AttemptOutput()
 
     def start(self) -> None:
         self._returned = self._lane.run(self._run)
@@ -56,7 +59,7 @@ class HandlerCall:
 
     def _run(self) -> None:
         try:
-            with self._watch.current():
+            with self._watch.current(), capture.capturing(self.output):
                 self._result = self._handler(self._context)
         except BaseException as exc:  # noqa: BLE001 - any failure of user code fails the task
             # Drop this frame: the traceback a user reads starts in their handler.

@@ -30,6 +30,8 @@ class Stop:
         self.reason = ""
         self._wakes: list[Callable[[], None]] = []
         self._relayed = False
+        #: A second SIGINT/SIGTERM while a stop is under way: stop waiting at once.
+        self.hurry = threading.Event()
 
     def set(self, reason: str = "requested") -> None:
         if not self._event.is_set():
@@ -51,13 +53,22 @@ class Stop:
         return self._event.wait(max(0.0, seconds))
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM and SIGINT request a stop (main thread only; elsewhere, or a second
-        time, a no-op). Relayed to a thread: ``flowforge.processes.signals`` says why."""
+        """SIGTERM and SIGINT request a stop; a SIGINT (a second Ctrl-C) while it is
+        under way sets :attr:`hurry` (stop waiting for the tasks in hand). Not a second
+        SIGTERM: a process group's kill and ``timeout``'s forward of it arrive together,
+        and ask for one graceful stop. Main thread only; elsewhere, or a second time, a
+        no-op. Relayed to a thread: ``flowforge.processes.signals`` says why."""
         if threading.current_thread() is not threading.main_thread() or self._relayed:
             return
         self._relayed = True
 
         def react(signum: signal.Signals) -> None:
+            if self.is_set() and signum == signal.SIGINT:
+                log.warning("second stop requested: stopping now", extra={"signal": signum.name})
+                self.hurry.set()
+                return
+            if self.is_set():
+                return
             log.info("stop requested", extra={"signal": signum.name})
             self.set(signum.name)
 

@@ -35,6 +35,7 @@ from flowforge.app.commands import Finish
 from flowforge.app.service import FlowForge
 from flowforge.backoff import Backoff
 from flowforge.lru import Lru
+from flowforge.processes import capture
 from flowforge.processes.lane import Lane
 from flowforge.processes.loop import Stop
 
@@ -70,6 +71,8 @@ class Outcome:
     error: dict[str, str] | None
     #: The task's run: for the log lines (``None`` where a caller has none to give).
     workflow_run_id: UUID | None = None
+    #: What the handler printed and logged (``processes/capture.py``); None if nothing.
+    output: capture.Captured | None = None
 
 
 class OutcomeWriter:
@@ -131,6 +134,7 @@ class OutcomeWriter:
                 continue
             # Written, or refused as stale: either way there is nothing left to write.
             self._kept.pop(outcome.task_run_id)
+            self._record_output(outcome)
             return written
 
     def write_all(
@@ -162,7 +166,30 @@ class OutcomeWriter:
             return self._write_each(outcomes, wait, deadline)
         for outcome in outcomes:
             self._kept.pop(outcome.task_run_id)
+            self._record_output(outcome)
         return written
+
+    def _record_output(self, outcome: Outcome) -> None:
+        """Store the attempt's output once its outcome is durable (a handler that
+        printed nothing costs nothing here). Its own transaction, after the finish: the
+        finish's (a batch's leaves in one round trip) stays as it is, and an output
+        that cannot be stored costs the attempt nothing but its log (docs/logs.md)."""
+        if outcome.output is None:
+            return
+        try:
+            self._app.record_attempt_log(
+                outcome.task_run_id,
+                outcome.fencing_token,
+                attempt=outcome.attempt,
+                worker_id=self._worker_id,
+                output=outcome.output.text,
+                dropped_chars=outcome.output.dropped_chars,
+            )
+        except errors.PersistenceError as exc:
+            log.warning(
+                "attempt output not stored (its outcome is)",
+                extra=self._extra(outcome, error=str(exc)),
+            )
 
     def _attempt(self, finishes: list[Finish], wait: _Wait, deadline: float) -> list[bool]:
         """One write attempt, on the lane; waited for until ``deadline`` at most,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 from uuid import UUID
 
 from flowforge import errors
@@ -51,8 +51,29 @@ class TaskRegistry:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
 
-    def task(self, task_type: str) -> Callable[[Handler], Handler]:
-        """Register the decorated function as the handler of ``task_type``."""
+    @overload
+    def task(self, task_type: str) -> Callable[[Handler], Handler]: ...
+
+    @overload
+    def task(self, task_type: Handler) -> Handler: ...
+
+    def task(self, task_type: str | Handler) -> Callable[[Handler], Handler] | Handler:
+        """Register the decorated function as the handler of ``task_type``:
+        ``@task("send_email")``; a bare ``@task`` registers it under its own name (the
+        type a workflow file's task then names)."""
+        if callable(task_type):
+            handler = task_type
+            name = getattr(handler, "__name__", "")
+            if not name.isidentifier():
+                raise errors.ConfigurationError(
+                    f"a bare @task needs a function with a name to be its task type; "
+                    f'{handler!r} has none: write @task("TYPE")'
+                )
+            return self.task(name)(handler)
+        if not isinstance(task_type, str):
+            raise errors.ConfigurationError(
+                f'@task takes a task type, as @task("send_email"), got {task_type!r}'
+            )
         if not task_type.isidentifier():
             raise errors.ConfigurationError(
                 f"task type {task_type!r} is not a plain identifier (letters, digits, _)"

@@ -24,7 +24,7 @@ from flowforge.aggregates import failures, lost_workers
 from flowforge.aggregates.dispatch import DispatchMessage, decode_dispatch
 from flowforge.app.results import Claim, TaskRunView
 from flowforge.app.service import FlowForge
-from flowforge.processes import settle, telemetry
+from flowforge.processes import capture, settle, telemetry
 from flowforge.processes.claim import Claimer
 from flowforge.processes.handler_call import HandlerCall, error_details
 from flowforge.processes.heartbeat import Heartbeat
@@ -86,6 +86,10 @@ class Steps:
         #: Handlers left running after their lease was lost, each on its own lane.
         self._abandoned: list[HandlerCall] = []
         self.max_abandoned = max_abandoned
+        #: Whether a handler runs now (what a stop waits for: ``Processes.run_workers``).
+        self.handling = False
+        # Each attempt's prints and log records go to its own buffer (capture.py).
+        capture.install()
 
     # --- admitting and claiming -------------------------------------------------------
 
@@ -190,18 +194,22 @@ class Steps:
         )
         call = HandlerCall(handler, self._context(task, claim), self._handlers, watch=watch)
         began = time.perf_counter()
-        with heartbeat:
-            call.start()
-            while not call.join(PUMP_INTERVAL_S):
-                # Before anything that may block (a batch's due writes): the renewals
-                # never wait for the consumer thread once they are handed over.
-                heartbeat.keep_up()
-                if heartbeat.lost:
-                    return self._abandon(task, claim, call)
-                self._pump(consumer, 0)
-                meanwhile()
+        self.handling = True
+        try:
+            with heartbeat:
+                call.start()
+                while not call.join(PUMP_INTERVAL_S):
+                    # Before anything that may block (a batch's due writes): the renewals
+                    # never wait for the consumer thread once they are handed over.
+                    heartbeat.keep_up()
+                    if heartbeat.lost:
+                        return self._abandon(task, claim, call)
+                    self._pump(consumer, 0)
+                    meanwhile()
+        finally:
+            self.handling = False
         result, error = call.outcome()
-        outcome = _outcome(task, claim, result, error)
+        outcome = _outcome(task, claim, result, error, call.output.captured())
         observe.announce.handler_returned(
             task.task_type, outcome.edge, time.perf_counter() - began
         )
@@ -240,7 +248,9 @@ class Steps:
             ),
         )
         message = "the lease was lost while the handler ran; the worker stopped waiting"
-        return _outcome(task, claim, None, {"type": ABANDONED, "message": message})
+        # What it printed so far is kept with the attempt; what it prints later is not.
+        error = {"type": ABANDONED, "message": message}
+        return _outcome(task, claim, None, error, call.output.captured())
 
     @property
     def abandoned_running(self) -> int:
@@ -363,7 +373,11 @@ class Steps:
 
 
 def _outcome(
-    task: TaskRunView, claim: Claim, result: Any, error: dict[str, str] | None
+    task: TaskRunView,
+    claim: Claim,
+    result: Any,
+    error: dict[str, str] | None,
+    output: capture.Captured | None = None,
 ) -> Outcome:
     return Outcome(
         task_run_id=task.id,
@@ -374,4 +388,5 @@ def _outcome(
         result=result,
         error=error,
         workflow_run_id=task.workflow_run_id,
+        output=output,
     )

@@ -92,11 +92,18 @@ class Supervisor:
             raise self.errors[0]
         return [thread.name for thread in self._threads if thread.is_alive()]
 
-    def run(self, targets: Sequence[tuple[str, Target]], grace: float | None = None) -> list[str]:
+    def run(
+        self,
+        targets: Sequence[tuple[str, Target]],
+        grace: float | None = None,
+        *,
+        stopping: Callable[[], None] = lambda: None,
+    ) -> list[str]:
         """Run ``targets`` until a stop (a signal, or a thread's failure); re-raise it.
-        After the stop, wait for the threads (at most ``grace`` seconds, if given: a
-        handler that hangs must not hold the process hostage); the names of those
-        abandoned still running.
+        After the stop (``stopping()`` first: what the process says of it), wait for the
+        threads, at most ``grace`` seconds, if given (a handler that hangs must not hold
+        the process hostage), and not at all once a second signal sets ``stop.hurry``;
+        the names of those abandoned still running.
 
         The signal handlers are installed here, in the calling (main) thread: a loop
         installs them from its own ``run()``, which is a no-op outside the main thread.
@@ -106,4 +113,5 @@ class Supervisor:
             self.spawn(name, target)
         while self.alive and not self.stop.wait(WATCH_INTERVAL_S):
             pass
-        return self.join(grace=grace)
+        stopping()
+        return self.join(grace=grace, hurry=self.stop.hurry)

@@ -74,8 +74,11 @@ class Worker:
         outcome_patience: float = OUTCOME_WRITE_PATIENCE_S,
         batch: int = 1,
         max_abandoned: int = MAX_ABANDONED_HANDLERS,
+        task_types: Sequence[str] | None = None,
     ) -> None:
         self.app = app
+        #: The types it consumes (``--types``; default: every type it has a handler for).
+        self.task_types = sorted(task_types) if task_types else None
         self._connect = connect
         #: Deliveries taken at once when they are already there (``handle_batch``).
         self.batch = batch_size(batch, "batch")
@@ -108,7 +111,7 @@ class Worker:
         queue into a quorum queue.
         """
         self.stop.install_signal_handlers()
-        log.info("worker started", extra=self.steps.extra(task_types=list(self.registry)))
+        self._announce_start()
         while not self.stop.is_set():
             try:
                 self._consume()
@@ -125,6 +128,30 @@ class Worker:
                 )
                 self.stop.wait(delay)
         log.info("worker stopped", extra=self.steps.extra(reason=self.stop.reason))
+
+    def _announce_start(self) -> None:
+        """The start line: the types it consumes, and, if this worker id still holds
+        tasks, that it starts again after stopping with them in hand (its process
+        ended with a handler running: a crash, a kill, or the handler itself)."""
+        fields: dict[str, object] = {"task_types": self.task_types or list(self.registry)}
+        try:
+            held = self.app.tasks_leased_by(self.worker_id)
+        except errors.PersistenceError:
+            held = []  # the loop reports the database; the start line does not wait
+        if not held:
+            log.info("worker started", extra=self.steps.extra(**fields))
+            return
+        log.warning(
+            "worker started again after it stopped with tasks in hand: its process ended "
+            "while their handlers ran (killed, crashed, or ended by a handler); their "
+            "leases expire and the reaper makes them ready again",
+            extra=self.steps.extra(
+                **fields,
+                held_tasks=[f"{t.workflow_run_id}/{t.task_key}" for t in held],
+                held_attempts=[t.attempt for t in held],
+                worker_losses=[t.worker_losses for t in held],
+            ),
+        )
 
     def _consume(self) -> None:
         consumer = self._connect()

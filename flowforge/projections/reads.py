@@ -63,6 +63,10 @@ class Reads:
         """Every stored event, in the log's order, in one read (the rebuild's check)."""
         return [stored_event(row) for row in self._tx.run("select_stored_events")]
 
+    def attempt_log_rows(self, task_run_id: UUID) -> list[Row]:
+        """The task's attempts' captured outputs, in the order of their claims."""
+        return self._tx.run("select_attempt_logs", {"task_run_id": task_run_id})
+
     def now(self) -> datetime:
         """The database's clock: the one that decides leases and retry times."""
         (row,) = self._tx.run("db_now")
@@ -203,6 +207,10 @@ class Reads:
 
     def ready_task_runs(self, limit: int) -> list[TaskRunRow]:
         rows = self._tx.run("select_ready_task_runs", {"limit": limit})
+        return [TaskRunRow.from_mapping(r) for r in rows]
+
+    def tasks_leased_by(self, worker_id: str, limit: int) -> list[TaskRunRow]:
+        rows = self._tx.run("select_tasks_leased_by", {"worker_id": worker_id, "limit": limit})
         return [TaskRunRow.from_mapping(r) for r in rows]
 
     def expired_leases(self, limit: int, run_ids: Collection[UUID] | None = None) -> list[UUID]:

@@ -38,6 +38,7 @@ SHARED_FILES = (
     "limits.sql",
     "schedules.sql",
     "archive.sql",
+    "attempt_logs.sql",
     "feed.sql",
     "reading.sql",
 )

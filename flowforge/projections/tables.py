@@ -75,6 +75,8 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     # The archived runs (migration 15).
     "archived_at": ColumnCodec.TIMESTAMP,
     "archived_run_id": ColumnCodec.UUID,
+    # The attempt logs (migration 19).
+    "written_at": ColumnCodec.TIMESTAMP,
 }
 
 

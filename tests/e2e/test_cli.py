@@ -62,6 +62,7 @@ COMMANDS = (
     ["history"],
     ["cancel"],
     ["why"],
+    ["logs"],
     ["events"],
     ["ui"],
     ["limit"],

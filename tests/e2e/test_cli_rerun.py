@@ -55,7 +55,9 @@ def doc_example() -> tuple[list[list[str]], list[str]]:
     """The rerun section's commands (``sh`` block) and the output it shows."""
     section = DOC.read_text().split("### flowforge rerun RUN", 1)[1].split("\n### ", 1)[0]
     (commands,) = re.findall(r"^```sh\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
-    (output,) = re.findall(r"^```\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    # Fences in pairs: a closing fence followed by an opening one is not a block.
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+    (output,) = [body for kind, body in blocks if not kind]
     return [shlex.split(line) for line in commands.splitlines()], output.splitlines()
 
 
@@ -73,6 +75,9 @@ def test_the_docs_rerun_example_runs_as_written(cli: Cli) -> None:
     for line in shown[1:3]:
         assert line in done.stderr.splitlines(), done.stderr
     assert re.search(r"^run \S+ succeeded in ", done.stdout, re.MULTILINE), done.stdout
+    # Issue #49: the carried-over tasks ran no attempt here (enrich fails once: 2 + 1).
+    assert any(line.endswith(": 5 tasks, 3 attempts, 3 carried over") for line in shown)
+    assert done.stdout.rstrip().endswith(": 5 tasks, 3 attempts, 3 carried over"), done.stdout
     new = next(r for r in cli.json("runs") if r["run_id"] != old["run_id"])
     assert new["rerun_of"] == old["run_id"]
     tasks = {t["task_key"]: t for t in cli.json("status", new["run_id"])["tasks"]}

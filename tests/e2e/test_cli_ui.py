@@ -68,3 +68,20 @@ def test_flowforge_ui_refuses_a_public_address_without_a_token(tmp_path: Path) -
     assert done.returncode == 2
     assert "FLOWFORGE_UI_TOKEN" in one_line_error(done)
     assert not (tmp_path / ".flowforge").exists()  # refused before opening anything
+
+
+def test_flowforge_ui_on_a_busy_port_fails_before_saying_it_serves(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'flowforge.db'}"
+    FlowForge(url, migrate=True).close()
+    cli = Cli(tmp_path, clean_environment(FLOWFORGE_DATABASE_URL=url))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = cli("ui", "--port", str(port))
+    assert done.returncode == 2, done.stderr
+    assert "serving" not in done.stdout + done.stderr
+    assert one_line_error(done) == (
+        f"error: cannot serve the UI on 127.0.0.1:{port}: the port is in use (another "
+        f"`flowforge ui`, or another server): pick another with --port"
+    )

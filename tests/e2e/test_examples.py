@@ -57,6 +57,10 @@ def test_the_main_job_runs_the_fan_out_workflow_on_postgres_and_rabbitmq() -> No
         "score": ["succeeded", "1"],
     }
     assert re.search(r"^run \S+: succeeded$", done.stdout, re.MULTILINE)
+    # The report within 80 columns (issue #49: 130); not the commands to paste after it,
+    # which carry the database's URL.
+    report = done.stdout.split("\ninspect it:")[0]
+    assert all(len(line) <= 80 for line in report.splitlines() if "://" not in line)
     assert done.stdout.startswith(f"database: {env['FLOWFORGE_DATABASE_URL']}\n")
 
 

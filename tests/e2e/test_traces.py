@@ -7,6 +7,7 @@ dispatch's headers). And FlowForge's own set-up from OpenTelemetry's variables
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,18 @@ def test_the_submitting_commands_span_is_the_parent_of_every_attempt_in_the_work
     }
 
 
+def test_submit_with_the_console_exporter_prints_only_the_run_id_on_stdout(
+    tmp_path: Path,
+) -> None:
+    cli = make_cli(tmp_path)
+    assert cli("db", "init").returncode == 0
+    cli = replace(cli, env={**cli.env, "OTEL_TRACES_EXPORTER": "console"})
+    done = cli("submit", EXAMPLE)
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"[0-9a-f-]{36}\n", done.stdout), done.stdout
+    assert any(s["name"] == "workflow fan_out" for s in console_spans(done.stderr))
+
+
 def console_spans(stdout: str) -> list[dict[str, Any]]:
     """The JSON objects ConsoleSpanExporter printed among the command's own lines."""
     decoder, found, at = json.JSONDecoder(), [], 0
@@ -80,7 +93,9 @@ def test_flowforge_sets_up_the_exporter_the_environment_names(tmp_path: Path) ->
     cli = replace(cli, env={**cli.env, "OTEL_TRACES_EXPORTER": "console"})
     done = cli("run", EXAMPLE, "--tasks", "examples.tasks", "--input", "rows=4", timeout=120)
     assert done.returncode == 0, done.stderr
-    spans = console_spans(done.stdout)
+    # On stderr: stdout is the command's answer (issue #49: `RUN=$(flowforge submit)`).
+    assert console_spans(done.stdout) == []
+    spans = console_spans(done.stderr)
     (root,) = [s for s in spans if s["name"] == "workflow fan_out"]
     attempts = [s for s in spans if s["name"].startswith("task ")]
     # fan_out.toml: five tasks, and enrich fails once.

@@ -22,7 +22,7 @@ from flowforge.app import archive, archive_file
 from flowforge.app.service import FlowForge
 from flowforge.cli import db
 from flowforge.projections.writes.archive import RunRecord
-from tests.helpers import race, work
+from tests.helpers import race, task_id, work
 
 CHAIN = {
     "name": "chain",
@@ -114,6 +114,45 @@ def test_archive_then_restore_gives_back_every_event_byte_for_byte_and_every_row
     app.rebuild_projections()
     assert db.verify(app)[1] == []
     assert snapshot(app, ended) == before
+
+
+def test_a_runs_attempt_logs_go_to_its_archive_file_and_come_back_with_it(
+    app: FlowForge, tmp_path: Path
+) -> None:
+    ended, live = finished_runs(app), live_run(app)
+    for run in (ended[0], live):
+        a = task_id(app, run, "a")
+        app.record_attempt_log(a, 1, attempt=1, worker_id="w1-0a1b", output=f"{run} printed\n")
+    before = snapshot(app, ended)
+    assert [len(record[2]["attempt_logs"]) for record in before] == [1, 0, 0]
+    file = tmp_path / "old.ffarchive"
+
+    app.archive_runs(file, older_than=NOW)
+
+    assert app.attempt_logs(task_id_in(before[0], "a")) == []  # gone with its run
+    (kept,) = app.attempt_logs(task_id(app, live, "a"))  # a live run's stays
+    assert kept.output == f"{live} printed\n"
+    with zipfile.ZipFile(file) as zipped:
+        assert f"{ended[0]} printed" in zipped.read(archive_file.RUNS).decode()
+
+    app.restore_runs(file)
+
+    assert snapshot(app, ended) == before
+    (back,) = app.attempt_logs(task_id(app, ended[0], "a"))
+    assert (back.attempt, back.worker_id, back.output) == (1, "w1-0a1b", f"{ended[0]} printed\n")
+
+
+def task_id_in(record: tuple[Any, ...], key: str) -> UUID:
+    found: UUID = next(task["id"] for task in record[1] if task["task_key"] == key)
+    return found
+
+
+def test_an_archive_file_without_attempt_logs_restores_its_runs_without_any() -> None:
+    record = RunRecord(run={"id": uuid4()})
+    line = json.loads(archive_file.encode_record(record))
+    del line["attempt_logs"]  # as a file written before attempt logs were archived
+    decoded = archive_file.decode_record(json.dumps(line).encode())
+    assert decoded.bookkeeping["attempt_logs"] == []
 
 
 def test_an_archive_or_a_restore_made_twice_changes_nothing_the_second_time(

@@ -210,3 +210,21 @@ def test_a_provider_set_before_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
         provider = trace.get_tracer_provider()
         assert tracing.configure("flowforge-worker") is True
         assert trace.get_tracer_provider() is provider
+
+
+def test_a_dead_collector_costs_a_process_exit_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #49: the SDK's own exit hook waited out the OTLP exporter's retries (11 s a
+    command); FlowForge's drops the spans at once when the collector does not answer."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    dead = "http://127.0.0.1:1/v1/traces"
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=dead)))
+    with provider.get_tracer("test").start_as_current_span("pending"):
+        pass
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", dead)
+    began = time.monotonic()
+    tracing._flush_at_exit(provider, otlp=True)
+    assert time.monotonic() - began < 1.0

@@ -52,11 +52,39 @@ def running(s: Situation) -> Answer:
         f"lease held until {clock(expires)} ({until(expires, s.at)})",
         [
             *beat,
-            f"started at {iso(task.started_at)}; the worker's heartbeat renews the lease",
+            f"started at {iso(task.started_at)}; {_renewal(s, owner)}",
             _time_limit(s),
             *_losses_before(s),
         ],
     )
+
+
+#: How many of its heartbeat's renewals a lease may miss before ``why`` stops saying the
+#: heartbeat renews it (one late renewal is a busy machine; two, a worker gone).
+MISSED_RENEWALS = 2
+
+
+def _renewal(s: Situation, owner: str) -> str:
+    """Whether the holder's heartbeat renews the lease: it renews every third of the
+    lease (processes/heartbeat.py), so a lease that missed two renewals is held by a
+    worker that stopped or stalled (a `flowforge run` that exited, say), and runs out."""
+    task, expires = s.task, s.task.lease_expires_at
+    beats = [e for e in s.task_log if e.transition in ("claim", "renew_lease")]
+    if expires is None or not beats:
+        return "the worker's heartbeat renews the lease"
+    last = beats[-1].at
+    lease = task.lease_seconds or (expires - last).total_seconds()
+    interval = lease / 3
+    if (s.at - last).total_seconds() <= MISSED_RENEWALS * interval:
+        return "the worker's heartbeat renews the lease"
+    gone = (
+        f"no heartbeat since {clock(last)} ({ago(last, s.at)}; one is due every "
+        f"{timefmt.duration(interval)}): {owner} has stopped or stalled, and the lease "
+        f"runs out at {clock(expires)}; then the reaper makes the task ready again"
+    )
+    if s.embedded:
+        gone += f" and `flowforge run --resume {task.workflow_run_id} --tasks MODULE` runs it"
+    return gone
 
 
 def _reclaim(s: Situation, owner: str) -> str:

@@ -28,7 +28,7 @@ WORKER = Command(
     "(imported with --tasks). It consumes only the queues of the task types it has "
     "handlers for (or of --types), so a dispatch reaches only a worker that can run "
     "it. On SIGTERM/SIGINT it lets the task in hand finish for --grace seconds, then "
-    "exits.",
+    "exits; a second Ctrl-C exits at once.",
 )
 
 

@@ -75,6 +75,31 @@ WHY = Command(
 )
 
 
+LOGS = Command(
+    "logs",
+    "what a task's handler printed and logged, attempt by attempt",
+    """\
+    flowforge logs 3f2a enrich
+    flowforge logs 3f2a/enrich --attempt 2
+    flowforge logs 3f2a enrich --follow
+    """,
+    "flowforge.cli.attempt_logs:logs",
+    (
+        history_flags.LOGS_TARGET,
+        history_flags.LOGS_TASK,
+        history_flags.ATTEMPT,
+        history_flags.LOGS_FOLLOW,
+        flags.JSON,
+    ),
+    description="Print each attempt's output: what its handler wrote to stdout and "
+    "stderr and logged with `logging` while it ran, in its thread (docs/logs.md), "
+    "stored when the attempt ended. At most 64 Ki characters an attempt (its first "
+    "48 Ki and last 16 Ki; the text says what was dropped). --follow waits for the "
+    "attempts still to come.",
+    uses_broker=False,
+)
+
+
 UI = Command(
     "ui",
     "serve the web UI: runs, a run's DAG and timeline at any moment, its tasks",

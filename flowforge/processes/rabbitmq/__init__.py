@@ -25,6 +25,7 @@ from __future__ import annotations
 from flowforge.processes.rabbitmq.connection import (
     BLOCKED_CONNECTION_TIMEOUT_S,
     CONNECT_TIMEOUT_S,
+    check_not_refused,
     check_reachable,
     connect,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "RabbitDelivery",
     "RabbitDispatchConsumer",
     "RabbitDispatchPublisher",
+    "check_not_refused",
     "check_reachable",
     "connect",
     "declare_dispatch_queue",

@@ -14,6 +14,7 @@ from typing import Final
 import pika
 import pika.exceptions
 
+from flowforge import errors
 from flowforge.config import BrokerConfig
 from flowforge.processes.rabbitmq import translate
 
@@ -34,7 +35,9 @@ class ChannelClosedError(Exception):
         self.reason = reason
 
 
-def connect(config: BrokerConfig, *, name: str = "flowforge") -> pika.BlockingConnection:
+def connect(
+    config: BrokerConfig, *, name: str = "flowforge", timeout: float = CONNECT_TIMEOUT_S
+) -> pika.BlockingConnection:
     """Open a blocking connection, or raise ``BrokerUnavailableError`` naming host and port.
 
     ``name`` shows in the management UI's connection list.
@@ -43,8 +46,8 @@ def connect(config: BrokerConfig, *, name: str = "flowforge") -> pika.BlockingCo
     for parameters in nodes:
         parameters.heartbeat = config.heartbeat_seconds
         parameters.blocked_connection_timeout = BLOCKED_CONNECTION_TIMEOUT_S
-        parameters.socket_timeout = CONNECT_TIMEOUT_S
-        parameters.stack_timeout = CONNECT_TIMEOUT_S
+        parameters.socket_timeout = timeout
+        parameters.stack_timeout = timeout
         # One attempt per node: retrying is the caller's loop's job, with backoff.
         parameters.connection_attempts = 1
         parameters.client_properties = {"connection_name": name}
@@ -69,6 +72,32 @@ def connect(config: BrokerConfig, *, name: str = "flowforge") -> pika.BlockingCo
 def check_reachable(config: BrokerConfig) -> None:
     """Fail fast, with one line naming host and port, if the broker is unreachable now."""
     close_quietly(connect(config, name="flowforge-startup-check"))
+
+
+#: How long ``submit`` waits for the broker to accept its credentials.
+REFUSAL_CHECK_TIMEOUT_S: Final = 3.0
+#: What a broker that answered says when it will not have these credentials or vhost.
+_REFUSALS = (
+    pika.exceptions.ProbableAuthenticationError,
+    pika.exceptions.ProbableAccessDeniedError,
+    pika.exceptions.ConnectionClosedByBroker,
+)
+
+
+def check_not_refused(config: BrokerConfig) -> str | None:
+    """Raise ``BrokerUnavailableError`` (with the broker's own reason) if the broker
+    answers and refuses this URL's credentials or virtual host: nothing would ever be
+    dispatched. None if it accepts them; if it cannot be reached now, why (a run's
+    dispatches wait in its outbox until it can)."""
+    try:
+        close_quietly(
+            connect(config, name="flowforge-submit-check", timeout=REFUSAL_CHECK_TIMEOUT_S)
+        )
+    except errors.BrokerUnavailableError as exc:
+        if isinstance(exc.__cause__, _REFUSALS):
+            raise
+        return str(exc)
+    return None
 
 
 def process_events(connection: pika.BlockingConnection, seconds: float) -> None:

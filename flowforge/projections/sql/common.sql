@@ -447,6 +447,14 @@ SELECT id FROM task_runs
 WHERE state = 'running' AND lease_expires_at < {now}
 ORDER BY lease_expires_at LIMIT :limit;
 
+-- The tasks a worker id still holds (a worker that starts again under the same id:
+-- what it held when it last stopped). The running tasks only, through the partial
+-- index of running leases.
+-- name: select_tasks_leased_by
+SELECT * FROM task_runs
+WHERE state = 'running' AND lease_expires_at IS NOT NULL AND lease_owner = :worker_id
+ORDER BY lease_expires_at LIMIT :limit;
+
 -- Running attempts past their execution timeout, with the token each is failed with.
 -- name: select_overdue_tasks
 SELECT id, fencing_token, workflow_run_id FROM task_runs

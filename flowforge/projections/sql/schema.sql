@@ -158,3 +158,18 @@ CREATE INDEX workflow_runs_finished_at_idx ON workflow_runs (finished_at)
 -- The feed (migration 16; docs/feed.md): each event's transaction, and the feed's index,
 -- on PostgreSQL; nothing on SQLite.
 {record_feed_transactions};
+
+-- Each attempt's captured output (migration 19; docs/logs.md): one row per claim.
+CREATE TABLE attempt_logs (
+    task_run_id {uuid} NOT NULL,
+    fencing_token {bigint} NOT NULL,
+    workflow_run_id {uuid} NOT NULL,
+    attempt integer NOT NULL CONSTRAINT attempt_logs_attempt_positive CHECK (attempt >= 1),
+    worker_id text NOT NULL,
+    output text NOT NULL,
+    dropped_chars {bigint} NOT NULL
+        CONSTRAINT attempt_logs_dropped_chars_non_negative CHECK (dropped_chars >= 0),
+    written_at {timestamp} NOT NULL,
+    PRIMARY KEY (task_run_id, fencing_token)
+);
+CREATE INDEX attempt_logs_workflow_run_id_idx ON attempt_logs (workflow_run_id);

@@ -6,7 +6,8 @@
 locks of an advance, ``runs.py``), ``leaves`` (the leaf shortcut, ``leaves.py``),
 ``outbox`` (dispatches, ``outbox.py``), ``limits`` (concurrency limits, ``concurrency_limits.py``),
 ``marks`` (the scheduler's wake-ups, ``marks.py``), ``schedules`` (cron schedules,
-``cron_schedules.py``), ``rebuild`` (``rebuild.py``) and ``archive`` (``archive.py``).
+``cron_schedules.py``), ``rebuild`` (``rebuild.py``), ``archive`` (``archive.py``) and
+``attempt_logs`` (``attempt_logs.py``).
 Each edge is one conditional write with its event (``recording.py``) and what follows
 it in the same transaction (the run's mark, the outbox row of a task that became
 ready): the transaction commits all of it or none of it.
@@ -21,6 +22,7 @@ from eventsourcing.persistence import Mapper
 from flowforge.projections.db.protocols import Transaction
 from flowforge.projections.reads import Reads
 from flowforge.projections.writes.archive import ArchiveWrites
+from flowforge.projections.writes.attempt_logs import AttemptLogWrites
 from flowforge.projections.writes.concurrency_limits import LimitWrites
 from flowforge.projections.writes.cron_schedules import ScheduleWrites
 from flowforge.projections.writes.leaves import Leaf, LeafSuccess, LeafWrites
@@ -57,3 +59,4 @@ class Writes(Reads):
         self.schedules = ScheduleWrites(self.recording, self.runs, now=self.now)
         self.rebuild = RebuildWrites(tx)
         self.archive = ArchiveWrites(tx)
+        self.attempt_logs = AttemptLogWrites(tx)

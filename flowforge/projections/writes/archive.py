@@ -19,6 +19,8 @@ BOOKKEEPING = {
     "outbox": "restore_outbox_row",
     "run_limits": "restore_run_limit",
     "held_dispatches": "restore_held_dispatch",
+    # Each attempt's captured output (attempt_logs.sql): not an event, but the run's.
+    "attempt_logs": "restore_attempt_log",
 }
 
 
@@ -109,13 +111,14 @@ class ArchiveWrites:
     def export(self, run_ids: Collection[UUID]) -> list[RunRecord]:
         """The runs' records, in ``run_ids``' order (a run not here is left out)."""
         ids = {"run_ids": id_list(run_ids)}
-        runs, tasks, outbox, limits, held = self._tx.run_each(
+        runs, tasks, outbox, limits, held, logs = self._tx.run_each(
             [
                 ("archive_run_rows", ids),
                 ("archive_task_rows", ids),
                 ("archive_outbox_rows", ids),
                 ("archive_run_limit_rows", ids),
                 ("archive_held_rows", ids),
+                ("archive_attempt_log_rows", ids),
             ]
         )
         records = {row["id"]: RunRecord(row) for row in runs}
@@ -126,7 +129,11 @@ class ArchiveWrites:
             owner[task["id"]] = record
         for row in outbox:
             records[row.pop("archived_run_id")].bookkeeping["outbox"].append(row)
-        for name, rows in (("run_limits", limits), ("held_dispatches", held)):
+        for name, rows in (
+            ("run_limits", limits),
+            ("held_dispatches", held),
+            ("attempt_logs", logs),
+        ):
             for row in rows:
                 records[row["workflow_run_id"]].bookkeeping[name].append(row)
         params = {"originator_ids": id_list(owner)}
@@ -152,6 +159,7 @@ class ArchiveWrites:
                 ("archive_delete_events", {"originator_ids": id_list(aggregate_ids)}),
                 ("archive_delete_outbox", ids),
                 ("archive_delete_held", ids),
+                ("archive_delete_attempt_logs", ids),
                 ("archive_delete_run_limits", ids),
                 ("archive_delete_wakeups", ids),
                 ("archive_delete_tasks", ids),

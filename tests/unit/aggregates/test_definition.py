@@ -204,7 +204,7 @@ def test_a_task_depending_on_itself_is_rejected_when_built_alone() -> None:
 @pytest.mark.parametrize("lease", [0, -1.5])
 def test_a_task_lease_must_be_positive(lease: float) -> None:
     (line,) = problems(workflow(task("a", lease_seconds=lease)))
-    assert line.startswith("tasks[0].lease_seconds: Input should be greater than 0")
+    assert line == f"tasks[0].lease_seconds: must be more than 0.0, got {lease}"
 
 
 def test_depends_on_must_be_a_list_not_a_single_key() -> None:
@@ -214,7 +214,7 @@ def test_depends_on_must_be_a_list_not_a_single_key() -> None:
 
 def test_a_misspelt_task_field_is_an_error_not_a_silent_default() -> None:
     lines = problems(workflow(task("a"), {"key": "b", "type": "work", "dependson": ["a"]}))
-    assert lines == ["tasks[1].dependson: Extra inputs are not permitted"]
+    assert lines == ["tasks[1].dependson: unknown key 'dependson'; did you mean 'depends_on'?"]
 
 
 # --- WorkflowDefinition: validation --------------------------------------------------
@@ -225,7 +225,7 @@ def test_a_workflow_without_tasks_is_rejected() -> None:
 
 
 def test_a_workflow_without_a_tasks_field_is_rejected_naming_it() -> None:
-    assert problems({"name": "wf"}) == ["tasks: Field required"]
+    assert problems({"name": "wf"}) == ["tasks: missing: this key is required"]
 
 
 def test_duplicate_task_keys_are_rejected_naming_the_first_place_too() -> None:
@@ -284,7 +284,7 @@ def test_a_workflow_lease_must_be_a_positive_number(lease: object) -> None:
 
 def test_a_misspelt_workflow_field_is_an_error_not_a_silent_default() -> None:
     assert problems(workflow(task("a"), lease_second=5)) == [
-        "lease_second: Extra inputs are not permitted"
+        "lease_second: unknown key 'lease_second'; did you mean 'lease_seconds'?"
     ]
 
 
@@ -441,3 +441,14 @@ def test_a_random_dag_round_trips_through_to_dict(tasks: list[dict[str, Any]]) -
     restored = WorkflowDefinition.model_validate(json.loads(json.dumps(definition.to_dict())))
     assert restored == definition
     assert restored.topological_order() == definition.topological_order()
+
+
+def test_a_problem_reads_in_the_files_words_not_pydantics() -> None:
+    """Issue #49: `Input should be...`, `type=...` became what the field must be."""
+    bad = {"key": "b", "type": "work", "max_running": "x", "depend_on": ["a"]}
+    lines = problems(workflow(task("a"), bad, retry={"max_attempts": 0}))
+    assert sorted(lines) == [
+        "retry.max_attempts: must be at least 1, got 0",
+        "tasks[1].depend_on: unknown key 'depend_on'; did you mean 'depends_on'?",
+        'tasks[1].max_running: must be a whole number, got "x"',
+    ]

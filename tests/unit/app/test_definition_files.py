@@ -73,7 +73,9 @@ def test_a_bad_json_definition_names_the_file_and_each_field(tmp_path: Path) -> 
     bad = workflow({"key": "a", "type": "work", "dependson": []}, retry={"jitter": 3})
     path.write_text(json.dumps(bad))
     lines = problems(path)
-    assert lines[0] == f"{path}: tasks[0].dependson: Extra inputs are not permitted"
+    assert lines[0] == (
+        f"{path}: tasks[0].dependson: unknown key 'dependson'; did you mean 'depends_on'?"
+    )
     assert lines[1].startswith(f"{path}: retry.jitter: ")
     assert len(lines) == 2
 

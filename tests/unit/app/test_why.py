@@ -223,15 +223,13 @@ def test_why_says_a_carried_over_task_did_not_run_and_where_its_result_came_from
 
 
 def running(**fields: Any) -> why.TaskView:
-    return view(
-        "slow",
-        "running",
-        lease_owner="worker-1",
-        lease_expires_at=AT + timedelta(seconds=20),
-        started_at=AT - timedelta(minutes=5),
-        fencing_token=1,
-        **fields,
-    )
+    defaults: dict[str, Any] = {
+        "lease_owner": "worker-1",
+        "lease_expires_at": AT + timedelta(seconds=20),
+        "started_at": AT - timedelta(minutes=5),
+        "fencing_token": 1,
+    }
+    return view("slow", "running", **(defaults | fields))
 
 
 def test_why_of_a_running_task_says_when_it_times_out() -> None:
@@ -287,6 +285,33 @@ def test_why_of_a_running_task_that_lost_its_worker_before_says_so() -> None:
     found = why.explain(situation(running(worker_losses=2)))
     assert found.reason == "running"
     assert "it lost its worker 2 times before (max_worker_losses = 3" in "\n".join(found.details)
+
+
+def claimed_at(at: datetime) -> results.AuditEntry:
+    task = running()
+    return results.AuditEntry(
+        at, "task_run", task.id, 2, "Claimed", "claim", "ready", "running", "worker-1"
+    )
+
+
+def test_why_of_a_running_task_whose_heartbeat_renews_it_says_so() -> None:
+    # Claimed 15 s ago with a 30 s lease: its first renewal (at 10 s) is late, not missed.
+    found = why.explain(situation(running(), task_log=[claimed_at(AT - timedelta(seconds=15))]))
+    assert any("the worker's heartbeat renews the lease" in d for d in found.details)
+
+
+def test_why_of_a_lease_nobody_renews_does_not_claim_a_heartbeat_renews_it() -> None:
+    """Issue #49: a task left by an exited `flowforge run` keeps its lease until it runs
+    out; `why` said its heartbeat renewed it."""
+    task = running(lease_expires_at=AT + timedelta(seconds=5))
+    claimed = claimed_at(AT - timedelta(seconds=25))
+    found = why.explain(situation(task, task_log=[claimed], embedded=True))
+    assert found.reason == "running"
+    text = "\n".join(found.details)
+    assert "heartbeat renews" not in text
+    assert "no heartbeat since 12:02:35Z (25.0s ago; one is due every 10.0s)" in text
+    assert "worker-1 has stopped or stalled, and the lease runs out at 12:03:05Z" in text
+    assert f"`flowforge run --resume {RUN_ID} --tasks MODULE` runs it" in text
 
 
 # --- a delayed run (flowforge submit --at/--in) ------------------------------------------

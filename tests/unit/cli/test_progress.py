@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -194,3 +195,14 @@ def test_into_a_pipe_each_change_is_one_plain_line_with_the_error_shortened() ->
     assert error.endswith("…")
     assert len(error) <= 120
     assert re.match(r"\d\d:\d\d:\d\dZ ", lines[0])
+
+
+def test_a_change_is_stamped_with_when_it_happened_not_when_it_was_seen() -> None:
+    """Issue #49: `status --watch` of a run that ended long ago printed the time it
+    looked at each change; it prints the time the database recorded it."""
+    out = io.StringIO()
+    long_ago = NOW - timedelta(hours=3)
+    ended = replace(run("succeeded"), finished_at=long_ago, updated_at=long_ago)
+    Progress(out, live=False).update(ended, [task(KEYS[0], "succeeded", updated_at=long_ago)])
+    stamps = {line.split()[0] for line in out.getvalue().splitlines()}
+    assert stamps == {long_ago.strftime("%H:%M:%SZ")}
