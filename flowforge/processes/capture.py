@@ -208,6 +208,8 @@ def install() -> None:
             root.addHandler(_AttemptRecords())
         if root.level > CAPTURE_LEVEL:
             for handler in root.handlers:
-                if not isinstance(handler, _AttemptRecords) and handler.level < root.level:
+                # Only a handler that takes its level from the root's: one with a level
+                # of its own (pytest's caplog, an embedding program's) is left as set.
+                if not isinstance(handler, _AttemptRecords) and handler.level == logging.NOTSET:
                     handler.setLevel(root.level)
             root.setLevel(CAPTURE_LEVEL)
