@@ -134,7 +134,9 @@ class Advancement(RuleBasedStateMachine):
             finish = Finish(task.id, claim.fencing_token, outcome, result, error)
             assert self.app.finish_task_runs([finish], actor="w") == [True]
         else:
-            assert self.app.finish_task_run(task.id, claim.fencing_token, outcome, result, error=error)
+            assert self.app.finish_task_run(
+                task.id, claim.fencing_token, outcome, result, error=error
+            )
 
     @rule()
     def woken_pass(self) -> None:
