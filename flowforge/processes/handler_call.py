@@ -3,14 +3,13 @@ connection meanwhile."""
 
 from __future__ import annotations
 
-import threading
 import traceback
 from typing import Any
 
 from flowforge import observe
 from flowforge.aggregates import json_values
 from flowforge.processes import capture
-from flowforge.processes.lane import Lane
+from flowforge.processes.lane import Done, Lane
 from flowforge.processes.registry import Handler, TaskContext
 
 
@@ -45,7 +44,7 @@ class HandlerCall:
         self._lane = lane or Lane(f"handler-{context.task_key}")
         self._result: Any = None
         self._error: BaseException | None = None
-        self._returned: threading.Event | None = None
+        self._returned: Done | None = None
         #: What the handler prints and logs in its thread (``processes/capture.py``).
         self.output = capture.AttemptOutput()
 

@@ -28,7 +28,7 @@ from uuid import UUID
 
 from flowforge import errors, observe
 from flowforge.app.results import Claim
-from flowforge.processes.lane import Lane
+from flowforge.processes.lane import Done, Lane
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class Heartbeat:
         self._lane = lane or Lane("heartbeat")
         self._start_after = start_after
         self._entered = 0.0
-        self._stopped: threading.Event | None = None
+        self._stopped: Done | None = None
 
     @property
     def started(self) -> bool:

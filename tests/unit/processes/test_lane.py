@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from flowforge.processes.lane import Lane
+from flowforge.processes.lane import Done, Lane
 
 WAIT_S = 10.0
 
@@ -50,3 +50,38 @@ def test_the_done_event_waits_for_a_call_still_running() -> None:
     assert not done.wait(0.05)  # still running: not done
     release.set()
     assert done.wait(WAIT_S)
+
+
+def test_done_wakes_every_waiter_and_stays_set() -> None:
+    done = Done()
+    start = threading.Barrier(4)
+    woken: list[bool] = []
+
+    def waiter() -> None:
+        start.wait(WAIT_S)
+        woken.append(done.wait())  # no timeout: only set() can end it
+
+    threads = [threading.Thread(target=waiter, daemon=True) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    start.wait(WAIT_S)
+    assert not done.is_set()
+    done.set()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert not any(thread.is_alive() for thread in threads)
+    assert woken == [True, True, True]
+    assert done.is_set() and done.wait(0) and done.wait()  # set for good, no wait
+
+
+def test_done_once_set_answers_every_later_wait_at_once() -> None:
+    done = Done()
+    done.set()
+    assert [done.wait(0), done.wait(0), done.wait()] == [True, True, True]
+
+
+def test_done_not_set_times_out_with_false() -> None:
+    done = Done()
+    assert not done.wait(0)
+    assert not done.wait(0.01)
+    assert not done.is_set()
