@@ -125,6 +125,27 @@ def test_a_bad_a_foreign_and_a_duplicate_message_are_settled_beside_good_ones(
     assert (channel.ready_count, channel.unsettled_count) == (0, 0)
 
 
+def test_a_stale_redelivery_in_a_batch_is_acked_unrun_beside_the_others(
+    app: FlowForge,
+    channel: InMemoryDispatchChannel,
+    worker: Worker,
+    recorder: Recorder,
+    consumer: Any,
+) -> None:
+    """A dispatch whose task another delivery already ran (a redelivery after a lost
+    ack): the batch's claim returns no row for it, its row says why, and it is acked."""
+    done, waiting = runs(app, 2)
+    channel.publisher().publish([message_of(app, done)])
+    first = consumer.get(0.0)
+    assert first is not None and worker.handle(first, consumer) == "succeed"
+    channel.publisher().publish([message_of(app, done), message_of(app, waiting)])
+    deliveries = [consumer.get(0.0) for _ in range(2)]
+    assert worker.handle_batch(deliveries, consumer) == ["skipped", "succeed"]
+    assert recorder.calls == {"only": 2}
+    assert [only_task(app, r).state for r in (done, waiting)] == ["succeeded", "succeeded"]
+    assert (channel.ready_count, channel.unsettled_count) == (0, 0)
+
+
 def test_a_task_that_waited_in_its_batch_has_its_lease_renewed_before_it_runs(
     app: FlowForge,
     channel: InMemoryDispatchChannel,
@@ -141,14 +162,18 @@ def test_a_task_that_waited_in_its_batch_has_its_lease_renewed_before_it_runs(
 
     recorder.behaviour["only"] = slow_first
     assert worker.handle_batch(taken(app, channel, consumer), consumer) == ["succeed"] * BATCH
-    renewed = [
-        run_id
+    renewals = {
+        run_id: [
+            e.actor
+            for e in app.history(only_task(app, run_id).id)
+            if e.transition == "renew_lease"
+        ]
         for run_id in run_ids
-        if "renew_lease" in [e.transition for e in app.history(only_task(app, run_id).id)]
-    ]
+    }
     # Each task after the slow one waited more than a third of its lease: renewed first
-    # (the slow one's own heartbeat renewed it too).
-    assert set(run_ids[1:]) <= set(renewed)
+    # (the slow one's own heartbeat renewed it too), by the worker that holds it.
+    assert set(run_ids[1:]) <= {run_id for run_id, actors in renewals.items() if actors}
+    assert {actor for actors in renewals.values() for actor in actors} == {"w-batch"}
 
 
 def test_a_task_whose_lease_was_reaped_while_it_waited_is_not_run(
