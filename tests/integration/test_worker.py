@@ -66,8 +66,9 @@ def test_a_dispatch_is_claimed_run_finished_and_then_acked(
     ctx = recorder.contexts[0]
     assert ctx.inputs == {"greeting": "hi"}
     assert (ctx.attempt, ctx.fencing_token, ctx.worker_id) == (1, 1, "w-test")
-    transitions = [e.transition for e in app.history(task.id)]
-    assert transitions == ["create", "claim", "succeed"]
+    history = app.history(task.id)
+    assert [e.transition for e in history] == ["create", "claim", "succeed"]
+    assert [e.actor for e in history[1:]] == ["w-test", "w-test"]  # claimed as itself
 
 
 def test_handlers_run_off_the_consumer_thread_on_one_thread_reused_task_after_task(
@@ -168,17 +169,26 @@ def test_a_handler_that_outlives_a_renewal_interval_has_its_lease_renewed(
     assert transitions[-1] == "succeed"
 
 
+@pytest.mark.parametrize("second", ["the same worker", "a worker new to the run"])
 def test_a_duplicate_dispatch_is_acked_without_running_the_handler_again(
-    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, recorder: Recorder
+    app: FlowForge,
+    channel: InMemoryDispatchChannel,
+    worker: Worker,
+    recorder: Recorder,
+    second: str,
 ) -> None:
     run_id = app.start_workflow_run(ONE)
     row = app.dispatches_of(only_task(app, run_id).id)[0]
     duplicate = message_for(row, app.deployment_id)
     channel.publisher().publish([duplicate, duplicate])
     consumer = channel.consumer()
+    # A new worker has not cached the run: the skip reads it with the task's row.
+    other = Worker(app, channel.consumer, registry=recorder.registry, worker_id="w-other")
     outcomes = []
-    while (delivery := consumer.get(0.1)) is not None:
-        outcomes.append(worker.handle(delivery, consumer))
+    for handler in (worker, worker if second == "the same worker" else other):
+        delivery = consumer.get(0.1)
+        assert delivery is not None
+        outcomes.append(handler.handle(delivery, consumer))
     assert outcomes == ["succeed", "skipped"]
     assert recorder.calls == {"only": 1}
     assert channel.ready_count == 0
