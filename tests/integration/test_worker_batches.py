@@ -71,7 +71,9 @@ def test_a_batch_runs_each_task_once_writes_each_outcome_and_acks_each_message(
     for run_id in run_ids:
         task = only_task(app, run_id)
         assert (task.state, task.result) == ("succeeded", {"done": "only"})
-        assert [e.transition for e in app.history(task.id)] == ["create", "claim", "succeed"]
+        history = app.history(task.id)
+        assert [e.transition for e in history] == ["create", "claim", "succeed"]
+        assert [e.actor for e in history[1:]] == ["w-batch", "w-batch"]  # as itself
         assert app.get_workflow_run(run_id).state == "succeeded"
     assert recorder.calls == {"only": BATCH}
     assert sorted(ctx.inputs["i"] for ctx in recorder.contexts) == list(range(BATCH))
