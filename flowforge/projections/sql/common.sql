@@ -494,3 +494,9 @@ ORDER BY t.updated_at LIMIT :limit;
 
 -- name: select_deployment
 SELECT deployment_id FROM flowforge_deployment;
+
+-- The rebuild's read of the log: a page of it after a position, in its order (keyset
+-- pages over the order's index, never the whole table in one answer).
+-- name: select_stored_events_after
+SELECT {event_order} AS position, originator_id, originator_version, topic, state
+FROM {events_table} WHERE {event_order} > :position ORDER BY {event_order} LIMIT :limit;
