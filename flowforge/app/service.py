@@ -254,6 +254,7 @@ class FlowForge:
     get_workflow_run = _on("queries", Queries.get_workflow_run)
     get_task_run = _on("queries", Queries.get_task_run)
     raise_if_archived = _on("queries", Queries.raise_if_archived)
+    raise_if_task_archived = _on("queries", Queries.raise_if_task_archived)
     task_run_and_its_run = _on("queries", Queries.task_run_and_its_run)
     task_results = _on("queries", Queries.task_results)
     task_runs = _on("queries", Queries.task_runs)

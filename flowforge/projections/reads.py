@@ -84,6 +84,10 @@ class Reads:
         params = {"starts": f"{part}%", "ends": f"%{part}"}
         return self._tx.run("select_archived_runs_like", params)
 
+    def archive_file_names(self) -> list[str]:
+        """The archive files holding runs still archived."""
+        return [row["archive_file"] for row in self._tx.run("select_archive_file_names")]
+
     def workflow_run(self, run_id: UUID) -> WorkflowRunRow | None:
         return first_row(WorkflowRunRow, self._tx.run("select_workflow_run", {"id": run_id}))
 
