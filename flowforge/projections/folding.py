@@ -20,6 +20,7 @@ from eventsourcing.domain import DomainEventProtocol
 
 from flowforge import errors
 from flowforge.aggregates import task_run, workflow_run
+from flowforge.aggregates.base import Declaration
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
@@ -43,16 +44,14 @@ class Folded:
         caller applies it to its table itself)."""
         if isinstance(event, TaskRun.Transitioned):
             task_run.check_replayable(event)
-            _follow(self.tasks.get(event.originator_id), event, task_run.DECLARATION)
+            _follow(self.tasks.get(event.originator_id), event, _TASK)
             return True
         if isinstance(event, TaskRun.Created):
-            self.tasks[event.originator_id] = _created(
-                event, task_run.DECLARATION, event.state
-            )
+            self.tasks[event.originator_id] = _created(event, _TASK, event.state)
             return True
         if isinstance(event, WorkflowRun.Transitioned):
             workflow_run.check_replayable(event)
-            _follow(self.runs.get(event.originator_id), event, workflow_run.DECLARATION)
+            _follow(self.runs.get(event.originator_id), event, _RUN)
             return True
         if isinstance(event, WorkflowRun.Created):
             self._create_run(event)
@@ -68,7 +67,7 @@ class Folded:
                 return
             self.keys.add(key)
         state = WORKFLOW_RUN_MACHINE.initial.value
-        self.runs[event.originator_id] = _created(event, workflow_run.DECLARATION, state)
+        self.runs[event.originator_id] = _created(event, _RUN, state)
         limit = event.definition.get("max_running_tasks")
         if limit is not None:
             self.run_limits.append(
@@ -76,23 +75,50 @@ class Folded:
             )
 
 
-def _created(event: Any, declaration: Any, state: str) -> Row:
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What folding needs of a declaration, computed once (its properties compute
+    theirs at every call): the fixed fields, the changing ones with their initial
+    values (``Declaration.carried``'s fallback for an event stored before a field)."""
+
+    static: tuple[str, ...]
+    initial: Row
+    carried: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def of(cls, declaration: Declaration) -> _Shape:
+        mutable = [f for f in declaration.fields if f.mutable]
+        return cls(
+            declaration.static,
+            declaration.initial(),
+            tuple((f.name, f.initial) for f in mutable),
+        )
+
+
+_TASK = _Shape.of(task_run.DECLARATION)
+_RUN = _Shape.of(workflow_run.DECLARATION)
+
+
+def _created(event: Any, shape: _Shape, state: str) -> Row:
     # A creation event stored before a field was declared lacks it: NULL in the row.
     stored = vars(event)
     row: Row = {"id": event.originator_id}
-    row.update({f: stored.get(f) for f in declaration.static})
-    row.update(declaration.initial())
+    for name in shape.static:
+        row[name] = stored.get(name)
+    row.update(shape.initial)
     row["state"] = state
     row["version"] = event.originator_version
     row["created_at"] = row["updated_at"] = event.timestamp
     return row
 
 
-def _follow(row: Row | None, event: Any, declaration: Any) -> None:
+def _follow(row: Row | None, event: Any, shape: _Shape) -> None:
     """``event``'s carried fields into ``row``, if it follows it."""
     version = event.originator_version
     if row is None or row["version"] != version - 1 or row["state"] != event.source:
         raise errors.CorruptEventLogError(projector.off_row(event))
-    row.update(declaration.carried(event))
+    stored = vars(event)
+    for name, initial in shape.carried:
+        row[name] = stored.get(name, initial)
     row["version"] = version
     row["updated_at"] = event.timestamp
