@@ -88,7 +88,7 @@ def verify(app: FlowForge) -> tuple[int, list[str]]:
     for schedule in app.list_schedules():
         expected = logged_row(app.schedule_aggregate(schedule.name))
         problems += differences(
-            f"schedule {schedule.name}", expected, dataclasses.asdict(schedule)
+            f"schedule {schedule.name}", expected, fields_of(schedule)
         )
     return checked, problems
 
@@ -96,7 +96,13 @@ def verify(app: FlowForge) -> tuple[int, list[str]]:
 def _compared(label: str, aggregate: MachineAggregate | None, row: Any) -> list[str]:
     if aggregate is None:
         return [f"{label}: the table has it but the log has no event of it"]
-    return differences(label, logged_row(aggregate), dataclasses.asdict(row))
+    return differences(label, logged_row(aggregate), fields_of(row))
+
+
+def fields_of(row: Any) -> dict[str, Any]:
+    """A row view's fields by name, as they are (``dataclasses.asdict`` deep-copied
+    every JSON value of every row: half the verification's time)."""
+    return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
 
 
 def logged_row(aggregate: MachineAggregate) -> dict[str, Any]:
