@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, cast
 from uuid import UUID
 
 from flowforge import errors
+from flowforge.app.collector import collection_paused
 from flowforge.app.event_store import EventStore
 from flowforge.app.results import RebuildReport
 from flowforge.projections.folding import Folded
@@ -56,22 +55,6 @@ def rebuild_projections(
             log.debug("rebuild gave way to a writer; trying again", extra={"cause": str(exc)})
             sleep(random.uniform(0, bound))
             bound = min(bound * 2, _MAX_PAUSE_SECONDS)
-
-
-@contextmanager
-def collection_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused for the block: folding the log makes
-    tens of thousands of small objects, none in a cycle, and the collections their
-    allocations set off (each walking every object alive) were about 40 % of decoding
-    the events (docs/performance.md, "Archive, restore and rebuild"). Reference
-    counting still frees what the block drops."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _rebuild_once(store: Store, events: EventStore) -> RebuildReport:
