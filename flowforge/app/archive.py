@@ -39,6 +39,7 @@ from uuid import UUID
 
 from flowforge import errors, timefmt
 from flowforge.app import archive_file
+from flowforge.app.collector import collection_paused
 from flowforge.projections.store import Store
 from flowforge.projections.writes.archive import ArchivedRun, Candidate, RunRecord
 
@@ -149,10 +150,14 @@ def _write(
     try:
         done = 0
         for batch in _batches(chosen, lambda c: 1 + c.task_count, BATCH_AGGREGATES):
-            with store.archive_read() as reads:
-                records = reads.export([c.id for c in batch])
-            for record in records:
-                writer.add(record)
+            # A batch's rows and events are tens of thousands of small objects, none in
+            # a cycle: no cyclic collections while they are read and written.
+            with collection_paused():
+                with store.archive_read() as reads:
+                    records = reads.export([c.id for c in batch])
+                for record in records:
+                    writer.add(record)
+                del records
             done += len(batch)
             progress("write", done, len(chosen))
         writer.finish()

@@ -251,13 +251,16 @@ def _corrupt(path: Path, why: str) -> errors.CorruptArchiveError:
 
 
 def encode_record(record: RunRecord) -> bytes:
+    # The rows as they are: their ids and times are written by ``_value``, which the
+    # encoder calls for them alone (a Python call per column was a third of the time).
     document = {
-        "run": _row(record.run),
-        "tasks": [_row(task) for task in record.tasks],
-        **{name: [_row(r) for r in rows] for name, rows in record.bookkeeping.items()},
+        "run": record.run,
+        "tasks": record.tasks,
+        **record.bookkeeping,
         "events": [_event(event) for event in record.events],
     }
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    line = json.dumps(document, separators=(",", ":"), ensure_ascii=False, default=_value)
+    return line.encode() + b"\n"
 
 
 def decode_record(line: bytes) -> RunRecord:
@@ -277,16 +280,13 @@ def decode_record(line: bytes) -> RunRecord:
         raise errors.CorruptArchiveError(f"a run's line cannot be read ({exc})") from exc
 
 
-def _row(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: _value(value) for name, value in row.items()}
-
-
 def _value(value: Any) -> Any:
+    """A row's value JSON has no type for: an id as its text, a time as ISO 8601."""
     if isinstance(value, UUID):
         return str(value)
     if isinstance(value, datetime):
         return value.isoformat()
-    return value
+    raise TypeError(f"an archive row holds a {type(value).__name__}")
 
 
 def _unrow(row: Mapping[str, Any]) -> dict[str, Any]:
