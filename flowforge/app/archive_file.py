@@ -202,7 +202,7 @@ def _lines(path: Path, manifest: Mapping[str, Any]) -> Iterator[tuple[dict[str, 
     digest, seen = hashlib.sha256(), 0
     with _opened(path) as archive, _member(archive, path) as member:
         try:
-            for line in member:
+            for line in _split_lines(member):
                 digest.update(line)
                 if seen >= len(expected) or _hash(line) != expected[seen]["sha256"]:
                     raise _corrupt(path, f"run {seen + 1} does not match its checksum")
@@ -213,6 +213,23 @@ def _lines(path: Path, manifest: Mapping[str, Any]) -> Iterator[tuple[dict[str, 
     want = manifest["members"][RUNS]["sha256"]
     if seen != len(expected) or digest.hexdigest() != want:
         raise _corrupt(path, f"it holds {seen} of the {len(expected)} runs its manifest lists")
+
+
+#: How much of the runs member a read decompresses at once (its lines, one per run,
+#: are long: a line read in the zip module's 4 KiB steps was most of the read back).
+_READ_CHUNK = 1 << 20
+
+
+def _split_lines(member: IO[bytes]) -> Iterator[bytes]:
+    """The member's lines (each with its newline; the last one may lack it)."""
+    rest = b""
+    while chunk := member.read(_READ_CHUNK):
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            yield line + b"\n"
+    if rest:
+        yield rest
 
 
 def _runs_hash(runs: Any) -> str:
