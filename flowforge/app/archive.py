@@ -251,9 +251,9 @@ def restore(store: Store, path: Path, *, progress: Progress = no_progress) -> Re
             with store.write() as writes:
                 live = writes.archive.live_runs([r.id for r in batch])
                 back = [r for r in batch if r.id not in live]
-                taken = writes.archive.taken_keys(_keys(back))
-                key_taken += [r.id for r in back if r.run["idempotency_key"] in taken]
-                back = [r for r in back if r.run["idempotency_key"] not in taken]
+                held = writes.archive.taken_keys(_keys(back))
+                key_taken += [r.id for r in back if r.run["idempotency_key"] in held]
+                back = [r for r in back if r.run["idempotency_key"] not in held]
                 if back:
                     writes.archive.restore(back)
             restored += len(back)

@@ -23,9 +23,7 @@ def archived_error(row: Mapping[str, Any], *, task: str = "") -> errors.Archived
     )
 
 
-def runs_holding_task(
-    files: Iterable[str], matches: Callable[[UUID], bool]
-) -> dict[UUID, UUID]:
+def runs_holding_task(files: Iterable[str], matches: Callable[[UUID], bool]) -> dict[UUID, UUID]:
     """The task runs ``matches`` accepts in the manifests of ``files``, each with its run
     (``archived_runs`` keeps runs, not their tasks). A file that is gone or unreadable
     is passed over: the caller then says what it says of an unknown task run."""

@@ -113,7 +113,9 @@ class Queries:
         with self._core.reads() as reads:
             row = reads.archived_run(run_id)
         if row is not None:
-            raise archived_runs.archived_error(row, task=f"task run {task_id} is in an archived run: ")
+            raise archived_runs.archived_error(
+                row, task=f"task run {task_id} is in an archived run: "
+            )
 
     def task_run_and_its_run(
         self, task_run_id: UUID, *, unless_known: Collection[UUID] = ()

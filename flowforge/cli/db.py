@@ -87,9 +87,7 @@ def verify(app: FlowForge) -> tuple[int, list[str]]:
     # The cron schedules (not counted: the report counts runs and tasks), the live ones.
     for schedule in app.list_schedules():
         expected = logged_row(app.schedule_aggregate(schedule.name))
-        problems += differences(
-            f"schedule {schedule.name}", expected, fields_of(schedule)
-        )
+        problems += differences(f"schedule {schedule.name}", expected, fields_of(schedule))
     return checked, problems
 
 

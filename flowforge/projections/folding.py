@@ -70,9 +70,7 @@ class Folded:
         self.runs[event.originator_id] = _created(event, _RUN, state)
         limit = event.definition.get("max_running_tasks")
         if limit is not None:
-            self.run_limits.append(
-                {"workflow_run_id": event.originator_id, "max_running": limit}
-            )
+            self.run_limits.append({"workflow_run_id": event.originator_id, "max_running": limit})
 
 
 @dataclass(frozen=True, slots=True)

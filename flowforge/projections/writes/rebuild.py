@@ -44,7 +44,9 @@ class RebuildWrites:
         """Every stored event in the log's order, ``size`` to a read."""
         position = 0
         while True:
-            rows = self._tx.run("select_stored_events_after", {"position": position, "limit": size})
+            rows = self._tx.run(
+                "select_stored_events_after", {"position": position, "limit": size}
+            )
             if not rows:
                 return
             position = rows[-1]["position"]
