@@ -271,8 +271,14 @@ def to_json_line(value: Any) -> str:
     are, not deep-copied (``dataclasses.asdict``), and written by the json module's C
     encoder, which an indented dump never uses (``history --json`` of a big run: an
     entry per line)."""
-    fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    return json.dumps(fields, default=_json_default)
+    names = _FIELD_NAMES.get(type(value))
+    if names is None:
+        names = _FIELD_NAMES[type(value)] = tuple(f.name for f in dataclasses.fields(value))
+    return json.dumps({name: getattr(value, name) for name in names}, default=_json_default)
+
+
+#: Each dataclass's field names, once (``dataclasses.fields`` builds its tuple per call).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def _json_default(value: Any) -> Any:
