@@ -7,9 +7,10 @@ refuses with the command to run.
 
 The rebuild is checked, not trusted: after the tables are rebuilt from the log, every
 row is compared with its aggregate reconstituted from the log, field by field, its
-``created_at`` and ``updated_at`` included (the times of its first and last events). The
-rebuild and the write path share one apply function, so a difference means a bug or a
-database edited by hand, and is reported rather than hidden.
+``created_at`` and ``updated_at`` included (the times of its first and last events),
+the aggregate folded by the event library's own mutator, not by the rebuild's fold
+(``projections/folding.py``), so a difference means a bug in either or a database
+edited by hand, and is reported rather than hidden.
 """
 
 from __future__ import annotations
