@@ -13,6 +13,8 @@ from flowforge import errors
 from flowforge.app.service import FlowForge
 from flowforge.cli import archive as archive_cli
 from flowforge.cli import ids
+from flowforge.cli.exits import EXIT_BAD_INPUT
+from flowforge.cli.main import main
 from tests.helpers import task_id, work
 from tests.integration.test_archive import finished_runs, snapshot
 
@@ -39,6 +41,29 @@ def test_a_task_ids_archived_run_is_named_with_its_file_by_why_and_status(
     # A task run no archive holds is unknown, as before.
     with pytest.raises(errors.UnknownTaskRunError):
         ids.resolve_task(app, "0123abcd")
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_why_and_history_of_a_task_id_of_an_archived_run_name_its_file_and_exit_2(
+    backend: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    app: FlowForge = request.getfixturevalue("pg_app" if backend == "postgres" else "sqlite_app")
+    url: str = request.getfixturevalue(f"{backend}_url")
+    done = finished_runs(app)[0]
+    task = task_id(app, done, "b")
+    file = tmp_path / "old.ffarchive"
+    app.archive_runs(file, older_than=NOW)
+    capsys.readouterr()
+
+    for words in (("why", str(task)), ("why", task.hex[-8:]), ("history", str(task))):
+        code = main([*words, "--database-url", url])
+        err = capsys.readouterr().err
+        assert code == EXIT_BAD_INPUT, (words, err)
+        assert f"task run {task}" in err
+        assert f"flowforge db restore {file}" in err
 
 
 def test_a_task_id_whose_archive_file_is_gone_is_an_unknown_task_run(
