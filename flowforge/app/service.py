@@ -261,6 +261,7 @@ class FlowForge:
     task_counts = _on("queries", Queries.task_counts)
     recent_runs = _on("queries", Queries.recent_runs)
     every_run = _on("queries", Queries.every_run)
+    every_task_run = _on("queries", Queries.every_task_run)
     ready_task_runs = _on("queries", Queries.ready_task_runs)
     expired_leases = _on("queries", Queries.expired_leases)
     tasks_leased_by = _on("queries", Queries.tasks_leased_by)

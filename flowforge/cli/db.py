@@ -80,11 +80,11 @@ def verify(app: FlowForge) -> tuple[int, list[str]]:
     for run in app.every_run():
         problems += _compared(f"workflow run {run.id}", logged.get(run.id), run)
         checked += 1
-        for task in app.task_runs(run.id):
-            problems += _compared(
-                f"task run {task.id} ({task.task_key})", logged.get(task.id), task
-            )
-            checked += 1
+    # Every task row in one read (a read per run was a third of the verification).
+    for task in app.every_task_run():
+        label = f"task run {task.id} ({task.task_key})"
+        problems += _compared(label, logged.get(task.id), task)
+        checked += 1
     # The cron schedules (not counted: the report counts runs and tasks), the live ones.
     for schedule in app.list_schedules():
         expected = logged_row(app.schedule_aggregate(schedule.name))

@@ -209,6 +209,9 @@ class Reads:
         rows = self._tx.run("select_every_run")
         return [WorkflowRunRow.from_mapping(r) for r in rows]
 
+    def every_task_run(self) -> list[TaskRunRow]:
+        return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_every_task_run")]
+
     def ready_task_runs(self, limit: int) -> list[TaskRunRow]:
         rows = self._tx.run("select_ready_task_runs", {"limit": limit})
         return [TaskRunRow.from_mapping(r) for r in rows]

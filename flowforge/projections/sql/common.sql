@@ -439,6 +439,10 @@ SELECT * FROM workflow_runs ORDER BY created_at DESC, id LIMIT :limit;
 -- name: select_every_run
 SELECT * FROM workflow_runs ORDER BY created_at, id;
 
+-- Every task run at once (db rebuild's verification), each run's in creation order.
+-- name: select_every_task_run
+SELECT * FROM task_runs ORDER BY workflow_run_id, created_at, task_key;
+
 -- name: select_ready_task_runs
 SELECT * FROM task_runs WHERE state = 'ready' ORDER BY updated_at LIMIT :limit;
 
