@@ -225,8 +225,8 @@ class Queries:
             return [results.workflow_run_view(r) for r in reads.every_run()]
 
     def every_task_run(self) -> list[TaskRunView]:
-        """Every task run, read at once, each run's in creation order (``flowforge db
-        rebuild``'s verification: a read per run was a third of it)."""
+        """Every task run, read at once, in no order (``flowforge db rebuild``'s
+        verification: a read per run was a third of it)."""
         with self._core.reads() as reads:
             return [results.task_run_view(t) for t in reads.every_task_run()]
 

@@ -439,9 +439,9 @@ SELECT * FROM workflow_runs ORDER BY created_at DESC, id LIMIT :limit;
 -- name: select_every_run
 SELECT * FROM workflow_runs ORDER BY created_at, id;
 
--- Every task run at once (db rebuild's verification), each run's in creation order.
+-- Every task run at once, in no order (db rebuild's verification: a whole read).
 -- name: select_every_task_run
-SELECT * FROM task_runs ORDER BY workflow_run_id, created_at, task_key;
+SELECT * FROM task_runs;
 
 -- name: select_ready_task_runs
 SELECT * FROM task_runs WHERE state = 'ready' ORDER BY updated_at LIMIT :limit;
