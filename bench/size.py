@@ -8,9 +8,9 @@ and ``finish_task_runs``, as a batching worker does): a big one of ``--tasks`` t
 a small one of ``--small``. Then times, in-process, what each read command reads and
 prints (the CLI's own functions, stdout to /dev/null), on each run: ``status`` (the
 default summary), ``why RUN/<middle task>``, ``why RUN/end``, ``history`` to its first
-line and to its end, and ``history --task``. Prints the median of ``--reps`` for each,
-and the big run's time over the small one's. Nothing asserts a time: the machine is
-shared (docs/performance.md, "The machine").
+line and to its end, ``history --json`` to its end, and ``history --task``. Prints the
+median of ``--reps`` for each, and the big run's time over the small one's. Nothing
+asserts a time: the machine is shared (docs/performance.md, "The machine").
 
 PostgreSQL: a fresh database ``bench_size`` (dropped at the end, ``--keep`` keeps it, and
 ``--reuse`` times the runs a kept one holds without building them again);
@@ -134,6 +134,7 @@ def readings(url: str, run_id: UUID, n: int) -> dict[str, Callable[[], float]]:
         "why RUN/end": command(url, "why", f"{run}/end"),
         "history: first line": first_line(url, "history", run),
         "history: to its end": command(url, "history", run),
+        "history --json: to its end": command(url, "history", run, "--json"),
         f"history --task {middle}": command(url, "history", run, "--task", middle),
         "status --json --limit 100": command(url, "status", run, "--json", "--limit", "100"),
     }

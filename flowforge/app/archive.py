@@ -35,9 +35,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
+from uuid import UUID
 
 from flowforge import errors, timefmt
 from flowforge.app import archive_file
+from flowforge.app.collector import collection_paused
 from flowforge.projections.store import Store
 from flowforge.projections.writes.archive import ArchivedRun, Candidate, RunRecord
 
@@ -85,6 +87,9 @@ class RestoreReport:
     restored_events: int
     already_live: int
     seconds: float
+    #: Runs left in the file: a live run started since their archive holds their
+    #: idempotency key (a key names one run), by id.
+    key_taken: tuple[UUID, ...] = ()
 
 
 def no_progress(step: str, done: int, total: int) -> None:
@@ -145,10 +150,14 @@ def _write(
     try:
         done = 0
         for batch in _batches(chosen, lambda c: 1 + c.task_count, BATCH_AGGREGATES):
-            with store.archive_read() as reads:
-                records = reads.export([c.id for c in batch])
-            for record in records:
-                writer.add(record)
+            # A batch's rows and events are tens of thousands of small objects, none in
+            # a cycle: no cyclic collections while they are read and written.
+            with collection_paused():
+                with store.archive_read() as reads:
+                    records = reads.export([c.id for c in batch])
+                for record in records:
+                    writer.add(record)
+                del records
             done += len(batch)
             progress("write", done, len(chosen))
         writer.finish()
@@ -237,10 +246,14 @@ def restore(store: Store, path: Path, *, progress: Progress = no_progress) -> Re
         total = len(manifest["runs"])
         progress("verify", total, total)
         done = restored = events = 0
+        key_taken: list[UUID] = []
         for batch in _batches(archive_file.records(path, manifest), _weight, BATCH_EVENTS):
             with store.write() as writes:
                 live = writes.archive.live_runs([r.id for r in batch])
                 back = [r for r in batch if r.id not in live]
+                held = writes.archive.taken_keys(_keys(back))
+                key_taken += [r.id for r in back if r.run["idempotency_key"] in held]
+                back = [r for r in back if r.run["idempotency_key"] not in held]
                 if back:
                     writes.archive.restore(back)
             restored += len(back)
@@ -248,8 +261,18 @@ def restore(store: Store, path: Path, *, progress: Progress = no_progress) -> Re
             done += len(batch)
             progress("restore", done, total)
     return RestoreReport(
-        path, total, restored, events, total - restored, time.monotonic() - started
+        path,
+        total,
+        restored,
+        events,
+        total - restored - len(key_taken),
+        time.monotonic() - started,
+        tuple(key_taken),
     )
+
+
+def _keys(records: Iterable[RunRecord]) -> set[str]:
+    return {r.run["idempotency_key"] for r in records if r.run["idempotency_key"] is not None}
 
 
 def _weight(record: RunRecord) -> int:

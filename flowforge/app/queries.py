@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -96,8 +96,26 @@ class Queries:
         with self._core.reads() as reads:
             task = reads.task_run(task_run_id)
         if task is None:
+            self.raise_if_task_archived(task_run_id.__eq__)
             raise _unknown_task_run(task_run_id)
         return results.task_run_view(task)
+
+    def raise_if_task_archived(self, matches: Callable[[UUID], bool]) -> None:
+        """``ArchivedRunError`` naming the task run and where its run went if exactly
+        one task run ``matches`` accepts is in an archived run (found in the archive
+        files' manifests); nothing otherwise."""
+        with self._core.reads() as reads:
+            files = reads.archive_file_names()
+        found = archived_runs.runs_holding_task(files, matches) if files else {}
+        if len(found) != 1:
+            return
+        ((task_id, run_id),) = found.items()
+        with self._core.reads() as reads:
+            row = reads.archived_run(run_id)
+        if row is not None:
+            raise archived_runs.archived_error(
+                row, task=f"task run {task_id} is in an archived run: "
+            )
 
     def task_run_and_its_run(
         self, task_run_id: UUID, *, unless_known: Collection[UUID] = ()
@@ -205,6 +223,12 @@ class Queries:
         (``flowforge db rebuild``'s verification); a listing for people is :meth:`recent_runs`."""
         with self._core.reads() as reads:
             return [results.workflow_run_view(r) for r in reads.every_run()]
+
+    def every_task_run(self) -> list[TaskRunView]:
+        """Every task run, read at once, in no order (``flowforge db rebuild``'s
+        verification: a read per run was a third of it)."""
+        with self._core.reads() as reads:
+            return [results.task_run_view(t) for t in reads.every_task_run()]
 
     def ready_task_runs(self, limit: int = 100) -> list[TaskRunView]:
         limit = row_limit(limit)

@@ -6,14 +6,14 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
-from eventsourcing.application import project_aggregate
-
 from flowforge import errors
+from flowforge.app.collector import collection_paused
 from flowforge.app.event_store import EventStore
 from flowforge.app.results import RebuildReport
+from flowforge.projections.folding import Folded
 from flowforge.projections.store import Store
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,9 @@ def rebuild_projections(
 ) -> RebuildReport:
     """Delete the projected rows and rebuild them from the log, in one transaction.
 
-    Uses the same apply function as the write path; writers wait on the tables' lock
-    meanwhile, so the rebuilt rows are exactly the log's. The outbox is not a
+    The log is read in pages and its runs' and tasks' rows folded in memory, each
+    written once (``projections/folding.py``, ``writes/rebuild.py``); writers wait on
+    the tables' lock meanwhile, so the rebuilt rows are exactly the log's. The outbox is not a
     projection (it is delivery state) and is kept. A try that lost its place to a
     writer wrote nothing and is made again, until ``LOCK_DEADLINE_SECONDS``.
     """
@@ -57,29 +58,39 @@ def rebuild_projections(
 
 
 def _rebuild_once(store: Store, events: EventStore) -> RebuildReport:
-    with store.write(rebuild=True) as writes:
-        stored = writes.rebuild.stored_events()
+    folded, count = Folded(), 0
+    to_domain_event = events.mapper.to_domain_event
+    with collection_paused(), store.write(rebuild=True) as writes:
         writes.rebuild.delete_projections()
-        to_domain_event = events.mapper.to_domain_event
-        writes.rebuild.apply_all(to_domain_event(record) for record in stored)
+        for page in writes.rebuild.stored_event_pages():
+            count += len(page)
+            for record in page:
+                event = to_domain_event(record)
+                if not folded.fold(event):
+                    # A schedule's or a limit's event: applied to its table at once.
+                    writes.rebuild.apply(event)
+        writes.rebuild.write_folded(folded)
         writes.rebuild.fill_missing_task_leases()
         writes.rebuild.recount_limits()
-    runs = sum(1 for s in stored if s.topic.endswith("WorkflowRun.Created"))
-    tasks = sum(1 for s in stored if s.topic.endswith("TaskRun.Created"))
-    return RebuildReport(events=len(stored), workflow_runs=runs, task_runs=tasks)
+    return RebuildReport(events=count, workflow_runs=len(folded.runs), task_runs=len(folded.tasks))
 
 
 def logged_aggregates(store: Store, events: EventStore) -> dict[UUID, Any]:
     """Every aggregate reconstituted from the log, by id: the whole log read once and
-    folded in memory by the library's own projector function (``project_aggregate``,
-    what its repository folds one aggregate's events with), where a repository read per
-    row cost a round trip each."""
+    folded in memory by the library's own mutator (``event.mutate``, what its
+    projector function ``project_aggregate`` calls for each event of an aggregate the
+    repository reads), where a repository read per row cost a round trip each. The
+    rebuild's own fold (``projections/folding.py``) is not used: the check is
+    independent of what it checks."""
     with store.read() as reads:
         stored = reads.every_stored_event()
     aggregates: dict[UUID, Any] = {}
     to_domain_event = events.mapper.to_domain_event
-    for record in stored:
-        event = to_domain_event(record)
-        key = UUID(str(event.originator_id))
-        aggregates[key] = project_aggregate(aggregates.get(key), (event,))
+    with collection_paused():
+        for record in stored:
+            event = to_domain_event(record)
+            key = UUID(str(event.originator_id))
+            # The library's mutator, as its projector function calls it
+            # (``project_aggregate``, less its per-event protocol check).
+            aggregates[key] = cast(Any, event).mutate(aggregates.get(key))
     return aggregates

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import TextIO
 
 from flowforge import timefmt
+from flowforge.app.archive import RestoreReport
 from flowforge.app.db_stats import TABLES, DatabaseStats
 from flowforge.cli import common, render
+from flowforge.cli.exits import EXIT_FAILED
 from flowforge.cli.progress import is_terminal
 
 #: A test's hook (tests/e2e/test_archive_kill.py): ``N:PATH`` makes the archiver, after
@@ -74,13 +76,34 @@ def archive(args: argparse.Namespace) -> int:
 def restore(args: argparse.Namespace) -> int:
     with common.open_app(common.settings_from(args)) as app:
         report = app.restore_runs(Path(args.file), progress=Bar().update)
-    print(
+    for line in restore_lines(report):
+        print(line)
+    return EXIT_FAILED if report.key_taken else 0
+
+
+def restore_lines(report: RestoreReport) -> list[str]:
+    """What a restore says: what came back, and plainly why anything did not."""
+    if report.restored == 0 and report.already_live == report.runs:
+        return [
+            f"nothing to restore: all {report.runs} runs of {report.file} are live already "
+            f"(restored before); nothing was changed"
+        ]
+    lines = [
         f"restored {report.restored} runs ({report.restored_events} events) from "
         f"{report.file} in {report.seconds:.1f}s"
-    )
+    ]
     if report.already_live:
-        print(f"  {report.already_live} runs of the file were live already: left as they are")
-    return 0
+        lines.append(
+            f"  {report.already_live} runs of the file were live already: left as they are"
+        )
+    if report.key_taken:
+        shown = ", ".join(str(run) for run in report.key_taken[:5])
+        lines.append(
+            f"  {len(report.key_taken)} runs NOT restored: a run started since they were "
+            f"archived holds each one's idempotency key ({shown}"
+            f"{', ...' if len(report.key_taken) > 5 else ''}); they stay in the file"
+        )
+    return lines
 
 
 def stats(args: argparse.Namespace) -> int:

@@ -7,9 +7,10 @@ refuses with the command to run.
 
 The rebuild is checked, not trusted: after the tables are rebuilt from the log, every
 row is compared with its aggregate reconstituted from the log, field by field, its
-``created_at`` and ``updated_at`` included (the times of its first and last events). The
-rebuild and the write path share one apply function, so a difference means a bug or a
-database edited by hand, and is reported rather than hidden.
+``created_at`` and ``updated_at`` included (the times of its first and last events),
+the aggregate folded by the event library's own mutator, not by the rebuild's fold
+(``projections/folding.py``), so a difference means a bug in either or a database
+edited by hand, and is reported rather than hidden.
 """
 
 from __future__ import annotations
@@ -79,24 +80,28 @@ def verify(app: FlowForge) -> tuple[int, list[str]]:
     for run in app.every_run():
         problems += _compared(f"workflow run {run.id}", logged.get(run.id), run)
         checked += 1
-        for task in app.task_runs(run.id):
-            problems += _compared(
-                f"task run {task.id} ({task.task_key})", logged.get(task.id), task
-            )
-            checked += 1
+    # Every task row in one read (a read per run was a third of the verification).
+    for task in app.every_task_run():
+        label = f"task run {task.id} ({task.task_key})"
+        problems += _compared(label, logged.get(task.id), task)
+        checked += 1
     # The cron schedules (not counted: the report counts runs and tasks), the live ones.
     for schedule in app.list_schedules():
         expected = logged_row(app.schedule_aggregate(schedule.name))
-        problems += differences(
-            f"schedule {schedule.name}", expected, dataclasses.asdict(schedule)
-        )
+        problems += differences(f"schedule {schedule.name}", expected, fields_of(schedule))
     return checked, problems
 
 
 def _compared(label: str, aggregate: MachineAggregate | None, row: Any) -> list[str]:
     if aggregate is None:
         return [f"{label}: the table has it but the log has no event of it"]
-    return differences(label, logged_row(aggregate), dataclasses.asdict(row))
+    return differences(label, logged_row(aggregate), fields_of(row))
+
+
+def fields_of(row: Any) -> dict[str, Any]:
+    """A row view's fields by name, as they are (``dataclasses.asdict`` deep-copied
+    every JSON value of every row: half the verification's time)."""
+    return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
 
 
 def logged_row(aggregate: MachineAggregate) -> dict[str, Any]:

@@ -40,6 +40,8 @@ def resolve_task(app: FlowForge, text: str) -> TaskRunView:
     ]
     if not matches:
         _refuse_a_run(app, text)
+        # A task run of an archived run: say where its run went.
+        app.raise_if_task_archived(lambda task_id: _matches(task_id, text))
     return _one(matches, text, "task run", "list a run's tasks with `flowforge status RUN`")
 
 

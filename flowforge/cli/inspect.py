@@ -20,6 +20,7 @@ from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.ids import short_id
 from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app import why as explain_task
+from flowforge.app.collector import collection_paused
 from flowforge.app.ports import QueueProbe, QueueState
 from flowforge.app.results import (
     AuditEntry,
@@ -264,14 +265,26 @@ def history(args: argparse.Namespace) -> int:
             found = [e for e in app.history(target.id) if since is None or e.at >= since]
             entries, total = iter(found[: args.history_limit]), target.version
             title = f"task run {short_id(target.id)} ({target.task_key}, {target.state})"
-        if args.json:
-            _print_json_stream(entries)
-            return 0
-        print(f"history of {title}: {total} transitions{_narrowed(since, args.history_limit)}")
-        # A mapped task's elements taking one transition in a row: one line (all: --json).
-        for line in render.history_stream(mapped_lines.collapsed_history(entries)):
-            print(line)
+        # A big run's history decodes an event per line: no cyclic collections meanwhile.
+        with collection_paused():
+            _print_history(entries, title, total, since, args)
     return 0
+
+
+def _print_history(
+    entries: Iterator[AuditEntry],
+    title: str,
+    total: int,
+    since: datetime | None,
+    args: argparse.Namespace,
+) -> None:
+    if args.json:
+        _print_json_stream(entries)
+        return
+    print(f"history of {title}: {total} transitions{_narrowed(since, args.history_limit)}")
+    # A mapped task's elements taking one transition in a row: one line (all: --json).
+    for line in render.history_stream(mapped_lines.collapsed_history(entries)):
+        print(line)
 
 
 def _task_of(app: FlowForge, target: WorkflowRunView | TaskRunView, key: str) -> TaskRunView:
@@ -289,10 +302,10 @@ def _narrowed(since: datetime | None, limit: int | None) -> str:
 
 
 def _print_json_stream(entries: Iterator[AuditEntry]) -> None:
-    """A JSON array written an entry at a time, as the entries are read."""
+    """A JSON array written an entry at a time, as the entries are read: an entry a line."""
     print("[", end="")
     for i, entry in enumerate(entries):
-        print(("," if i else "") + "\n" + render.to_json(entry), end="")
+        print(("," if i else "") + "\n" + render.to_json_line(entry), end="")
     print("\n]")
 
 

@@ -266,6 +266,21 @@ def to_json(value: Any) -> str:
     return json.dumps(value, default=_json_default, indent=2, sort_keys=False)
 
 
+def to_json_line(value: Any) -> str:
+    """A dataclass (an audit entry) as one line of compact JSON: its fields read as they
+    are, not deep-copied (``dataclasses.asdict``), and written by the json module's C
+    encoder, which an indented dump never uses (``history --json`` of a big run: an
+    entry per line)."""
+    names = _FIELD_NAMES.get(type(value))
+    if names is None:
+        names = _FIELD_NAMES[type(value)] = tuple(f.name for f in dataclasses.fields(value))
+    return json.dumps({name: getattr(value, name) for name in names}, default=_json_default)
+
+
+#: Each dataclass's field names, once (``dataclasses.fields`` builds its tuple per call).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return timefmt.iso(value)

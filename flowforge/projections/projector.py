@@ -1,7 +1,8 @@
 """Events to rows: the one function that applies an event to the projected tables.
 
-The rebuild runs :func:`apply_event` over the whole log; the write path runs it inline
-for creation events, and for transitions it runs the conditional write (which computes
+The rebuild folds runs' and tasks' events in memory (``folding.py``: the same columns)
+and runs :func:`apply_event` for the others; the write path runs it inline for creation
+events, and for transitions it runs the conditional write (which computes
 the same row in the database) and builds the event from the row that write returned.
 Both directions use the aggregates' ``MUTABLE_FIELDS``, so the row and the event carry
 the same columns by construction; the rebuild test proves the round trip on a real,
@@ -10,7 +11,6 @@ concurrent workload.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -23,7 +23,7 @@ from flowforge.aggregates.cron_schedule import Schedule
 from flowforge.aggregates.machines import SCHEDULE_MACHINE, WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.aggregates.workflow_run import WorkflowRun
-from flowforge.projections.db.protocols import Named, Transaction
+from flowforge.projections.db.protocols import Transaction
 
 #: The time of what a transaction creates, when that is the transaction's own clock
 #: (PostgreSQL's now(), the same for every statement of it): it stands in the creation
@@ -61,75 +61,6 @@ def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
         _apply_limit(tx, event)
         return True
     return _apply_schedule_event(tx, event)
-
-
-#: The rebuild's statements per round trip (``apply_events``).
-APPLY_BATCH = 1000
-
-
-def apply_events(tx: Transaction, events: Iterable[DomainEventProtocol[UUID]]) -> int:
-    """:func:`apply_event` over ``events`` in order, the rebuild's way: the statements
-    whose answer nothing waits for (a task's or an unkeyed run's creation, every
-    transition) go ``APPLY_BATCH`` to a round trip, where one each made the rebuild wait
-    on the network for every event; each transition's row count is checked once its
-    batch returns, as :func:`apply_event` checks it at once. Any other event (a keyed
-    run, a schedule's creation, a limit) sends what waits first. How many events were
-    applied; ``CorruptEventLogError`` as :func:`apply_event`."""
-    pending: list[tuple[Named, str | None]] = []
-    applied = 0
-    for event in events:
-        queued = _queued(event)
-        if queued is None:
-            _send(tx, pending)
-            apply_event(tx, event)
-        else:
-            pending += queued
-            if len(pending) >= APPLY_BATCH:
-                _send(tx, pending)
-        applied += 1
-    _send(tx, pending)
-    return applied
-
-
-def _queued(event: DomainEventProtocol[UUID]) -> list[tuple[Named, str | None]] | None:
-    """The statements of ``event``, each with the complaint its empty answer makes (None:
-    nothing to check), or None for an event :func:`apply_event` applies alone."""
-    if isinstance(event, TaskRun.Created):
-        params = _created_params(event, task_run.STATIC_FIELDS, event.state)
-        return [(("insert_task_run", params), None)]
-    if isinstance(event, WorkflowRun.Created) and event.idempotency_key is None:
-        state = WORKFLOW_RUN_MACHINE.initial.value
-        queued: list[tuple[Named, str | None]] = [
-            (
-                ("insert_workflow_run", _created_params(event, workflow_run.STATIC_FIELDS, state)),
-                None,
-            )
-        ]
-        limit = event.definition.get("max_running_tasks")
-        if limit is not None:
-            params = {"workflow_run_id": event.originator_id, "max_running": limit}
-            queued.append((("insert_run_limit", params), None))
-        return queued
-    if isinstance(event, TaskRun.Transitioned):
-        task_run.check_replayable(event)
-        carried = task_run.DECLARATION.carried(event)
-        return [(("apply_task_run_event", _update_params(event, carried)), _off_row(event))]
-    if isinstance(event, WorkflowRun.Transitioned):
-        workflow_run.check_replayable(event)
-        carried = workflow_run.DECLARATION.carried(event)
-        return [(("apply_workflow_run_event", _update_params(event, carried)), _off_row(event))]
-    return None
-
-
-def _send(tx: Transaction, pending: list[tuple[Named, str | None]]) -> None:
-    if not pending:
-        return
-    unread = [i for i, (_, complaint) in enumerate(pending) if complaint is None]
-    answers = tx.run_each([statement for statement, _ in pending], unread=unread)
-    for (_, complaint), rows in zip(pending, answers, strict=True):
-        if complaint is not None and not rows:
-            raise errors.CorruptEventLogError(complaint)
-    pending.clear()
 
 
 def _insert_workflow_run(tx: Transaction, event: WorkflowRun.Created) -> bool:
@@ -217,7 +148,8 @@ def _update_params(event: Any, carried: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _off_row(event: Any) -> str:
+def off_row(event: Any) -> str:
+    """How a transition that does not follow its row is named (the rebuild's refusal)."""
     return (
         f"{type(event).__qualname__} of {event.originator_id} "
         f"v{event.originator_version} does not follow the row: the row is not at "
@@ -230,4 +162,4 @@ def _update(tx: Transaction, statement: str, event: Any, carried: dict[str, Any]
     # source state: an event that skips a version or starts from another state than
     # the row's is corruption, not something to apply.
     if not tx.run(statement, _update_params(event, carried)):
-        raise errors.CorruptEventLogError(_off_row(event))
+        raise errors.CorruptEventLogError(off_row(event))

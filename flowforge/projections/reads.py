@@ -84,6 +84,10 @@ class Reads:
         params = {"starts": f"{part}%", "ends": f"%{part}"}
         return self._tx.run("select_archived_runs_like", params)
 
+    def archive_file_names(self) -> list[str]:
+        """The archive files holding runs still archived."""
+        return [row["archive_file"] for row in self._tx.run("select_archive_file_names")]
+
     def workflow_run(self, run_id: UUID) -> WorkflowRunRow | None:
         return first_row(WorkflowRunRow, self._tx.run("select_workflow_run", {"id": run_id}))
 
@@ -204,6 +208,9 @@ class Reads:
     def every_run(self) -> list[WorkflowRunRow]:
         rows = self._tx.run("select_every_run")
         return [WorkflowRunRow.from_mapping(r) for r in rows]
+
+    def every_task_run(self) -> list[TaskRunRow]:
+        return [TaskRunRow.from_mapping(r) for r in self._tx.run("select_every_task_run")]
 
     def ready_task_runs(self, limit: int) -> list[TaskRunRow]:
         rows = self._tx.run("select_ready_task_runs", {"limit": limit})

@@ -147,6 +147,9 @@ POSTGRES_ONLY_STATEMENTS = frozenset(
         # The archiver's lock (app/archive.py): SQLite's is a file lock.
         "try_archiver_lock",
         "archiver_unlock",
+        # The rebuild's rows in bulk (writes/rebuild.py): SQLite inserts them one by one.
+        "rebuild_insert_workflow_runs",
+        "rebuild_insert_task_runs",
     }
 )
 #: The recorded statements whose edges leave ``running``: on PostgreSQL they also free

@@ -52,6 +52,7 @@ COLUMN_CODECS: Mapping[str, ColumnCodec] = {
     "originator_ids": ColumnCodec.ORIGINATOR_ID_LIST,
     "dispatch_ids": ColumnCodec.JSON,
     "run_ids": ColumnCodec.JSON,
+    "idempotency_keys": ColumnCodec.JSON,
     "lease_expires_at": ColumnCodec.TIMESTAMP,
     "deadline_at": ColumnCodec.TIMESTAMP,
     "started_at": ColumnCodec.TIMESTAMP,

@@ -425,9 +425,10 @@ def test_db_rebuild_rebuilds_and_verifies_the_tables(finished: tuple[Cli, str]) 
 #: A database edited behind FlowForge's back: a trigger that changes one column of one
 #: row as the rebuild writes it (the stored unit: a count, or integer microseconds).
 #: Each: the table, the trigger's event and condition, the column, the change.
+#: The rebuild writes each row once, folded from its events (an INSERT).
 HAND_EDITS = {
-    "attempt": ("task_runs", "UPDATE", "NEW.task_key = 'load'", "attempt", 1),
-    "updated_at": ("task_runs", "UPDATE", "NEW.task_key = 'load'", "updated_at", 1),
+    "attempt": ("task_runs", "INSERT", "NEW.task_key = 'load'", "attempt", 1),
+    "updated_at": ("task_runs", "INSERT", "NEW.task_key = 'load'", "updated_at", 1),
     "created_at": ("workflow_runs", "INSERT", "1", "created_at", -1),
 }
 
@@ -459,9 +460,9 @@ def test_db_rebuild_exits_1_naming_the_row_and_field_the_log_disagrees_with(
         (row_id, logged) = copy.execute(
             f"SELECT id, {column} FROM {table} WHERE {condition.replace('NEW.', '')}"
         ).fetchone()
-        # Fired once per row the rebuild writes: after each of the row's events for an
-        # UPDATE trigger (the last one's change stays), and not by its own UPDATE,
-        # which leaves the version as it is.
+        # Fired once per row the rebuild writes (an UPDATE trigger, were a row written
+        # event by event: after each of its events, not by its own UPDATE, which leaves
+        # the version as it is).
         guard = " AND NEW.version <> OLD.version" if when == "UPDATE" else ""
         with copy:
             copy.execute(

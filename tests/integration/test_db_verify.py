@@ -60,6 +60,9 @@ class OneFieldWrong:
     def task_runs(self, run_id: UUID) -> list[TaskRunView]:
         return [self._read(t) for t in self._app.task_runs(run_id)]
 
+    def every_task_run(self) -> list[TaskRunView]:
+        return [self._read(t) for t in self._app.every_task_run()]
+
     def list_schedules(self) -> list[ScheduleView]:
         return [self._read(s) for s in self._app.list_schedules()]
 

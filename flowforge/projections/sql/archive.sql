@@ -145,3 +145,14 @@ FROM archived_runs GROUP BY archive_file ORDER BY max(archived_at), archive_file
 SELECT * FROM archived_runs
 WHERE CAST(workflow_run_id AS text) LIKE :starts OR CAST(workflow_run_id AS text) LIKE :ends
 LIMIT 2;
+
+-- The archive files that hold runs still archived (a task run's id is looked for in
+-- their manifests: the table keeps runs, not their tasks).
+-- name: select_archive_file_names
+SELECT DISTINCT archive_file FROM archived_runs ORDER BY archive_file;
+
+-- The idempotency keys live runs hold, of some keys (a restore leaves in its file a run
+-- whose key a run started since its archive holds: the key names one run).
+-- name: select_taken_idempotency_keys
+SELECT idempotency_key FROM workflow_runs
+WHERE idempotency_key IN ({text_list[idempotency_keys]});

@@ -439,6 +439,10 @@ SELECT * FROM workflow_runs ORDER BY created_at DESC, id LIMIT :limit;
 -- name: select_every_run
 SELECT * FROM workflow_runs ORDER BY created_at, id;
 
+-- Every task run at once, in no order (db rebuild's verification: a whole read).
+-- name: select_every_task_run
+SELECT * FROM task_runs;
+
 -- name: select_ready_task_runs
 SELECT * FROM task_runs WHERE state = 'ready' ORDER BY updated_at LIMIT :limit;
 
@@ -494,3 +498,9 @@ ORDER BY t.updated_at LIMIT :limit;
 
 -- name: select_deployment
 SELECT deployment_id FROM flowforge_deployment;
+
+-- The rebuild's read of the log: a page of it after a position, in its order (keyset
+-- pages over the order's index, never the whole table in one answer).
+-- name: select_stored_events_after
+SELECT {event_order} AS position, originator_id, originator_version, topic, state
+FROM {events_table} WHERE {event_order} > :position ORDER BY {event_order} LIMIT :limit;

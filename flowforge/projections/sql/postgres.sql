@@ -437,3 +437,15 @@ ev AS (
 INSERT INTO dispatch_outbox (dispatch_id, task_run_id, task_key, task_type, fencing_token,
                              created_at)
 SELECT {random_uuid}, t.id, t.task_key, t.task_type, 0, t.created_at FROM t;
+
+-- The rebuild's rows, folded from the log in memory (projections/folding.py), written
+-- a few thousand to a statement: a JSON array of rows, each column parsed as its type.
+-- name: rebuild_insert_workflow_runs
+INSERT INTO workflow_runs ({workflow_run_row_columns}, definition_brief)
+SELECT {workflow_run_row_columns}, (CAST(r.definition AS jsonb) - 'tasks')::json
+FROM json_populate_recordset(CAST(NULL AS workflow_runs), CAST(:rows_json AS json)) AS r;
+
+-- name: rebuild_insert_task_runs
+INSERT INTO task_runs ({task_run_row_columns})
+SELECT {task_run_row_columns}
+FROM json_populate_recordset(CAST(NULL AS task_runs), CAST(:rows_json AS json)) AS r;

@@ -57,6 +57,6 @@ class Writes(Reads):
         self.leaves = LeafWrites(self.recording, self.marks, self.outbox)
         self.runs = RunWrites(self.recording, self.marks, self.tasks, self.limits, now=self.now)
         self.schedules = ScheduleWrites(self.recording, self.runs, now=self.now)
-        self.rebuild = RebuildWrites(tx)
+        self.rebuild = RebuildWrites(tx, bulk=events_in_sql)
         self.archive = ArchiveWrites(tx)
         self.attempt_logs = AttemptLogWrites(tx)

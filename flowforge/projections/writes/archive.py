@@ -189,6 +189,13 @@ class ArchiveWrites:
         rows = self._tx.run("archive_run_rows", {"run_ids": id_list(run_ids)})
         return {row["id"] for row in rows}
 
+    def taken_keys(self, keys: Collection[str]) -> set[str]:
+        """Which of the idempotency keys live runs hold."""
+        if not keys:
+            return set()
+        rows = self._tx.run("select_taken_idempotency_keys", {"idempotency_keys": sorted(keys)})
+        return {row["idempotency_key"] for row in rows}
+
     def restore(self, records: Sequence[RunRecord]) -> None:
         """Put the runs back as they were archived, and forget where they went."""
         statements: list[Named] = []

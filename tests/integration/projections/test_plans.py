@@ -45,6 +45,7 @@ WHOLE_TABLE = {
     "delete_workflow_runs": "the rebuild empties the table",
     "fill_missing_task_leases": "a migration and a rebuild fill every older row",
     "select_every_run": "the rebuild's verification reads every run",
+    "select_every_task_run": "the rebuild's verification reads every task run",
     "insert_task_type_limit_counters": "the rebuild makes a counter for every type a "
     "task's own max_running limits",
     "stats_counts": "`db stats` counts every table's rows",
@@ -175,6 +176,7 @@ SQLITE_BIG_TABLES = ("task_runs", "workflow_runs", "dispatch_outbox", "stored_ev
 SQLITE_WHOLE_TABLE = {
     "fill_missing_task_leases": WHOLE_TABLE["fill_missing_task_leases"],
     "select_every_run": WHOLE_TABLE["select_every_run"],
+    "select_every_task_run": WHOLE_TABLE["select_every_task_run"],
     "select_stored_events": "the rebuild replays every event",
     "stats_counts": WHOLE_TABLE["stats_counts"],
     "insert_task_type_limit_counters": WHOLE_TABLE["insert_task_type_limit_counters"],
