@@ -15,7 +15,7 @@ import pytest
 from flowforge import errors
 from flowforge.app.results import Claim
 from flowforge.processes.heartbeat import Heartbeat, renewal_retryable
-from flowforge.processes.lane import Lane
+from flowforge.processes.lane import Done, Lane
 from flowforge.processes.steps import PUMP_INTERVAL_S, heartbeat_start_after
 
 #: Beats every LEASE_S / 3 seconds: fast, and the test waits on events, not on time.
@@ -125,7 +125,7 @@ class CountingLane(Lane):
         super().__init__("heartbeat-test")
         self.calls = 0
 
-    def run(self, call: Callable[[], None]) -> threading.Event:
+    def run(self, call: Callable[[], None]) -> Done:
         self.calls += 1
         return super().run(call)
 
