@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,25 +40,8 @@ def mapped(width: int) -> dict[str, Any]:
             {"key": "each", "type": "noop", "map_over": "root"},
         ]
         run_id = app.start_workflow_run({"name": DEFINITION_NAME, "tasks": tasks})
-        (root_id,) = probe.one(
-            f"SELECT id FROM task_runs WHERE workflow_run_id = '{run_id}' AND task_key = 'root'"
-        )
-        claimed, run = app.claim_task_run_and_its_run(root_id, "bench")
-        assert claimed is not None
-        assert run is not None
-        app.definitions.of(run)
-        started = time.perf_counter()
-        assert app.finish_task_run(root_id, claimed.fencing_token, "succeed", list(range(width)))
-        finish_call = time.perf_counter() - started
-        fanout_scale._wait_ready(probe, run_id, width)
-        seconds = time.perf_counter() - started
-        (dispatches,) = probe.one("SELECT count(*) FROM dispatch_outbox")
-        assert dispatches == width + 1, dispatches  # and the root's
-        return {
-            "width": width,
-            "finish_call_s": finish_call,
-            "all_ready_after_upstream_s": seconds,
-        }
+        result = fanout_scale.finish_root(app, probe, run_id, width, list(range(width)))
+        return {"width": width, **result}
     finally:
         app.close()
         probe.close()
