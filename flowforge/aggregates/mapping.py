@@ -133,6 +133,14 @@ def list_length(result: Any) -> int:
     return len(result) if isinstance(result, list) else 0
 
 
+def shown_state(state: TaskRunState, attempt: int, max_attempts: int) -> TaskRunState:
+    """An element's state as a mapped task counts it: failed with attempts left is on its
+    way back to ready (the scheduler's ``schedule_retry`` has not passed yet), retrying."""
+    if state is _T.FAILED and attempt < max_attempts:
+        return _T.RETRYING
+    return state
+
+
 def mapped_state(
     upstream: TaskRunState | None, count: int, elements: Mapping[int, TaskRunState]
 ) -> TaskRunState:

@@ -27,9 +27,7 @@ _T = TaskRunState
 
 def effective_state(task: TaskRunRow) -> TaskRunState:
     """A failed task with attempts left is on its way back to ready, not a failure."""
-    if task.task_state is _T.FAILED and task.attempt < task.max_attempts:
-        return _T.RETRYING
-    return task.task_state
+    return mapping.shown_state(task.task_state, task.attempt, task.max_attempts)
 
 
 def mapped_keys(definition: WorkflowDefinition) -> list[str]:

@@ -38,10 +38,12 @@ def counts_text(counts: Mapping[str, int]) -> str:
 
 
 def group_line(key: str, elements: Sequence[TaskRunView]) -> str:
-    """One mapped task's elements in one line, from their rows."""
+    """One mapped task's elements in one line, from their rows (one failed with attempts
+    left counted as retrying, as ``view_line``'s counts)."""
     counts: dict[str, int] = {}
     for element in elements:
-        counts[element.state] = counts.get(element.state, 0) + 1
+        state = mapping.shown_state(element.task_state, element.attempt, element.max_attempts)
+        counts[state.value] = counts.get(state.value, 0) + 1
     indexes = [e.map_index or 0 for e in elements]
     span = f"{key}[{min(indexes)}..{max(indexes)}]" if indexes else f"{key}[]"
     return f"{span}: {counts_text(counts)}"
