@@ -156,10 +156,26 @@ def view(
     """The mapped task ``key`` as users see it, from its upstream's row (among
     ``upstreams``) and its elements' counts by state."""
     over = definition.task(key).map_over
-    assert over is not None
     upstream = next((row for row in upstreams if row.task_key == over), None)
-    expanded = upstream is not None and upstream.task_state is _T.SUCCEEDED
-    elements = mapping.list_length(upstream.result) if upstream is not None and expanded else None
+    if upstream is None:
+        return view_of(definition, key, None, None, counts)
+    return view_of(definition, key, upstream.task_state, upstream.result, counts)
+
+
+def view_of(
+    definition: WorkflowDefinition,
+    key: str,
+    upstream_state: TaskRunState | None,
+    upstream_result: Any,
+    counts: Mapping[str, int],
+) -> MappedTaskView:
+    """The mapped task ``key`` as users see it, from its upstream's state (``None``: no
+    row) and result, and its elements' counts by state (now, or as of a past moment:
+    ``why --at``)."""
+    over = definition.task(key).map_over
+    assert over is not None
+    expanded = upstream_state is _T.SUCCEEDED
+    elements = mapping.list_length(upstream_result) if expanded else None
     by_index = {}
     if elements:  # the derived state from the counts alone: any index of a state will do
         index = 0
@@ -167,13 +183,11 @@ def view(
             for _ in range(count):
                 by_index[index] = TaskRunState(state)
                 index += 1
-    derived = mapping.mapped_state(
-        None if upstream is None else upstream.task_state, elements or 0, by_index
-    )
+    derived = mapping.mapped_state(upstream_state, elements or 0, by_index)
     return MappedTaskView(
         key=key,
         map_over=over,
-        upstream_state=None if upstream is None else upstream.state,
+        upstream_state=None if upstream_state is None else upstream_state.value,
         elements=elements,
         counts=dict(counts),
         state=derived.value,

@@ -55,7 +55,7 @@ def test_why_and_status_explain_and_group_a_mapped_task(cli: Cli) -> None:
     element = cli("why", f"{run_id}/process[1]")
     assert element.returncode == 0, element.stderr
     assert "process[1]" in element.stdout
-    assert "element 1 of the mapped task process (over list_files's list)" in element.stdout
+    assert "element 1 of 12 of the mapped task process (over list_files's list)" in element.stdout
     assert '"file-1.csv"' in element.stdout
     assert Path(EXAMPLE).exists()
 
