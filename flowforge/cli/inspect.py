@@ -44,13 +44,13 @@ WATCH_REDRAW_S = 0.2
 def runs(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
     if common.default_database_missing(settings):
-        recent: list[tuple[WorkflowRunView, list[TaskRunView]]] = []  # nothing ran here yet
+        recent: list[tuple[WorkflowRunView, dict[str, int]]] = []  # nothing ran here yet
     else:
         with common.open_app(settings) as app:
-            recent = [(run, app.task_runs(run.id)) for run in app.recent_runs(args.limit)]
+            recent = [(run, app.run_task_counts(run)) for run in app.recent_runs(args.limit)]
     now = datetime.now(UTC)
     if args.json:
-        print(render.to_json([run_fact(run, tasks, now) for run, tasks in recent]))
+        print(render.to_json([run_fact(run, (), now, counts=n) for run, n in recent]))
         return 0
     if not recent:
         print("no runs yet: start one with `flowforge run FILE` or try `flowforge demo`")
@@ -62,9 +62,9 @@ def runs(args: argparse.Namespace) -> int:
             run.state,
             timefmt.iso(run.created_at),
             timefmt.span(run.started_at, run.finished_at, now),
-            render.counts(tasks),
+            mapped_lines.counts_text(counts),
         ]
-        for run, tasks in recent
+        for run, counts in recent
     ]
     header, *lines = render.table(("RUN", "WORKFLOW", "STATE", "CREATED", "TIME", "TASKS"), rows)
     print(header)

@@ -88,3 +88,16 @@ def test_why_at_a_past_moment_knows_the_mapped_task_then_and_each_element(
     assert "process was not expanded yet" in unborn.headline
     explained = why.why(app, element, later)
     assert any("element 1 of 3 of the mapped task process" in d for d in explained.details)
+
+
+def test_a_runs_counts_take_a_mapped_task_as_pending_until_it_expands(app: FlowForge) -> None:
+    run_id = app.start_workflow_run(retrying_workflow())
+    assert app.run_task_counts(app.get_workflow_run(run_id)) == {"ready": 1, "pending": 2}
+    assert succeed_list_files(app, run_id, [1, 2, 3])
+    counts = app.run_task_counts(app.get_workflow_run(run_id))
+    assert counts == {"succeeded": 1, "ready": 3, "pending": 1}
+
+    empty = app.start_workflow_run(retrying_workflow())
+    assert succeed_list_files(app, empty, [])
+    # No element and nothing left to expand: the reducer is promoted, nothing pending.
+    assert app.run_task_counts(app.get_workflow_run(empty)) == {"succeeded": 1, "ready": 1}
