@@ -1,0 +1,80 @@
+"""The mapped edge of a run's shape (issue 46) for ``test_stateful``'s model: a run may
+map its last task over an earlier one; the upstream's success then creates one ready
+element per item of its list result, in its own transaction, or, with a result that is
+no list, is recorded as a failure (``MapOverError``) and creates nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from hypothesis import strategies as st
+
+from flowforge.aggregates import mapping, task_run
+from flowforge.aggregates.states import TaskRunState
+from flowforge.aggregates.task_run import TaskRun
+from flowforge.app.definition_files import load_definition
+from flowforge.app.service import FlowForge
+
+#: The results of a task others are mapped over: mostly lists (an empty one too),
+#: sometimes no list (refused).
+LISTS = st.one_of(
+    st.lists(st.integers(0, 9), max_size=3),
+    st.lists(st.text("ab", max_size=2), min_size=1, max_size=2),
+    st.sampled_from([None, {"rows": 1}, "a, b"]),
+)
+
+
+def draw_map(data: st.DataObject, keys: list[str], deps: dict[str, list[str]]) -> str | None:
+    """Sometimes (a run of two or three tasks) the last task maps over an earlier one,
+    its only dependency (nothing else may be, and nothing depends on it); the key it
+    maps over, or ``None``."""
+    if len(keys) < 2 or not data.draw(st.booleans(), label="mapped"):
+        return None
+    over = data.draw(st.sampled_from(keys[:-1]), label="map_over")
+    deps[keys[-1]] = [over]
+    return over
+
+
+def refused(result: Any, upstream: str, mapped: str) -> dict[str, str] | None:
+    """The error a success of ``upstream`` with ``result`` is recorded as instead (the
+    lists drawn are far below the bound, so only a result that is no list)."""
+    problem = mapping.result_problem(result, upstream, [mapped], 10_000)
+    return None if problem is None else mapping.map_error(problem)
+
+
+def elements(
+    app: FlowForge,
+    run_id: UUID,
+    spec: dict[str, Any],
+    mapped: str,
+    result: list[Any],
+    actor: str,
+) -> list[tuple[UUID, TaskRun.Created]]:
+    """The creation events a success with ``result`` must have written, one per item:
+    each element ready, with its index and item, by the finish's actor, at the time its
+    row was created (the expansion's), and no element more."""
+    definition = load_definition(spec)
+    over = definition.maps[mapped]
+    rows = {row.task_key: row for row in app.task_runs(run_id)}
+    assert sum(mapping.mapped_task_of(key) == mapped for key in rows) == len(result)
+    found = []
+    for index, item in enumerate(result):
+        row = rows[mapping.element_key(mapped, index)]
+        event = task_run.created_event(
+            row.id,
+            at=row.created_at,
+            workflow_run_id=run_id,
+            task_key=row.task_key,
+            task_type=definition.task(mapped).type,
+            depends_on=[over],
+            max_attempts=definition.retry_policy_for(mapped).max_attempts,
+            lease_seconds=definition.lease_seconds_for(mapped),
+            max_worker_losses=definition.max_worker_losses_for(mapped),
+            state=TaskRunState.READY,
+            actor=actor,
+            map_index=index,
+            map_item=item,
+        )
+        found.append((row.id, event))
+    return found
