@@ -129,7 +129,8 @@ def test_the_elements_are_created_in_the_upstreams_finish_each_with_its_dispatch
         "reduce": "pending",
     }
     for key in ("process[0]", "process[1]"):
-        assert len(app.dispatches_of(task_id(app, run_id, key))) == 1
+        (dispatch,) = app.dispatches_of(task_id(app, run_id, key))
+        assert (dispatch.task_key, dispatch.fencing_token) == (key, 0)
     # The creation event carries the index and the element: the aggregate replays them.
     element = app.task_run_aggregate(task_id(app, run_id, "process[1]"))
     assert (element.version, element.map_index, element.map_item) == (1, 1, "b")

@@ -25,15 +25,22 @@ def create_elements(
     create: Callable[[TaskRun.Created], None],
     events: Sequence[TaskRun.Created],
 ) -> None:
-    """The elements' rows, events and dispatches: on PostgreSQL (the events written in
-    SQL) two or more in one statement; else ``create`` (``TaskWrites.create``) each."""
-    bulk = recording.events_in_sql and len(events) > 1
-    if bulk and events[0].timestamp != projector.TRANSACTION_NOW:
+    """The elements' rows, events and dispatches: two or more on PostgreSQL (the events
+    written in SQL) in one statement, on SQLite in one statement run for all rows, one
+    for all events and one for all dispatches (``defer_many``); else ``create``
+    (``TaskWrites.create``) each."""
+    if len(events) < 2 or events[0].timestamp == projector.TRANSACTION_NOW:
+        for event in events:
+            create(event)
+    elif recording.events_in_sql:
         insert_in_one_statement(recording, events)
         outbox.enqueued = True
-        return
-    for event in events:
-        create(event)
+    else:
+        rows = [projector.task_created_params(event) for event in events]
+        recording.tx.defer_many("insert_task_run", rows)
+        recording.append_timed(events)
+        ready = [(e.originator_id, e.task_key, e.task_type) for e in events]
+        outbox.enqueue_many(ready, at=events[0].timestamp)
 
 
 def insert_in_one_statement(recording: Recording, events: Sequence[TaskRun.Created]) -> None:
