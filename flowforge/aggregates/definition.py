@@ -31,6 +31,7 @@ The shape, as TOML (JSON is the same tree)::
     type = "load"
     depends_on = ["extract"]     # keys of other tasks of this workflow
     map_over = "extract"         # optional: a task run per element of extract's list result
+    map_key = "id"               # optional, with map_over: element keys load[<its id>]
     lease_seconds = 120          # optional: overrides the workflow's
     timeout_seconds = 600        # optional: overrides the workflow's
     max_running = 2              # optional: start only while fewer than 2 tasks of
@@ -210,6 +211,11 @@ class TaskDefinition(BaseModel):
         description="run once per element of this task's result, a JSON list (implies the "
         "dependency; an empty list: no run, its dependants get []); its dependants get the "
         "elements' results as a list",
+    )
+    map_key: Text | None = Field(
+        default=None,
+        description="with map_over: each element's key names its task run, process[<key>], "
+        "instead of its index (a string or integer, unique; else MapOverError)",
     )
 
     @model_validator(mode="before")

@@ -142,5 +142,6 @@ def _would_create(
     found += [k for k in named if mapping.element_of(k) is not None]
     for key, over in definition.maps.items():
         if over in carried:
-            found += mapping.element_keys(key, mapping.list_length(succeeded[over].result))
+            map_key = definition.task(key).map_key
+            found += mapping.element_keys(key, succeeded[over].result, map_key)
     return found

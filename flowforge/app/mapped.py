@@ -58,18 +58,18 @@ def states(definition: WorkflowDefinition, rows: Iterable[TaskRunRow]) -> dict[s
 def _mapped_state(
     definition: WorkflowDefinition, key: str, found: Mapping[str, TaskRunRow]
 ) -> TaskRunState:
-    over = definition.task(key).map_over
-    assert over is not None
-    upstream = found.get(over)
+    task = definition.task(key)
+    assert task.map_over is not None
+    upstream = found.get(task.map_over)
     if upstream is None:
         return _T.PENDING
-    count = mapping.list_length(upstream.result)
+    keys = mapping.element_keys(key, upstream.result, task.map_key)
     elements = {}
-    for index in range(count):
-        row = found.get(mapping.element_key(key, index))
+    for index, element in enumerate(keys):
+        row = found.get(element)
         if row is not None:
             elements[index] = effective_state(row)
-    return mapping.mapped_state(upstream.task_state, count, elements)
+    return mapping.mapped_state(upstream.task_state, len(keys), elements)
 
 
 def dependencies(
@@ -79,11 +79,9 @@ def dependencies(
     ``keys`` depending on its mapped task's upstream, and each mapped task on its
     upstream and those elements (so a failed element is upstream of its reducer)."""
     found = {task.key: tuple(task.depends_on) for task in definition.tasks}
-    for task_key, indexes in mapping.group_keys(keys).items():
-        over = definition.task(task_key).map_over
-        if over is None or task_key not in found:
+    for task_key, elements in mapping.group_keys(keys).items():
+        if task_key not in found or (over := definition.task(task_key).map_over) is None:
             continue
-        elements = [mapping.element_key(task_key, i) for i in sorted(indexes)]
         found[task_key] = (*found[task_key], *elements)
         for element in elements:
             found[element] = (over,)
@@ -103,7 +101,9 @@ def refused_result(
     mapped = definition.mapped_over(upstream)
     if not mapped:
         return None
-    problem = mapping.result_problem(result, upstream, mapped, definition.max_map_elements)
+    map_keys = {key: definition.task(key).map_key for key in mapped}
+    bound = definition.max_map_elements
+    problem = mapping.result_problem(result, upstream, mapped, bound, map_keys)
     return None if problem is None else mapping.map_error(problem)
 
 
@@ -141,7 +141,7 @@ def results(
         if over is None:
             continue
         upstream = reads.task_results(run_id, [over]).get(over)
-        element_keys = mapping.element_keys(key, mapping.list_length(upstream))
+        element_keys = mapping.element_keys(key, upstream, definition.task(key).map_key)
         elements = reads.task_results(run_id, element_keys)
         found[key] = [elements.get(k) for k in element_keys]
     return found

@@ -141,5 +141,4 @@ def _collapse_key(entry: AuditEntry) -> tuple[str, str, str] | None:
 
 
 def _index(entry: AuditEntry) -> int:
-    found = mapping.element_of(entry.task_key or "")
-    return 0 if found is None else found[1]
+    return mapping.element_index(entry.task_key or "") or 0

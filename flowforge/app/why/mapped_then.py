@@ -31,7 +31,8 @@ def mapped_tasks_as_of(
             found[key] = mapped.view_of(definition, key, state, None, {})
             continue
         # A succeeded task's result never changes: its row's is the one it had then.
-        elements = mapping.element_keys(key, mapping.list_length(upstream.result))
+        map_key = definition.task(key).map_key
+        elements = mapping.element_keys(key, upstream.result, map_key)
         rows = app.task_runs_by_keys(run_id, elements)
         counts = Counter(_element_state_then(app, row, at).value for row in rows)
         found[key] = mapped.view_of(definition, key, state, upstream.result, counts)
