@@ -128,7 +128,8 @@ def _flushed(
 ) -> list[AuditEntry]:
     if key is None or count < COLLAPSE_FROM:
         return held
-    label = f"{key[0]}[{low}..{high}] ({count:,} elements)"
+    span = f"{low}..{high}" if low >= 0 else "..."  # keys a map_key named: no range
+    label = f"{key[0]}[{span}] ({count:,} elements)"
     return [dataclasses.replace(held[0], task_key=label)]
 
 
@@ -141,4 +142,6 @@ def _collapse_key(entry: AuditEntry) -> tuple[str, str, str] | None:
 
 
 def _index(entry: AuditEntry) -> int:
-    return mapping.element_index(entry.task_key or "") or 0
+    """The element's index, from its key; -1 for a key a map_key named."""
+    index = mapping.element_index(entry.task_key or "")
+    return -1 if index is None else index
