@@ -1,7 +1,9 @@
 """The mapped edge of a run's shape (issue 46) for ``test_stateful``'s model: a run may
 map its last task over an earlier one; the upstream's success then creates one ready
 element per item of its list result, in its own transaction, or, with a result that is
-no list, is recorded as a failure (``MapOverError``) and creates nothing."""
+no list, is recorded as a failure (``MapOverError``) and creates nothing. A mapped task
+may key its elements by each item's ``id`` (``map_key``): an item without a usable,
+unique one is a failure too."""
 
 from __future__ import annotations
 
@@ -25,6 +27,31 @@ LISTS = st.one_of(
 )
 
 
+#: The results of a task others are mapped over by ``id``: mostly keyable lists,
+#: sometimes an item without an id, a duplicated one, or no list.
+KEYED_LISTS = st.one_of(
+    st.lists(st.sampled_from(["x", "y", 3]), unique=True, max_size=3).map(
+        lambda ids: [{"id": i} for i in ids]
+    ),
+    st.lists(st.sampled_from(["x", "y", 3]), unique=True, min_size=1, max_size=3).map(
+        lambda ids: [{"id": i, "n": 1} for i in ids]
+    ),
+    st.lists(st.sampled_from([{"id": "x"}, {"id": 4}, {"name": "y"}, {"id": True}]), max_size=3),
+)
+
+
+def draw_map_key(data: st.DataObject, spec: dict[str, Any]) -> None:
+    """Sometimes a mapped task of ``spec`` keys its elements by each item's ``id``."""
+    task = spec["tasks"][-1]
+    if "map_over" in task and data.draw(st.booleans(), label="map_key"):
+        task["map_key"] = "id"
+
+
+def lists_for(spec: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """The results of the task ``spec``'s last task maps over."""
+    return KEYED_LISTS if "map_key" in spec["tasks"][-1] else LISTS
+
+
 def draw_map(data: st.DataObject, keys: list[str], deps: dict[str, list[str]]) -> str | None:
     """Sometimes (a run of two or three tasks) the last task maps over an earlier one,
     its only dependency (nothing else may be, and nothing depends on it); the key it
@@ -36,10 +63,14 @@ def draw_map(data: st.DataObject, keys: list[str], deps: dict[str, list[str]]) -
     return over
 
 
-def refused(result: Any, upstream: str, mapped: str) -> dict[str, str] | None:
+def refused(
+    result: Any, upstream: str, mapped: str, spec: dict[str, Any]
+) -> dict[str, str] | None:
     """The error a success of ``upstream`` with ``result`` is recorded as instead (the
-    lists drawn are far below the bound, so only a result that is no list)."""
-    problem = mapping.result_problem(result, upstream, [mapped], 10_000)
+    lists drawn are far below the bound: a result that is no list, or whose items have
+    no usable key)."""
+    map_key = spec["tasks"][-1].get("map_key")
+    problem = mapping.result_problem(result, upstream, [mapped], 10_000, {mapped: map_key})
     return None if problem is None else mapping.map_error(problem)
 
 
@@ -59,8 +90,10 @@ def elements(
     rows = {row.task_key: row for row in app.task_runs(run_id)}
     assert sum(mapping.mapped_task_of(key) == mapped for key in rows) == len(result)
     found = []
+    map_key = definition.task(mapped).map_key
     for index, item in enumerate(result):
-        row = rows[mapping.element_key(mapped, index)]
+        label = index if map_key is None else item[map_key]
+        row = rows[f"{mapped}[{label}]"]
         event = task_run.created_event(
             row.id,
             at=row.created_at,

@@ -258,7 +258,17 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
         """A success's result: for a task others are mapped over, most often a list."""
         model = self.model(task)
         mapped = model.task_key in self.maps[model.workflow_run_id]
-        return data.draw(stateful_mapping.LISTS if mapped else RESULTS, label="result")
+        spec = self.specs[model.workflow_run_id]
+        lists = stateful_mapping.lists_for(spec)
+        return data.draw(lists if mapped else RESULTS, label="result")
+
+    def outcomes_for(self, task: UUID) -> list[str]:
+        """A worker's outcomes, mostly failures; a task others are mapped over mostly
+        succeeds (so that a short program expands its list)."""
+        model = self.model(task)
+        if model.task_key in self.maps[model.workflow_run_id]:
+            return ["succeed", "succeed", "fail"]
+        return ["fail", "succeed", "fail", "cancel_running"]
 
     def token(self, task: UUID, which: str) -> int:
         current = self.model(task).fencing_token
@@ -284,6 +294,7 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
         over = stateful_mapping.draw_map(data, keys, deps)
         max_attempts = data.draw(st.sampled_from([1, 2, 3]), label="max_attempts")
         spec = definition(keys, deps, max_attempts, over)
+        stateful_mapping.draw_map_key(data, spec)
         run_limit = data.draw(st.sampled_from([None, None, 1, 2]), label="max_running_tasks")
         if run_limit is not None:
             spec["max_running_tasks"] = run_limit
@@ -472,9 +483,11 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
         mapped = self.maps[run_id].get(key) if outcome == "succeed" else None
         # A result a mapped task cannot expand makes the success a failure (MapOverError).
         stored = normalised_error(error) if error is not None else None
-        if mapped is not None and (map_error := stateful_mapping.refused(result, key, mapped)):
+        if mapped is not None and (
+            map_error := stateful_mapping.refused(result, key, mapped, self.specs[run_id])
+        ):
             outcome, result, stored = "fail", None, map_error
-            statistic("a result that is no list refused")
+            statistic("a result that cannot be expanded refused")
         self.judge(
             task,
             won,
@@ -492,7 +505,10 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
     def expand(self, run_id: UUID, mapped: str, result: list[Any], actor: str) -> None:
         """The elements the upstream's success created, in the model (each ready)."""
         spec = self.specs[run_id]
-        statistic(f"expanded into {min(len(result), 2)}{'+' if len(result) > 1 else ''} elements")
+        keyed = "keyed " if "map_key" in spec["tasks"][-1] else ""
+        statistic(
+            f"expanded into {min(len(result), 2)}{'+' if len(result) > 1 else ''} {keyed}elements"
+        )
         for task_id, created in stateful_mapping.elements(
             self.app, run_id, spec, mapped, result, actor
         ):
@@ -673,7 +689,7 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             elif action == "renew":
                 self.do_renew_lease(task, data.draw(HELD_TOKENS), data.draw(LEASES), None)
             else:
-                outcome = data.draw(st.sampled_from(["fail", "succeed", "fail", "cancel_running"]))
+                outcome = data.draw(st.sampled_from(self.outcomes_for(task)))
                 error = {"type": "RuntimeError", "message": "boom"}
                 result = self.result_for(data, task)
                 self.do_finish(task, outcome, data.draw(HELD_TOKENS), result, error, None)
