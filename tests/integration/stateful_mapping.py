@@ -30,11 +30,11 @@ LISTS = st.one_of(
 #: The results of a task others are mapped over by ``id``: mostly keyable lists,
 #: sometimes an item without an id, a duplicated one, or no list.
 KEYED_LISTS = st.one_of(
-    st.lists(st.sampled_from(["x", "y", 3]), unique=True, max_size=3).map(
-        lambda ids: [{"id": i} for i in ids]
-    ),
-    st.lists(st.sampled_from(["x", "y", 3]), unique=True, min_size=1, max_size=3).map(
+    st.lists(st.sampled_from(["x", "y", 3]), unique=True, min_size=2, max_size=3).map(
         lambda ids: [{"id": i, "n": 1} for i in ids]
+    ),
+    st.lists(st.sampled_from(["x", 3]), unique=True, max_size=1).map(
+        lambda ids: [{"id": i} for i in ids]
     ),
     st.lists(st.sampled_from([{"id": "x"}, {"id": 4}, {"name": "y"}, {"id": True}]), max_size=3),
 )
