@@ -21,22 +21,22 @@ from flowforge.app.service import FlowForge
 #: The results of a task others are mapped over: mostly lists (an empty one too),
 #: sometimes no list (refused).
 LISTS = st.one_of(
-    st.lists(st.integers(0, 9), max_size=3),
-    st.lists(st.text("ab", max_size=2), min_size=1, max_size=2),
-    st.sampled_from([None, {"rows": 1}, "a, b"]),
+    st.lists(st.integers(0, 9), min_size=1, max_size=3),
+    st.lists(st.text("ab", max_size=2), min_size=2, max_size=3),
+    st.sampled_from([[], None, {"rows": 1}, "a, b"]),
 )
-
-
 #: The results of a task others are mapped over by ``id``: mostly keyable lists,
-#: sometimes an item without an id, a duplicated one, or no list.
+#: sometimes an item without a usable id, a duplicated one, or no list.
 KEYED_LISTS = st.one_of(
-    st.lists(st.sampled_from(["x", "y", 3]), unique=True, min_size=2, max_size=3).map(
+    st.lists(st.sampled_from(["x", "y", 3]), unique=True, min_size=1, max_size=3).map(
         lambda ids: [{"id": i, "n": 1} for i in ids]
     ),
-    st.lists(st.sampled_from(["x", 3]), unique=True, max_size=1).map(
-        lambda ids: [{"id": i} for i in ids]
+    st.lists(
+        st.sampled_from([{"id": "x"}, {"id": 4}, {"name": "y"}, {"id": True}]),
+        min_size=1,
+        max_size=3,
     ),
-    st.lists(st.sampled_from([{"id": "x"}, {"id": 4}, {"name": "y"}, {"id": True}]), max_size=3),
+    st.sampled_from([[], None]),
 )
 
 
