@@ -20,14 +20,14 @@ from flowforge.app.service import FlowForge
 
 #: The results of a task others are mapped over: mostly lists (an empty one too),
 #: sometimes no list (refused).
-LISTS = st.one_of(
+LISTS: st.SearchStrategy[Any] = st.one_of(
     st.lists(st.integers(0, 9), min_size=1, max_size=3),
     st.lists(st.text("ab", max_size=2), min_size=2, max_size=3),
     st.sampled_from([[], None, {"rows": 1}, "a, b"]),
 )
 #: The results of a task others are mapped over by ``id``: mostly keyable lists,
 #: sometimes an item without a usable id, a duplicated one, or no list.
-KEYED_LISTS = st.one_of(
+KEYED_LISTS: st.SearchStrategy[Any] = st.one_of(
     st.lists(st.sampled_from(["x", "y", 3]), unique=True, min_size=1, max_size=3).map(
         lambda ids: [{"id": i, "n": 1} for i in ids]
     ),
