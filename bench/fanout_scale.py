@@ -55,32 +55,40 @@ def fanout(width: int) -> dict[str, Any]:
         started = time.perf_counter()
         run_id = app.start_workflow_run({"name": "bench_fanout_scale", "tasks": tasks})
         created = time.perf_counter() - started
-        (root_id,) = probe.one(
-            f"SELECT id FROM task_runs WHERE workflow_run_id = '{run_id}' AND task_key = 'root'"
-        )
-        # As a worker claims: the run read with the claim and its definition parsed
-        # into the service's cache then (processes/run_cache.py), not at the finish.
-        claimed, run = app.claim_task_run_and_its_run(root_id, "bench")
-        assert claimed is not None
-        assert run is not None
-        app.definitions.of(run)
-        started = time.perf_counter()
-        assert app.finish_task_run(root_id, claimed.fencing_token, "succeed")
-        finish_call = time.perf_counter() - started
-        _wait_ready(probe, run_id, width)
-        seconds = time.perf_counter() - started
-        (dispatches,) = probe.one("SELECT count(*) FROM dispatch_outbox")
-        assert dispatches == width + 1, dispatches  # and the root's
         return {
             "width": width,
             "created_tasks_per_s": (width + 1) / created,
-            "finish_call_s": finish_call,
-            "all_ready_after_upstream_s": seconds,
+            **finish_root(app, probe, run_id, width),
         }
     finally:
         app.close()
         probe.close()
         drop_database(DATABASE)
+
+
+def finish_root(
+    app: FlowForge, probe: Probe, run_id: object, width: int, result: Any = None
+) -> dict[str, float]:
+    """Claim and succeed the run's ``root`` (with ``result``) as a worker does, then wait
+    until ``width`` tasks of the run are ready, each with its dispatch: the finish call's
+    time and the time until the last is ready, from the finish call."""
+    (root_id,) = probe.one(
+        f"SELECT id FROM task_runs WHERE workflow_run_id = '{run_id}' AND task_key = 'root'"
+    )
+    # As a worker claims: the run read with the claim and its definition parsed
+    # into the service's cache then (processes/run_cache.py), not at the finish.
+    claimed, run = app.claim_task_run_and_its_run(root_id, "bench")
+    assert claimed is not None
+    assert run is not None
+    app.definitions.of(run)
+    started = time.perf_counter()
+    assert app.finish_task_run(root_id, claimed.fencing_token, "succeed", result)
+    finish_call = time.perf_counter() - started
+    _wait_ready(probe, run_id, width)
+    seconds = time.perf_counter() - started
+    (dispatches,) = probe.one("SELECT count(*) FROM dispatch_outbox")
+    assert dispatches == width + 1, dispatches  # and the root's
+    return {"finish_call_s": finish_call, "all_ready_after_upstream_s": seconds}
 
 
 def _wait_ready(probe: Probe, run_id: object, width: int) -> None:

@@ -22,8 +22,8 @@ from uuid import UUID
 
 from prometheus_client import REGISTRY
 
-from flowforge.aggregates.machines import TASK_RUN_MACHINE
-from flowforge.app.results import Claim
+from flowforge.aggregates.machines import TASK_RUN_MACHINE, WORKFLOW_RUN_MACHINE
+from flowforge.app.results import Claim, WorkflowRunView
 from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.transport import InMemoryDispatchChannel
@@ -179,6 +179,28 @@ def handle_next(channel: InMemoryDispatchChannel, worker: Worker) -> str:
         return worker.handle(delivery, consumer)
     finally:
         consumer.close()
+
+
+def run_to_end(
+    app: FlowForge,
+    channel: InMemoryDispatchChannel,
+    worker: Worker,
+    run_id: UUID,
+    *,
+    max_steps: int = 60,
+) -> WorkflowRunView:
+    """Publish, handle and advance, one step at a time, until the run has ended (within
+    ``max_steps`` steps, else an ``AssertionError`` with the tasks' states)."""
+    for _ in range(max_steps):
+        run = app.get_workflow_run(run_id)
+        if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
+            return run
+        app.publish_pending_dispatches(channel.publisher())
+        if channel.ready_count:
+            handle_next(channel, worker)
+        else:
+            app.advance_workflow_run(run_id)
+    raise AssertionError(f"run {run_id} did not end: {states(app, run_id)}")
 
 
 def stop_all(processes: Mapping[str, subprocess.Popen[bytes]], timeout: float) -> dict[str, int]:

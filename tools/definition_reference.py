@@ -111,6 +111,18 @@ depends_on = ["process"]    # waits for every element; gets their results as a l
   recorded as a failure of that attempt instead, with error type `MapOverError` and a
   message that says which; nothing is created, and `list_files`'s retry policy
   applies.
+- **Keys the user names**: with `map_key = "id"` beside `map_over` (each element a
+  JSON object), element i's task run is keyed by that field of its element,
+  `process[<element's id>]` (`process[a.csv]`, `process[7]`), not by its index; its
+  `map_index` is still its place in the list, and the reduce step's list is still in
+  list order. Every element's key must be a string or an integer (not a boolean), 1 to
+  200 characters without brackets, and unique (`1` and `"1"` are the same key): else
+  `list_files`'s success is a `MapOverError` failure, as above, saying which element
+  and why, and nothing is created. `why RUN/process[a.csv]` and `rerun --from
+  process[a.csv]` take such a key. A `map_key` without a `map_over` is refused when the
+  definition is loaded. In the Python API the field is the same:
+  `TaskDefinition(key="process", type="process_file", map_over="list_files",
+  map_key="id")`, or the same keys in a dict.
 - **Nested maps** (a task mapped over a mapped task) are refused when the definition
   is loaded: map over a task that collects the elements' results into one list. So is
   a mapped task with a dependency besides its `map_over` task (its elements are ready

@@ -31,6 +31,7 @@ The shape, as TOML (JSON is the same tree)::
     type = "load"
     depends_on = ["extract"]     # keys of other tasks of this workflow
     map_over = "extract"         # optional: a task run per element of extract's list result
+    map_key = "id"               # optional, with map_over: element keys load[<its id>]
     lease_seconds = 120          # optional: overrides the workflow's
     timeout_seconds = 600        # optional: overrides the workflow's
     max_running = 2              # optional: start only while fewer than 2 tasks of
@@ -56,10 +57,9 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -68,9 +68,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
-from flowforge.aggregates import dag, json_values, mapping, validation_words
+from flowforge.aggregates import dag, mapping, validation_words
+from flowforge.aggregates.definition_fields import Identifier, Text, problem
 from flowforge.aggregates.lost_workers import DEFAULT_MAX_WORKER_LOSSES
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.errors import InvalidWorkflowDefinitionError
@@ -92,38 +92,6 @@ MAX_RUNNING = 2**31 - 1
 MAX_WORKER_LOSSES = 2**31 - 1
 #: Growth per failure; past this the cap is reached on the second retry anyway.
 MAX_BACKOFF_MULTIPLIER = 1000.0
-
-
-def _problem(*lines: str) -> PydanticCustomError:
-    """A validation error whose message is exactly ``lines``, one problem per line.
-
-    A plain ``ValueError`` would be shown as "Value error, ..."; this keeps the text
-    the same whether it reaches the user through pydantic or ``parse_definition``.
-    """
-    return PydanticCustomError(
-        "invalid_workflow_definition", "{detail}", {"detail": "\n".join(lines)}
-    )
-
-
-def _plain_identifier(value: str) -> str:
-    if not value.isidentifier():
-        raise _problem(
-            f"{value!r} is not a plain identifier "
-            "(letters, digits and underscores, not starting with a digit)"
-        )
-    return value
-
-
-def _valid_unicode(value: str) -> str:
-    if problem := json_values.unicode_problem(value):
-        raise _problem(problem)
-    return value
-
-
-#: Any text of a definition: stored as it is, so it must be valid Unicode.
-Text = Annotated[str, AfterValidator(_valid_unicode)]
-#: Keys, types and names end up in log lines, queue routing and CLI arguments.
-Identifier = Annotated[str, AfterValidator(_valid_unicode), AfterValidator(_plain_identifier)]
 
 
 class RetryPolicy(BaseModel):
@@ -244,6 +212,11 @@ class TaskDefinition(BaseModel):
         "dependency; an empty list: no run, its dependants get []); its dependants get the "
         "elements' results as a list",
     )
+    map_key: Text | None = Field(
+        default=None,
+        description="with map_over: each element's key names its task run, process[<key>], "
+        "instead of its index (a string or integer, unique; else MapOverError)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -265,7 +238,7 @@ class TaskDefinition(BaseModel):
                 problems.append(f"duplicate dependency {dependency!r}: list each task once")
             seen.add(dependency)
         if problems:
-            raise _problem(*problems)
+            raise problem(*problems)
         return depends_on
 
 
@@ -337,14 +310,14 @@ class WorkflowDefinition(BaseModel):
     @classmethod
     def _not_empty(cls, tasks: tuple[TaskDefinition, ...]) -> tuple[TaskDefinition, ...]:
         if not tasks:
-            raise _problem("a workflow needs at least one task")
+            raise problem("a workflow needs at least one task")
         return tasks
 
     @model_validator(mode="after")
     def _is_a_dag(self) -> WorkflowDefinition:
         # All cross-task problems at once, so a user fixes a file in one round.
         if problems := dag.problems(self.tasks) + mapping.definition_problems(self.tasks):
-            raise _problem(*problems)
+            raise problem(*problems)
         return self
 
     @functools.cached_property

@@ -120,12 +120,28 @@ def plan(
             f"(`flowforge cancel {run_id}`), then rerun it"
         )
     carried = carried_over(definition, succeeded.keys(), from_tasks)
-    rows = [t.key for t in definition.tasks if t.map_over is None]
-    elements = [k for k in (*succeeded, *named) if mapping.element_of(k) is not None]
-    if all(k in carried for k in rows) and all(k in carried for k in elements):
+    if all(k in carried for k in _would_create(definition, succeeded, carried, named)):
         raise errors.NothingToRerunError(
             f"every task of run {run_id} succeeded, so a rerun would run nothing: name "
             f"the tasks to run again (`flowforge rerun {run_id} --from TASK`); they and "
             f"every task downstream of them run again, the others' results are carried over"
         )
     return RerunPlan(run_id, {key: succeeded[key] for key in carried})
+
+
+def _would_create(
+    definition: WorkflowDefinition,
+    succeeded: Mapping[str, CarriedResult],
+    carried: Collection[str],
+    named: Collection[str],
+) -> list[str]:
+    """Every task run a rerun would have: the definition's unmapped tasks, the named
+    elements, and every element of a mapped task whose list is carried over (one that
+    failed or was cancelled is not carried: it runs again, a mapped leaf's too)."""
+    found = [t.key for t in definition.tasks if t.map_over is None]
+    found += [k for k in named if mapping.element_of(k) is not None]
+    for key, over in definition.maps.items():
+        if over in carried:
+            map_key = definition.task(key).map_key
+            found += mapping.element_keys(key, succeeded[over].result, map_key)
+    return found

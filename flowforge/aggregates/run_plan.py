@@ -193,6 +193,7 @@ def expansion_events(
     created: Any = task_run.TaskRun.Created  # its fields are declared at import (base)
     for mapped in definition.mapped_over(upstream):
         task = definition.task(mapped)
+        keys = mapping.element_keys(mapped, result, task.map_key)
         fixed = {
             "workflow_run_id": run_id,
             "task_type": task.type,
@@ -213,7 +214,7 @@ def expansion_events(
                 originator_id=new_id(),
                 originator_version=1,
                 timestamp=at,
-                task_key=mapping.element_key(mapped, index),
+                task_key=keys[index],
                 map_index=index,
                 map_item=item,
                 **fixed,
@@ -235,11 +236,12 @@ def _rerun_elements(
     if upstream is None or not isinstance(upstream.result, list):
         return []
     elements = []
+    keys = mapping.element_keys(key, upstream.result, definition.task(key).map_key)
     for index, item in enumerate(upstream.result):
-        carried = rerun.carried.get(mapping.element_key(key, index))
+        carried = rerun.carried.get(keys[index])
         elements.append(
             PlannedTask(
-                key=mapping.element_key(key, index),
+                key=keys[index],
                 type=definition.task(key).type,
                 depends_on=(over,),
                 max_attempts=definition.retry_policy_for(key).max_attempts,

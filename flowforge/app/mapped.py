@@ -27,9 +27,7 @@ _T = TaskRunState
 
 def effective_state(task: TaskRunRow) -> TaskRunState:
     """A failed task with attempts left is on its way back to ready, not a failure."""
-    if task.task_state is _T.FAILED and task.attempt < task.max_attempts:
-        return _T.RETRYING
-    return task.task_state
+    return mapping.shown_state(task.task_state, task.attempt, task.max_attempts)
 
 
 def mapped_keys(definition: WorkflowDefinition) -> list[str]:
@@ -60,18 +58,18 @@ def states(definition: WorkflowDefinition, rows: Iterable[TaskRunRow]) -> dict[s
 def _mapped_state(
     definition: WorkflowDefinition, key: str, found: Mapping[str, TaskRunRow]
 ) -> TaskRunState:
-    over = definition.task(key).map_over
-    assert over is not None
-    upstream = found.get(over)
+    task = definition.task(key)
+    assert task.map_over is not None
+    upstream = found.get(task.map_over)
     if upstream is None:
         return _T.PENDING
-    count = mapping.list_length(upstream.result)
+    keys = mapping.element_keys(key, upstream.result, task.map_key)
     elements = {}
-    for index in range(count):
-        row = found.get(mapping.element_key(key, index))
+    for index, element in enumerate(keys):
+        row = found.get(element)
         if row is not None:
             elements[index] = effective_state(row)
-    return mapping.mapped_state(upstream.task_state, count, elements)
+    return mapping.mapped_state(upstream.task_state, len(keys), elements)
 
 
 def dependencies(
@@ -81,11 +79,9 @@ def dependencies(
     ``keys`` depending on its mapped task's upstream, and each mapped task on its
     upstream and those elements (so a failed element is upstream of its reducer)."""
     found = {task.key: tuple(task.depends_on) for task in definition.tasks}
-    for task_key, indexes in mapping.group_keys(keys).items():
-        over = definition.task(task_key).map_over
-        if over is None or task_key not in found:
+    for task_key, elements in mapping.group_keys(keys).items():
+        if task_key not in found or (over := definition.task(task_key).map_over) is None:
             continue
-        elements = [mapping.element_key(task_key, i) for i in sorted(indexes)]
         found[task_key] = (*found[task_key], *elements)
         for element in elements:
             found[element] = (over,)
@@ -105,7 +101,9 @@ def refused_result(
     mapped = definition.mapped_over(upstream)
     if not mapped:
         return None
-    problem = mapping.result_problem(result, upstream, mapped, definition.max_map_elements)
+    map_keys = {key: definition.task(key).map_key for key in mapped}
+    bound = definition.max_map_elements
+    problem = mapping.result_problem(result, upstream, mapped, bound, map_keys)
     return None if problem is None else mapping.map_error(problem)
 
 
@@ -143,7 +141,7 @@ def results(
         if over is None:
             continue
         upstream = reads.task_results(run_id, [over]).get(over)
-        element_keys = mapping.element_keys(key, mapping.list_length(upstream))
+        element_keys = mapping.element_keys(key, upstream, definition.task(key).map_key)
         elements = reads.task_results(run_id, element_keys)
         found[key] = [elements.get(k) for k in element_keys]
     return found
@@ -158,10 +156,26 @@ def view(
     """The mapped task ``key`` as users see it, from its upstream's row (among
     ``upstreams``) and its elements' counts by state."""
     over = definition.task(key).map_over
-    assert over is not None
     upstream = next((row for row in upstreams if row.task_key == over), None)
-    expanded = upstream is not None and upstream.task_state is _T.SUCCEEDED
-    elements = mapping.list_length(upstream.result) if upstream is not None and expanded else None
+    if upstream is None:
+        return view_of(definition, key, None, None, counts)
+    return view_of(definition, key, upstream.task_state, upstream.result, counts)
+
+
+def view_of(
+    definition: WorkflowDefinition,
+    key: str,
+    upstream_state: TaskRunState | None,
+    upstream_result: Any,
+    counts: Mapping[str, int],
+) -> MappedTaskView:
+    """The mapped task ``key`` as users see it, from its upstream's state (``None``: no
+    row) and result, and its elements' counts by state (now, or as of a past moment:
+    ``why --at``)."""
+    over = definition.task(key).map_over
+    assert over is not None
+    expanded = upstream_state is _T.SUCCEEDED
+    elements = mapping.list_length(upstream_result) if expanded else None
     by_index = {}
     if elements:  # the derived state from the counts alone: any index of a state will do
         index = 0
@@ -169,13 +183,11 @@ def view(
             for _ in range(count):
                 by_index[index] = TaskRunState(state)
                 index += 1
-    derived = mapping.mapped_state(
-        None if upstream is None else upstream.task_state, elements or 0, by_index
-    )
+    derived = mapping.mapped_state(upstream_state, elements or 0, by_index)
     return MappedTaskView(
         key=key,
         map_over=over,
-        upstream_state=None if upstream is None else upstream.state,
+        upstream_state=None if upstream_state is None else upstream_state.value,
         elements=elements,
         counts=dict(counts),
         state=derived.value,

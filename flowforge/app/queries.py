@@ -175,6 +175,18 @@ class Queries:
             upstreams = reads.task_runs_by_keys(run.id, upstream_keys)
         return [mapped.view(definition, key, upstreams, counts.get(key, {})) for key in keys]
 
+    def run_task_counts(self, run: WorkflowRunView) -> dict[str, int]:
+        """A run's tasks counted by state as a list of runs shows them, at any run size:
+        its task runs (one aggregate query, no row read), and each mapped task not
+        expanded yet (no task run until its upstream returns its list) as one pending
+        task. ``run`` with its definition (``recent_runs``, ``get_workflow_run``)."""
+        counts = self.task_counts(run.id)
+        if any(task.get("map_over") for task in run.definition.get("tasks", ())):
+            unexpanded = sum(view.elements is None for view in self.mapped_tasks(run))
+            if unexpanded:
+                counts["pending"] = counts.get("pending", 0) + unexpanded
+        return counts
+
     def task_counts(self, run_id: UUID) -> dict[str, int]:
         """A run's tasks counted by state (one aggregate query, no row read): the web
         UI's runs page, at any run size."""

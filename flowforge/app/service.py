@@ -259,6 +259,7 @@ class FlowForge:
     task_results = _on("queries", Queries.task_results)
     task_runs = _on("queries", Queries.task_runs)
     task_counts = _on("queries", Queries.task_counts)
+    run_task_counts = _on("queries", Queries.run_task_counts)
     recent_runs = _on("queries", Queries.recent_runs)
     every_run = _on("queries", Queries.every_run)
     every_task_run = _on("queries", Queries.every_task_run)

@@ -45,13 +45,13 @@ WATCH_REDRAW_S = 0.2
 def runs(args: argparse.Namespace) -> int:
     settings = common.settings_from(args)
     if common.default_database_missing(settings):
-        recent: list[tuple[WorkflowRunView, list[TaskRunView]]] = []  # nothing ran here yet
+        recent: list[tuple[WorkflowRunView, dict[str, int]]] = []  # nothing ran here yet
     else:
         with common.open_app(settings) as app:
-            recent = [(run, app.task_runs(run.id)) for run in app.recent_runs(args.limit)]
+            recent = [(run, app.run_task_counts(run)) for run in app.recent_runs(args.limit)]
     now = datetime.now(UTC)
     if args.json:
-        print(render.to_json([run_fact(run, tasks, now) for run, tasks in recent]))
+        print(render.to_json([run_fact(run, (), now, counts=n) for run, n in recent]))
         return 0
     if not recent:
         print("no runs yet: start one with `flowforge run FILE` or try `flowforge demo`")
@@ -63,9 +63,9 @@ def runs(args: argparse.Namespace) -> int:
             run.state,
             timefmt.iso(run.created_at),
             timefmt.span(run.started_at, run.finished_at, now),
-            render.counts(tasks),
+            mapped_lines.counts_text(counts),
         ]
-        for run, tasks in recent
+        for run, counts in recent
     ]
     header, *lines = render.table(("RUN", "WORKFLOW", "STATE", "CREATED", "TIME", "TASKS"), rows)
     print(header)
@@ -313,7 +313,7 @@ def why(args: argparse.Namespace) -> int:
     at = parse_time(args.at) if args.at is not None else None
     settings = common.settings_from(args)
     with common.open_app(settings) as app:
-        mapped_answer = _why_mapped_task(app, args.task)
+        mapped_answer = _why_mapped_task(app, args.task, at)
         if mapped_answer is not None:
             headline, details = mapped_answer["headline"], mapped_answer["details"]
             return _print_explanation(mapped_answer, headline, details, as_json=args.json)
@@ -335,17 +335,21 @@ def _print_explanation(answer: Any, headline: str, details: list[str], *, as_jso
     return 0
 
 
-def _why_mapped_task(app: FlowForge, text: str) -> dict[str, Any] | None:
+def _why_mapped_task(app: FlowForge, text: str, at: datetime | None) -> dict[str, Any] | None:
     """``why RUN/process`` of a mapped task (``map_over``), which has no row of its own:
-    what it waits for, or its elements counted by state; None for any other task."""
+    what it waits for, or its elements counted by state, now or as of ``at``; None for
+    any other task."""
     run_text, slash, key = text.partition("/")
     if not slash or "[" in key:
         return None
     run = ids.resolve_run_brief(app, run_text)
     if app.task_run_by_key(run.id, key) is not None:
         return None
-    full = app.get_workflow_run(run.id)
-    view = next((v for v in app.mapped_tasks(full) if v.key == key), None)
+    if at is not None:
+        view = explain_task.mapped_tasks_as_of(app, run.id, [key], at).get(key)
+    else:
+        full = app.get_workflow_run(run.id)
+        view = next((v for v in app.mapped_tasks(full) if v.key == key), None)
     if view is None:
         return None
     details = [
@@ -360,7 +364,7 @@ def _why_mapped_task(app: FlowForge, text: str) -> dict[str, Any] | None:
         "state": view.state,
         "reason": "waiting_for_mapped_list" if view.elements is None else "mapped_task",
         "headline": mapped_lines.view_line(view),
-        "details": details,
+        "details": [*details, *([f"as of {timefmt.iso(at)} (the event log)"] if at else [])],
         "mapped": dataclasses.asdict(view),
     }
 

@@ -38,10 +38,12 @@ def counts_text(counts: Mapping[str, int]) -> str:
 
 
 def group_line(key: str, elements: Sequence[TaskRunView]) -> str:
-    """One mapped task's elements in one line, from their rows."""
+    """One mapped task's elements in one line, from their rows (one failed with attempts
+    left counted as retrying, as ``view_line``'s counts)."""
     counts: dict[str, int] = {}
     for element in elements:
-        counts[element.state] = counts.get(element.state, 0) + 1
+        state = mapping.shown_state(element.task_state, element.attempt, element.max_attempts)
+        counts[state.value] = counts.get(state.value, 0) + 1
     indexes = [e.map_index or 0 for e in elements]
     span = f"{key}[{min(indexes)}..{max(indexes)}]" if indexes else f"{key}[]"
     return f"{span}: {counts_text(counts)}"
@@ -126,7 +128,8 @@ def _flushed(
 ) -> list[AuditEntry]:
     if key is None or count < COLLAPSE_FROM:
         return held
-    label = f"{key[0]}[{low}..{high}] ({count:,} elements)"
+    span = f"{low}..{high}" if low >= 0 else "..."  # keys a map_key named: no range
+    label = f"{key[0]}[{span}] ({count:,} elements)"
     return [dataclasses.replace(held[0], task_key=label)]
 
 
@@ -141,5 +144,6 @@ def _collapse_key(entry: AuditEntry) -> tuple[str, str, str] | None:
 
 
 def _index(entry: AuditEntry) -> int:
-    found = mapping.element_of(entry.task_key or "")
-    return 0 if found is None else found[1]
+    """The element's index, from its key; -1 for a key a map_key named."""
+    index = mapping.element_index(entry.task_key or "")
+    return -1 if index is None else index

@@ -42,8 +42,7 @@ def apply_event(tx: Transaction, event: DomainEventProtocol[UUID]) -> bool:
     """Apply ``event`` to the rows. False only for a run whose idempotency key exists,
     or a schedule whose name a live schedule has."""
     if isinstance(event, TaskRun.Created):
-        params = _created_params(event, task_run.STATIC_FIELDS, event.state)
-        tx.defer("insert_task_run", params)
+        tx.defer("insert_task_run", task_created_params(event))
         return True
     if isinstance(event, WorkflowRun.Created):
         return _insert_workflow_run(tx, event)
@@ -121,6 +120,11 @@ def _apply_limit(
             f"limit change of task type {event.task_type!r} v{event.originator_version} "
             f"does not follow the row"
         )
+
+
+def task_created_params(event: TaskRun.Created) -> dict[str, Any]:
+    """The row of a task run's creation (``insert_task_run``)."""
+    return _created_params(event, task_run.STATIC_FIELDS, event.state)
 
 
 def _created_params(event: Any, fields: tuple[str, ...], state: str) -> dict[str, Any]:

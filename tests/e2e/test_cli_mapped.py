@@ -55,7 +55,7 @@ def test_why_and_status_explain_and_group_a_mapped_task(cli: Cli) -> None:
     element = cli("why", f"{run_id}/process[1]")
     assert element.returncode == 0, element.stderr
     assert "process[1]" in element.stdout
-    assert "element 1 of the mapped task process (over list_files's list)" in element.stdout
+    assert "element 1 of 12 of the mapped task process (over list_files's list)" in element.stdout
     assert '"file-1.csv"' in element.stdout
     assert Path(EXAMPLE).exists()
 
@@ -93,3 +93,22 @@ def test_history_streams_an_expansion_as_one_line_and_json_keeps_every_event(cli
     events = cli.json("history", run["run_id"])
     created = [e for e in events if e["source"] is None and "[" in (e["task_key"] or "")]
     assert len(created) == 40
+
+
+def test_runs_counts_a_mapped_task_pending_until_expanded_then_its_elements(cli: Cli) -> None:
+    done = cli("submit", EXAMPLE, "--input", "count=12")
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.strip()
+    (waiting,) = cli.json("runs")
+    # list_files ready; process (no task run yet) and summarize pending.
+    assert waiting["task_states"] == {"ready": 1, "pending": 2}
+    assert "1 ready, 2 pending" in cli("runs").stdout
+
+    ran = cli("run", "--resume", run_id, "--tasks", "examples.mapped_tasks", timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+    (finished,) = cli.json("runs")
+    assert finished["task_states"] == {"succeeded": 14}  # list_files, 12 elements, summarize
+    listed = cli("runs")
+    assert listed.returncode == 0, listed.stderr
+    assert "14 succeeded" in listed.stdout

@@ -27,13 +27,14 @@ from tests.helpers import (
     POLL_S,
     Recorder,
     race,
+    run_to_end,
     states,
     task_id,
     wait_until,
 )
 from tests.integration.test_contract import DirectDatabase
 from tests.integration.test_rebuild import assert_log_agrees_with_rows, differences
-from tests.integration.test_rerun import raw_rows, run_to_end
+from tests.integration.test_rerun import raw_rows
 from tests.integration.test_scheduler import DIAMOND  # a -> (b, c) -> d
 from tests.integration.test_wakeups import HOUR, WAIT_S, other, running
 

@@ -12,11 +12,11 @@ from uuid import UUID
 import pytest
 
 from flowforge import errors
-from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext, TaskRegistry
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
+from tests import helpers
 from tests.helpers import RACE_TIMEOUT_S, handle_next, race, states, task_id
 from tests.integration.test_rebuild import assert_log_agrees_with_rows, differences
 from tests.integration.test_rerun import raw_rows
@@ -82,16 +82,8 @@ def worker(app: FlowForge, channel: InMemoryDispatchChannel, handlers: Handlers)
 def run_to_end(
     app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, run_id: UUID
 ) -> str:
-    for _ in range(MAX_STEPS):
-        run = app.get_workflow_run(run_id)
-        if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
-            return run.state
-        app.publish_pending_dispatches(channel.publisher())
-        if channel.ready_count:
-            handle_next(channel, worker)
-        else:
-            app.advance_workflow_run(run_id)
-    raise AssertionError(f"run {run_id} did not end: {states(app, run_id)}")
+    """The state the run ends in (``tests.helpers.run_to_end``, with more steps)."""
+    return helpers.run_to_end(app, channel, worker, run_id, max_steps=MAX_STEPS).state
 
 
 def succeed_list_files(app: FlowForge, run_id: UUID, result: Any) -> bool:
@@ -137,7 +129,8 @@ def test_the_elements_are_created_in_the_upstreams_finish_each_with_its_dispatch
         "reduce": "pending",
     }
     for key in ("process[0]", "process[1]"):
-        assert len(app.dispatches_of(task_id(app, run_id, key))) == 1
+        (dispatch,) = app.dispatches_of(task_id(app, run_id, key))
+        assert (dispatch.task_key, dispatch.fencing_token) == (key, 0)
     # The creation event carries the index and the element: the aggregate replays them.
     element = app.task_run_aggregate(task_id(app, run_id, "process[1]"))
     assert (element.version, element.map_index, element.map_item) == (1, 1, "b")
@@ -340,59 +333,6 @@ def test_the_rebuild_reproduces_the_expanded_rows(
     items = [r["map_item"] for r in after["task_runs"] if r["map_index"] is not None]
     assert len(items) == 6  # not vacuous
     assert_log_agrees_with_rows(app)
-
-
-def test_a_rerun_carries_over_the_list_and_the_succeeded_elements_and_reruns_the_failed_one(
-    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, handlers: Handlers
-) -> None:
-    handlers.failing = {1}
-    old = app.start_workflow_run(mapped_workflow())
-    assert run_to_end(app, channel, worker, old) == "failed"
-    handlers.seen.clear()
-
-    new = app.rerun_workflow_run(old).run_id
-
-    tasks = {t.task_key: t for t in app.task_runs(new)}
-    assert tasks["list_files"].state == "succeeded"
-    assert tasks["list_files"].carried_from_run_id == old
-    assert tasks["process[0]"].state == tasks["process[2]"].state == "succeeded"
-    assert tasks["process[0]"].carried_from_run_id == old
-    assert (tasks["process[1]"].state, tasks["process[1]"].map_item) == ("ready", 2)
-    assert run_to_end(app, channel, worker, new) == "succeeded"
-    assert sorted(c.task_key for c in handlers.seen) == ["process[1]", "reduce"]
-    reduce = next(t for t in app.task_runs(new) if t.task_key == "reduce")
-    assert reduce.result == {"got": [{"index": i, "double": 2 * (i + 1)} for i in range(3)]}
-
-
-def test_a_rerun_from_one_element_runs_it_and_what_depends_on_the_mapped_task_again(
-    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, handlers: Handlers
-) -> None:
-    old = app.start_workflow_run(mapped_workflow())
-    assert run_to_end(app, channel, worker, old) == "succeeded"
-    handlers.seen.clear()
-
-    new = app.rerun_workflow_run(old, from_tasks=["process[2]"]).run_id
-
-    assert run_to_end(app, channel, worker, new) == "succeeded"
-    assert sorted(c.task_key for c in handlers.seen) == ["process[2]", "reduce"]
-    carried = {t.task_key for t in app.task_runs(new) if t.carried_from_run_id == old}
-    assert carried == {"list_files", "process[0]", "process[1]"}
-
-
-def test_a_rerun_from_the_mapped_task_runs_every_element_again(
-    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, handlers: Handlers
-) -> None:
-    old = app.start_workflow_run(mapped_workflow())
-    assert run_to_end(app, channel, worker, old) == "succeeded"
-    handlers.seen.clear()
-
-    new = app.rerun_workflow_run(old, from_tasks=["process"]).run_id
-
-    assert run_to_end(app, channel, worker, new) == "succeeded"
-    ran = sorted(c.task_key for c in handlers.seen)
-    assert ran == ["process[0]", "process[1]", "process[2]", "reduce"]
-    carried = {t.task_key for t in app.task_runs(new) if t.carried_from_run_id == old}
-    assert carried == {"list_files"}
 
 
 def test_an_elements_handler_gets_its_element_not_the_whole_list(

@@ -9,14 +9,13 @@ from uuid import UUID
 import pytest
 
 from flowforge import errors
-from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
-from flowforge.app.results import TaskRunView, WorkflowRunView
+from flowforge.app.results import TaskRunView
 from flowforge.app.service import FlowForge
 from flowforge.processes.registry import TaskContext
 from flowforge.processes.transport import InMemoryDispatchChannel
 from flowforge.processes.worker import Worker
 from flowforge.projections.writes.tasks import TaskWrites
-from tests.helpers import Recorder, handle_next, states, task_id
+from tests.helpers import Recorder, run_to_end, states, task_id
 from tests.integration.test_contract import DirectDatabase
 from tests.integration.test_rebuild import (
     Rows,
@@ -27,29 +26,10 @@ from tests.integration.test_rebuild import (
 )
 from tests.integration.test_scheduler import DIAMOND  # a -> (b, c) -> d, 1 attempt each
 
-#: Bounds the drive loop: a diamond needs far fewer steps.
-MAX_STEPS = 60
-
 
 @pytest.fixture
 def worker(app: FlowForge, channel: InMemoryDispatchChannel, recorder: Recorder) -> Worker:
     return Worker(app, channel.consumer, registry=recorder.registry, worker_id="w-test")
-
-
-def run_to_end(
-    app: FlowForge, channel: InMemoryDispatchChannel, worker: Worker, run_id: UUID
-) -> WorkflowRunView:
-    """Publish, handle and advance, one step at a time, until the run has ended."""
-    for _ in range(MAX_STEPS):
-        run = app.get_workflow_run(run_id)
-        if WORKFLOW_RUN_MACHINE.is_terminal(run.run_state):
-            return run
-        app.publish_pending_dispatches(channel.publisher())
-        if channel.ready_count:
-            handle_next(channel, worker)
-        else:
-            app.advance_workflow_run(run_id)
-    raise AssertionError(f"run {run_id} did not end: {states(app, run_id)}")
 
 
 def tasks_by_key(app: FlowForge, run_id: UUID) -> dict[str, TaskRunView]:

@@ -24,6 +24,11 @@ a small ``max_worker_losses``, so that the reaper's reclaim at the bound (the fa
 A success finished by a worker also advances its run in the same transaction when the
 run is running (``advance.advance_after_finish``); the model follows the same rule
 (:meth:`ServiceAgainstAggregates.follow_the_finish_advance`).
+
+A run may map its last task over an earlier one (``map_over``, issue 46;
+``stateful_mapping``): the upstream's success creates the elements in its transaction,
+one ready task run per item of its list; a result that is no list is a failure
+(``MapOverError``) instead, nothing created.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import psycopg
 import pytest
 from eventsourcing.domain import DomainEventProtocol
 from hypothesis import HealthCheck, settings
+from hypothesis import event as statistic
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -59,6 +65,7 @@ from flowforge.aggregates.workflow_run import WorkflowRun
 from flowforge.app.definition_files import load_definition
 from flowforge.app.service import FlowForge
 from tests.conftest import empty_postgres
+from tests.integration import stateful_mapping
 
 pytestmark = pytest.mark.postgres
 
@@ -126,10 +133,18 @@ SETTINGS = settings(
 )
 
 
-def definition(keys: list[str], deps: dict[str, list[str]], max_attempts: int) -> dict[str, Any]:
+def definition(
+    keys: list[str], deps: dict[str, list[str]], max_attempts: int, over: str | None = None
+) -> dict[str, Any]:
+    """The run's workflow; ``over``: its last task is mapped over that one."""
+    tasks: list[dict[str, Any]] = [
+        {"key": k, "type": f"t_{k}", "depends_on": deps[k]} for k in keys
+    ]
+    if over is not None:
+        tasks[-1]["map_over"] = over
     return {
         "name": "wf",
-        "tasks": [{"key": k, "type": f"t_{k}", "depends_on": deps[k]} for k in keys],
+        "tasks": tasks,
         "retry": {"max_attempts": max_attempts, "backoff_seconds": 0.0, "jitter": 0.0},
     }
 
@@ -196,6 +211,9 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
         self.run_limits: dict[UUID, int | None] = {}
         self.holds: dict[UUID, HoldModel] = {}
         self.holds_made = 0
+        #: Each run's definition, and its task mapped over each upstream (at most one).
+        self.specs: dict[UUID, dict[str, Any]] = {}
+        self.maps: dict[UUID, dict[str, str]] = {}
 
     # --- helpers ----------------------------------------------------------------------
 
@@ -236,6 +254,22 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
         moment = model.lease_expires_at or model.retry_due_at
         return moment is None or moment <= now
 
+    def result_for(self, data: st.DataObject, task: UUID) -> Any:
+        """A success's result: for a task others are mapped over, most often a list."""
+        model = self.model(task)
+        mapped = model.task_key in self.maps[model.workflow_run_id]
+        spec = self.specs[model.workflow_run_id]
+        lists = stateful_mapping.lists_for(spec)
+        return data.draw(lists if mapped else RESULTS, label="result")
+
+    def outcomes_for(self, task: UUID) -> list[str]:
+        """A worker's outcomes, mostly failures; a task others are mapped over mostly
+        succeeds (so that a short program expands its list)."""
+        model = self.model(task)
+        if model.task_key in self.maps[model.workflow_run_id]:
+            return ["succeed", "succeed", "fail"]
+        return ["fail", "succeed", "fail", "cancel_running"]
+
     def token(self, task: UUID, which: str) -> int:
         current = self.model(task).fencing_token
         return {"current": current, "stale": current - 1, "future": current + 1}[which]
@@ -257,8 +291,10 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             else []
             for i, k in enumerate(keys)
         }
+        over = stateful_mapping.draw_map(data, keys, deps)
         max_attempts = data.draw(st.sampled_from([1, 2, 3]), label="max_attempts")
-        spec = definition(keys, deps, max_attempts)
+        spec = definition(keys, deps, max_attempts, over)
+        stateful_mapping.draw_map_key(data, spec)
         run_limit = data.draw(st.sampled_from([None, None, 1, 2]), label="max_running_tasks")
         if run_limit is not None:
             spec["max_running_tasks"] = run_limit
@@ -269,6 +305,9 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             spec["max_worker_losses"] = losses
         run_id = self.app.start_workflow_run(spec, {"n": 1}, actor="user")
         self.run_limits[run_id] = run_limit
+        self.specs[run_id] = spec
+        # A mapped task has no task run of its own: its elements come with its list.
+        self.maps[run_id] = {} if over is None else {over: keys.pop()}
 
         run_row = self.app.get_workflow_run(run_id)
         run_created = workflow_run.created_event(
@@ -440,22 +479,42 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             return
         before = self.db_now()
         won = self.app.finish_task_run(task, fencing_token, outcome, result, error, actor=actor)
+        run_id, key = self.model(task).workflow_run_id, self.model(task).task_key
+        mapped = self.maps[run_id].get(key) if outcome == "succeed" else None
+        # A result a mapped task cannot expand makes the success a failure (MapOverError).
+        stored = normalised_error(error) if error is not None else None
+        if mapped is not None and (
+            map_error := stateful_mapping.refused(result, key, mapped, self.specs[run_id])
+        ):
+            outcome, result, stored = "fail", None, map_error
+            statistic("a result that cannot be expanded refused")
         self.judge(
             task,
             won,
             before,
             lambda at: self.model(task).finish(
-                outcome,
-                fencing_token,
-                at=at,
-                actor=actor or "worker",
-                result=result,
-                error=normalised_error(error) if error is not None else None,
+                outcome, fencing_token, at=at, actor=actor or "worker", result=result, error=stored
             ),
         )
         if won and outcome == "succeed":
+            if mapped is not None:
+                self.expand(run_id, mapped, result, actor or "worker")
             at = self.app.get_task_run(task).updated_at
             self.follow_the_finish_advance(task, at, actor or "worker")
+
+    def expand(self, run_id: UUID, mapped: str, result: list[Any], actor: str) -> None:
+        """The elements the upstream's success created, in the model (each ready)."""
+        spec = self.specs[run_id]
+        keyed = "keyed " if "map_key" in spec["tasks"][-1] else ""
+        statistic(
+            f"expanded into {min(len(result), 2)}{'+' if len(result) > 1 else ''} {keyed}elements"
+        )
+        for task_id, created in stateful_mapping.elements(
+            self.app, run_id, spec, mapped, result, actor
+        ):
+            aggregate = created.mutate(None)
+            assert isinstance(aggregate, TaskRun)
+            self.task_models[task_id] = TaskModel(aggregate, created, self.freed)
 
     def follow_the_finish_advance(self, task: UUID, at: datetime, actor: str) -> None:
         """The advance a success takes in its own transaction when its run is pending
@@ -563,7 +622,7 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
                 task,
                 data.draw(OUTCOMES, label="outcome"),
                 data.draw(TOKENS, label="token"),
-                data.draw(RESULTS, label="result"),
+                self.result_for(data, task),
                 data.draw(ERRORS, label="error"),
                 data.draw(ACTORS, label="actor"),
             )
@@ -630,9 +689,9 @@ class ServiceAgainstAggregates(RuleBasedStateMachine):
             elif action == "renew":
                 self.do_renew_lease(task, data.draw(HELD_TOKENS), data.draw(LEASES), None)
             else:
-                outcome = data.draw(st.sampled_from(["fail", "succeed", "fail", "cancel_running"]))
+                outcome = data.draw(st.sampled_from(self.outcomes_for(task)))
                 error = {"type": "RuntimeError", "message": "boom"}
-                result = data.draw(RESULTS)
+                result = self.result_for(data, task)
                 self.do_finish(task, outcome, data.draw(HELD_TOKENS), result, error, None)
         elif state is TaskRunState.FAILED:
             self.do_schedule_retry(task, data.draw(RETRY_DELAYS), "scheduler")

@@ -14,6 +14,7 @@ from flowforge.app.why.facts import (
     situation_as_of,
     situation_now,
 )
+from flowforge.app.why.mapped_then import mapped_tasks_as_of
 
 __all__ = [
     "Dispatch",
@@ -22,6 +23,7 @@ __all__ = [
     "Situation",
     "TaskView",
     "explain",
+    "mapped_tasks_as_of",
     "situation_as_of",
     "situation_now",
     "why",

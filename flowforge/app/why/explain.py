@@ -15,7 +15,9 @@ from dataclasses import replace
 from datetime import datetime
 from uuid import UUID
 
+from flowforge.aggregates import mapping
 from flowforge.app.ports import QueueProbe
+from flowforge.app.results import TaskRunView
 from flowforge.app.service import FlowForge
 from flowforge.app.why import ended, running, waiting
 from flowforge.app.why.facts import (
@@ -46,20 +48,32 @@ def why(
         return explain(now)
     situation = situation_as_of(app, task_run_id, at)
     if situation is None:
-        row = app.get_task_run(task_run_id)
-        created = app.get_workflow_run(row.workflow_run_id).created_at
-        return Explanation(
-            task_run_id=row.id,
-            workflow_run_id=row.workflow_run_id,
-            task_key=row.task_key,
-            state="none",
-            reason="not_created",
-            headline=f"{row.task_key} did not exist yet at {iso(at)}: its run was "
-            f"submitted at {iso(created)}",
-            as_of=at,
-            from_log=True,
-        )
+        return _not_created(app, app.get_task_run(task_run_id), at)
     return explain(replace(situation, embedded=embedded))
+
+
+def _not_created(app: FlowForge, row: TaskRunView, at: datetime) -> Explanation:
+    """A task asked about as of a moment before it existed: before its run was
+    submitted, or (an element of a mapped task) before its list was returned."""
+    if row.map_index is None:
+        created = app.get_workflow_run(row.workflow_run_id).created_at
+        why_not = f"its run was submitted at {iso(created)}"
+    else:
+        over, mapped = ", ".join(row.depends_on), mapping.mapped_task_of(row.task_key)
+        why_not = (
+            f"{mapped} was not expanded yet: its elements were created when {over} "
+            f"returned its list, at {iso(row.created_at)}"
+        )
+    return Explanation(
+        task_run_id=row.id,
+        workflow_run_id=row.workflow_run_id,
+        task_key=row.task_key,
+        state="none",
+        reason="not_created",
+        headline=f"{row.task_key} did not exist yet at {iso(at)}: {why_not}",
+        as_of=at,
+        from_log=True,
+    )
 
 
 def explain(s: Situation) -> Explanation:

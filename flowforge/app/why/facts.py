@@ -34,6 +34,7 @@ from flowforge.app.results import (
     WorkflowRunView,
 )
 from flowforge.app.service import FlowForge
+from flowforge.app.why.mapped_then import mapped_tasks_as_of
 
 #: The states a run ends in, from its machine.
 TERMINAL_RUN_STATES = frozenset(state.value for state in WORKFLOW_RUN_MACHINE.terminal)
@@ -106,7 +107,8 @@ class Situation:
     #: (live only: holds are delivery state, not in the log).
     hold: Hold | None = None
     #: The mapped tasks (``map_over``) among its upstream, which have no row of their
-    #: own: their upstream's state and their elements' counts (live only).
+    #: own: their upstream's state and their elements' counts (then, as of a past
+    #: moment: ``mapped_then.mapped_tasks_as_of``).
     mapped: Mapping[str, MappedTaskView] = field(default_factory=dict)
 
 
@@ -192,7 +194,9 @@ def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situatio
     repository = app.events.repository
     task: TaskRun = repository.get(task_run_id, version=task_log.entries[-1].version)
     siblings = {row.task_key: TaskView.of(task)}
-    for other in _relatives(app, row):
+    relatives = _relatives(app, row)
+    known = {other.task_key for other in relatives}
+    for other in relatives:
         last = as_of.fold(app.history(other.id), at).entries
         if last and other.task_key not in siblings:
             then: TaskRun = repository.get(other.id, version=last[-1].version)
@@ -202,6 +206,7 @@ def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situatio
     run_log = [e for e in app.run_transitions(row.workflow_run_id) if e.at <= at]
     version = run_log[-1].version if run_log else 1
     run = RunView.of(repository.get(row.workflow_run_id, version=version))
+    unread = [key for key in row.depends_on if key not in known]  # a mapped task has no row
     return Situation(
         at=at,
         live=False,
@@ -213,6 +218,7 @@ def situation_as_of(app: FlowForge, task_run_id: UUID, at: datetime) -> Situatio
         dispatches=[
             _dispatch(d, at) for d in app.dispatches_of(task_run_id) if d.created_at <= at
         ],
+        mapped=mapped_tasks_as_of(app, row.workflow_run_id, unread, at) if unread else {},
     )
 
 

@@ -138,19 +138,28 @@ _OUTCOMES = {
 
 def context_lines(s: Situation) -> list[str]:
     task, source = s.task, "the event log" if not s.live else "the database's clock"
-    element = []
-    if task.map_index is not None:  # an element of a mapped task (map_over)
-        item = failures.short_value(task.map_item, ELEMENT_ITEM)
-        element = [
-            f"element {task.map_index} of the mapped task {mapping.mapped_task_of(task.task_key)}"
-            f" (over {', '.join(task.depends_on)}'s list): its input (ctx.item) is {item}"
-        ]
     return [
-        *element,
+        *_element_lines(s),
         f"task run {task.id}: {task.task_key} (type {task.task_type}), attempt "
         f"{task.attempt} of {task.max_attempts}, fencing token {task.fencing_token}",
         f"run {s.run.id}: {s.run.workflow_name}, {s.run.state}",
         f"as of {iso(s.at)} ({source})",
+    ]
+
+
+def _element_lines(s: Situation) -> list[str]:
+    """Of an element of a mapped task (``map_over``): which element of how many, and its
+    input; of any other task, none."""
+    task = s.task
+    if task.map_index is None:
+        return []
+    over = ", ".join(task.depends_on)  # an element depends on its list's task alone
+    upstream = s.siblings.get(over)
+    of = "" if upstream is None else f" of {mapping.list_length(upstream.result):,}"
+    item = failures.short_value(task.map_item, ELEMENT_ITEM)
+    return [
+        f"element {task.map_index}{of} of the mapped task {mapping.mapped_task_of(task.task_key)}"
+        f" (over {over}'s list): its input (ctx.item) is {item}"
     ]
 
 

@@ -133,6 +133,10 @@ class _PostgresTransaction(_PostgresStatements):
         self._refuse_after_commit(name)
         self._pending.append((name, params))
 
+    def defer_many(self, name: str, params: Sequence[Params]) -> None:
+        for each in params:
+            self.defer(name, each)
+
     def _last_round_trip(
         self, statements: Sequence[Statement], read: Sequence[bool]
     ) -> list[list[Row]]:
@@ -259,6 +263,9 @@ class _PostgresRead(_PostgresStatements):
         super().__init__(datastore, stack, prepared=prepared, begins=False)
 
     def defer(self, name: str, params: Params | None = None) -> None:
+        raise TypeError(f"a read defers no write ({name}); open a transaction")
+
+    def defer_many(self, name: str, params: Sequence[Params]) -> None:
         raise TypeError(f"a read defers no write ({name}); open a transaction")
 
     def run_script(self, name: str) -> None:

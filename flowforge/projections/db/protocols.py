@@ -50,6 +50,11 @@ class Transaction(Protocol):
         the COMMIT: one round trip fewer; its error surfaces there)."""
         ...
 
+    def defer_many(self, name: str, params: Sequence[Params]) -> None:
+        """:meth:`defer` the statement called ``name`` once for each of ``params``, in
+        order (SQLite: in one ``executemany``, the statement prepared once)."""
+        ...
+
     def run_script(self, name: str) -> None:
         """Run every statement of a multi-statement block (DDL), without parameters."""
         ...

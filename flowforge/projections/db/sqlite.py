@@ -48,6 +48,10 @@ class _SqliteTransaction:
         # In-process: no round trip to save.
         self.run(name, params)
 
+    def defer_many(self, name: str, params: Sequence[Params]) -> None:
+        encoded = [{k: _encode_sqlite(k, v) for k, v in p.items()} for p in params]
+        self._cursor.executemany(self._queries[name], encoded)
+
     def run_script(self, name: str) -> None:
         for statement in statements.statements(self._queries[name]):
             self._cursor.execute(statement)

@@ -8,6 +8,10 @@
 -- macro: now
 now()
 
+-- An element's mapped task: its key before the "[" (a task key has none).
+-- macro: mapped_task_of_key
+split_part(task_key, '[', 1)
+
 -- now() is the transaction's START: a writer that waited for another's row lock can
 -- have started before it and commit after it, so now() alone could set a row's
 -- updated_at (the event's timestamp) earlier than the version before it.

@@ -11,15 +11,18 @@ SELECT state, count(*) AS tasks FROM task_runs
 WHERE workflow_run_id = :workflow_run_id GROUP BY state;
 
 -- The elements of a run's mapped tasks (map_over) counted by mapped task and state: the
--- mapped task's key is the element's key without its "[index]" suffix. One pass over
--- the run's entries of the unique index, as the counts by state.
+-- mapped task's key is the element's key before its "[" (``process[3]``, or with a
+-- map_key ``process[a.csv]``); a failed element
+-- with attempts left counts as retrying (its retry is on its way: mapping.shown_state).
+-- One pass over the run's entries of the unique index, as the counts by state.
 -- name: select_mapped_task_counts
-SELECT substr(task_key, 1, length(task_key) - length(CAST(map_index AS text)) - 2)
-           AS mapped_task,
-       state, count(*) AS tasks
+SELECT {mapped_task_of_key} AS mapped_task,
+       CASE WHEN state = 'failed' AND attempt < max_attempts THEN 'retrying' ELSE state END
+           AS state,
+       count(*) AS tasks
 FROM task_runs
 WHERE workflow_run_id = :workflow_run_id AND map_index IS NOT NULL
-GROUP BY substr(task_key, 1, length(task_key) - length(CAST(map_index AS text)) - 2), state;
+GROUP BY 1, 2;
 
 -- The tasks of a run in one state that waited (or ran) the longest: the oldest update
 -- first. For the unfinished states and failed, the partial index task_runs_unfinished_idx

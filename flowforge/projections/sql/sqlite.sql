@@ -22,6 +22,10 @@
 -- macro: touched_at
 {now}
 
+-- An element's mapped task: its key before the "[" (a task key has none).
+-- macro: mapped_task_of_key
+substr(task_key, 1, instr(task_key, '[') - 1)
+
 -- macro: seconds
 CAST(:param * 1000000 AS integer)
 

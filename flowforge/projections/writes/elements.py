@@ -1,4 +1,5 @@
-"""A mapped task's elements written in bulk (``TaskWrites.create_many``).
+"""A mapped task's elements, created by its upstream's success (``app/mapped.py``,
+through ``TaskWrites.create_many``).
 
 On PostgreSQL every element's row, creation event and dispatch go in ONE statement
 (``insert_mapped_elements``, postgres.sql); elsewhere each is created as any task is
@@ -9,12 +10,37 @@ rebuild and ``repository.get`` read them as they read a run's creation.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from flowforge.aggregates.task_run import TaskRun
 from flowforge.projections import projector
+from flowforge.projections.writes.outbox import OutboxWrites
 from flowforge.projections.writes.recording import Recording, machine_and_edge
+
+
+def create_elements(
+    recording: Recording,
+    outbox: OutboxWrites,
+    create: Callable[[TaskRun.Created], None],
+    events: Sequence[TaskRun.Created],
+) -> None:
+    """The elements' rows, events and dispatches: two or more on PostgreSQL (the events
+    written in SQL) in one statement, on SQLite in one statement run for all rows, one
+    for all events and one for all dispatches (``defer_many``); else ``create``
+    (``TaskWrites.create``) each."""
+    if len(events) < 2 or events[0].timestamp == projector.TRANSACTION_NOW:
+        for event in events:
+            create(event)
+    elif recording.events_in_sql:
+        insert_in_one_statement(recording, events)
+        outbox.enqueued = True
+    else:
+        rows = [projector.task_created_params(event) for event in events]
+        recording.tx.defer_many("insert_task_run", rows)
+        recording.append_timed(events)
+        ready = [(e.originator_id, e.task_key, e.task_type) for e in events]
+        outbox.enqueue_many(ready, at=events[0].timestamp)
 
 
 def insert_in_one_statement(recording: Recording, events: Sequence[TaskRun.Created]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -45,6 +45,23 @@ class OutboxWrites:
         )
         self.enqueued = True
         return dispatch_id
+
+    def enqueue_many(self, tasks: Sequence[tuple[UUID, str, str]], *, at: datetime) -> None:
+        """:meth:`enqueue` for each of ``tasks`` (id, key, type; ready for the first time,
+        token 0), in one statement run for all (``defer_many``)."""
+        rows = [
+            {
+                "dispatch_id": new_id(),
+                "task_run_id": task_run_id,
+                "task_key": task_key,
+                "task_type": task_type,
+                "fencing_token": 0,
+                "created_at": projector.row_time(at),
+            }
+            for task_run_id, task_key, task_type in tasks
+        ]
+        self._tx.defer_many("insert_outbox", rows)
+        self.enqueued = True
 
     def redispatch(self, task: TaskRunRow, reason: str, *, at: datetime) -> UUID:
         """A new dispatch for a READY task whose dispatch was lost, with the reason the

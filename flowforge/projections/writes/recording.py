@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import Mapper, Transcoder
+from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 
 from flowforge.aggregates import task_run, workflow_run
 from flowforge.aggregates.base import Declaration, TransitionedEvent, event_from_row
@@ -105,11 +105,7 @@ class Recording:
         for event in events:
             self.taken.append(machine_and_edge(type(event)))
             stored = self._mapper.to_stored_event(event)
-            params = {
-                "originator_id": stored.originator_id,
-                "originator_version": stored.originator_version,
-                "topic": stored.topic,
-            }
+            params = _stored_params(stored)
             if getattr(event, "timestamp", None) != projector.TRANSACTION_NOW:
                 self.tx.defer("insert_stored_event", {**params, "state": stored.state})
                 continue
@@ -118,6 +114,14 @@ class Recording:
             self.tx.defer(
                 "insert_stored_event_at_now", {**params, "state_head": head, "state_tail": tail}
             )
+
+    def append_timed(self, events: Sequence[DomainEventProtocol[UUID]]) -> None:
+        """:meth:`append` of events that each carry their own time (none
+        ``TRANSACTION_NOW``), in one statement run for all (``defer_many``)."""
+        stored = [self._mapper.to_stored_event(event) for event in events]
+        params = [{**_stored_params(s), "state": s.state} for s in stored]
+        self.tx.defer_many("insert_stored_event", params)
+        self.taken.extend(machine_and_edge(type(event)) for event in events)
 
     def creation_time(self, now: Callable[[], datetime]) -> datetime:
         """The time to create runs at: the database's clock (``now``). Where SQL builds
@@ -202,3 +206,12 @@ def machine_and_edge(event_class: type) -> tuple[str, str]:
 
 def _topic(event_class: type[TransitionedEvent]) -> str:
     return event_log.topic_of(event_class)
+
+
+def _stored_params(stored: StoredEvent) -> dict[str, Any]:
+    """The key and topic of a stored event's row (its state goes as the statement needs)."""
+    return {
+        "originator_id": stored.originator_id,
+        "originator_version": stored.originator_version,
+        "topic": stored.topic,
+    }

@@ -102,15 +102,8 @@ class TaskWrites:
             self._outbox.enqueue(event.originator_id, event.task_key, event.task_type, 0, at=at)
 
     def create_many(self, events: Sequence[TaskRun.Created]) -> None:
-        """:meth:`create` for each: a mapped task's elements (``app/mapped.py``); on
-        PostgreSQL in one statement (``elements.py``)."""
-        bulk = self._recording.events_in_sql and len(events) > 1
-        if bulk and events[0].timestamp != projector.TRANSACTION_NOW:
-            elements.insert_in_one_statement(self._recording, events)
-            self._outbox.enqueued = True
-            return
-        for event in events:
-            self.create(event)
+        """:meth:`create` for each: a mapped task's elements (``elements.py``)."""
+        elements.create_elements(self._recording, self._outbox, self.create, events)
 
     def carry_over(self, event: TaskRun.ResultCarriedOver) -> None:
         """A rerun's task created just before in this transaction (:meth:`create`, in

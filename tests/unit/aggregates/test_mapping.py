@@ -23,8 +23,12 @@ def workflow(*tasks: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 def test_an_element_key_names_its_mapped_task_and_index_and_nothing_else_does() -> None:
     assert mapping.element_key("process", 12) == "process[12]"
-    assert mapping.element_of("process[12]") == ("process", 12)
-    for key in ("process", "process[]", "process[01]", "process[-1]", "p[1]x"):
+    assert mapping.element_of("process[12]") == ("process", "12")
+    assert mapping.element_index("process[12]") == 12
+    assert mapping.element_of("process[a.csv]") == ("process", "a.csv")  # a map_key's
+    assert mapping.element_index("process[a.csv]") is None
+    assert mapping.element_index("process[01]") is None
+    for key in ("process", "process[]", "p[1]x", "p[[1]]", "[1]"):
         assert mapping.element_of(key) is None, key
     assert mapping.mapped_task_of("process[3]") == "process"
     assert mapping.mapped_task_of("load") == "load"

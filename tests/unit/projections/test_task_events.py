@@ -93,6 +93,10 @@ class FakeTransaction:
     def defer(self, name: str, params: Mapping[str, Any] | None = None) -> None:
         self.deferred.append((name, dict(params or {})))
 
+    def defer_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
+        for each in params:
+            self.defer(name, each)
+
     def run_script(self, name: str) -> None:
         raise AssertionError(name)
 
