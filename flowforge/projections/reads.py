@@ -127,6 +127,11 @@ class Reads:
             TaskRunRow.from_mapping(r) for r in self._tx.run("select_task_runs_by_keys", params)
         ]
 
+    def some_unfinished_task_keys(self, run_id: UUID, limit: int) -> set[str]:
+        """The keys of at most ``limit`` tasks of a run not succeeded yet (any of them)."""
+        params = {"workflow_run_id": run_id, "limit": limit}
+        return {r["task_key"] for r in self._tx.run("select_some_unfinished_task_keys", params)}
+
     # --- one run at any size (sql/reading.sql) -----------------------------------------
 
     def workflow_run_brief(self, run_id: UUID) -> WorkflowRunRow | None:
