@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID
 
@@ -352,6 +352,31 @@ class Reads:
         """The deployment's id, written once by the migration that created it."""
         (row,) = self._tx.run("select_deployment")
         return str(row["deployment_id"])
+
+    def task_outline(self, run_id: UUID) -> list[Row]:
+        """Each task of a run in outline: id, key, state, attempt, updated and started."""
+        return self._tx.run("select_task_outline", {"workflow_run_id": run_id})
+
+    def task_runs_first_claimed(
+        self, run_id: UUID, at: datetime | None, limit: int
+    ) -> list[TaskRunRow]:
+        """The ``limit`` tasks of a run claimed first (by ``at``, if given)."""
+        params = {"workflow_run_id": run_id, "as_of": at, "limit": limit}
+        rows = self._tx.run("select_task_runs_first_claimed", params)
+        return [TaskRunRow.from_mapping(r) for r in rows]
+
+    def task_states_as_of(self, run_id: UUID, at: datetime) -> dict[str, str | None]:
+        """Each task of a run changed after ``at``: its "state attempt" then, by key
+        (``None``: not created yet)."""
+        params = {
+            "workflow_run_id": run_id,
+            "as_of": at,
+            "as_of_iso": at.astimezone(UTC).isoformat(),
+        }
+        return {
+            r["task_key"]: r["state_then"]
+            for r in self._tx.run("select_task_states_as_of", params)
+        }
 
 
 def stored_event(row: Row) -> StoredEvent:

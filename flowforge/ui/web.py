@@ -210,7 +210,9 @@ class _Pages:
     async def run(self, request: Request) -> Response:
         try:
             at = parse_at(request.query_params.get("at"))
-            run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
+            run = await run_in_threadpool(
+                ids.resolve_run_brief, self.app, request.path_params["run"]
+            )
         except BadQueryError as exc:
             return self._problem(request, str(exc), 400)
         page = request.query_params.get("tasks", "1")

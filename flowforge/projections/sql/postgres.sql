@@ -437,3 +437,28 @@ ev AS (
 INSERT INTO dispatch_outbox (dispatch_id, task_run_id, task_key, task_type, fencing_token,
                              created_at)
 SELECT {random_uuid}, t.id, t.task_key, t.task_type, 0, t.created_at FROM t;
+
+-- An event's time, as of-reads compare it (reading.sql, select_task_states_as_of): read
+-- from its state's head, where the library's transcoder (compact) and the SQL-built
+-- events (spaced) both put the timestamp first; the whole state parsed only if neither.
+-- The prefixes are bytea constants (a convert_to() would run on each row).
+-- macro: event_time
+(CASE WHEN substring(e.state FROM 1 FOR 47)
+           = '{{"timestamp":{{"_type_":"datetime_iso","_data_":"'::bytea
+      THEN split_part(encode(substring(e.state FROM 48 FOR 40), 'escape'), '"', 1)
+      WHEN substring(e.state FROM 1 FOR 55)
+           = '{{"timestamp" : {{"_type_" : "datetime_iso", "_data_" : "'::bytea
+      THEN split_part(encode(substring(e.state FROM 56 FOR 40), 'escape'), '"', 1)
+      ELSE convert_from(e.state, 'UTF8')::json->'timestamp'->>'_data_'
+ END)::timestamptz
+
+-- macro: as_of_event_time
+:as_of
+
+-- macro: event_id_of_task
+t.id
+
+-- An event's state and attempt ("state attempt"; a creation has no attempt: 1).
+-- macro: state_and_attempt_of_event
+(SELECT (j->>'state') || ' ' || coalesce(j->>'attempt', '1')
+ FROM (SELECT convert_from(e.state, 'UTF8')::json AS j) AS parsed)
