@@ -18,7 +18,7 @@ from flowforge.aggregates.ids import short_id
 from flowforge.app import why
 from flowforge.app.results import AuditEntry, TaskOutline, TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
-from flowforge.ui import layout, replay, shapes, timeline
+from flowforge.ui import layout, logs, replay, shapes, timeline
 
 #: The runs page filters and counts the most recent runs, at most this many.
 RUNS_WINDOW = 1000
@@ -295,8 +295,12 @@ def _moment_index(moments: list[datetime], at: datetime | None) -> int:
     return max(0, sum(m <= at for m in moments) - 1)
 
 
-def task_page(app: FlowForge, task_run_id: UUID, at: datetime | None) -> dict[str, Any]:
-    """A task run: every attempt from its audit log, and ``why`` now and as of ``at``."""
+def task_page(
+    app: FlowForge, task_run_id: UUID, at: datetime | None, log: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """A task run: every attempt from its audit log with its captured log (a page of
+    it: ``log`` is a claim's fencing token and the page of its log shown), and ``why``
+    now and as of ``at``."""
     task = app.get_task_run(task_run_id)
     run = app.get_workflow_run(task.workflow_run_id)
     history = app.history(task_run_id)
@@ -305,6 +309,7 @@ def task_page(app: FlowForge, task_run_id: UUID, at: datetime | None) -> dict[st
         "run": run,
         "short": short_id(run.id),
         "attempts": _attempts(history),
+        "logs": logs.pages(app, task_run_id, *(log or (None, 1))),
         "history": history,
         "result": to_json(task.result) if task.result is not None else "",
         "why_now": why.why(app, task_run_id),

@@ -257,7 +257,9 @@ class _Pages:
             return self._problem(request, str(exc), 400)
         except ValueError:
             return self._problem(request, "not a task run's id; open a task from its run", 404)
-        context = await run_in_threadpool(pages.task_page, self.app, task_run_id, at)
+        context = await run_in_threadpool(
+            pages.task_page, self.app, task_run_id, at, _log_page(request)
+        )
         context["live"] = at is None
         return self._render(request, "task.html", context)
 
@@ -351,3 +353,9 @@ def parse_inputs(text: str) -> dict[str, object]:
 
 def _csrf_refused() -> Response:
     return PlainTextResponse("missing or wrong CSRF token: reload the page", 403)
+
+
+def _log_page(request: Request) -> tuple[int, int] | None:
+    """The attempt log a task page pages through: ``?log=TOKEN&log_page=N``."""
+    token, page = request.query_params.get("log", ""), request.query_params.get("log_page", "1")
+    return (int(token), int(page)) if token.isdigit() and page.isdigit() else None
