@@ -127,10 +127,13 @@ class Queries:
         with self._core.reads() as reads:
             return [results.task_run_view(t) for t in reads.task_runs_of(run_id)]
 
-    def task_outline(self, run_id: UUID) -> list[results.TaskOutline]:
-        """Every task of a run in outline: its key, state and attempt only."""
+    def task_outline(
+        self, run_id: UUID, changed_since: datetime | None = None
+    ) -> list[results.TaskOutline]:
+        """Every task of a run (changed at or after ``changed_since``, if given) in
+        outline: its key, state and attempt only."""
         with self._core.reads() as reads:
-            rows = reads.task_outline(run_id)
+            rows = reads.task_outline(run_id, changed_since)
         return [results.TaskOutline(r["task_key"], r["state"], r["attempt"]) for r in rows]
 
     def task_runs_first_claimed(

@@ -353,9 +353,11 @@ class Reads:
         (row,) = self._tx.run("select_deployment")
         return str(row["deployment_id"])
 
-    def task_outline(self, run_id: UUID) -> list[Row]:
-        """Each task of a run in outline: id, key, state, attempt, updated and started."""
-        return self._tx.run("select_task_outline", {"workflow_run_id": run_id})
+    def task_outline(self, run_id: UUID, changed_since: datetime | None = None) -> list[Row]:
+        """Each task of a run (changed at or after ``changed_since``, if given) in
+        outline: its key, state and attempt."""
+        params = {"workflow_run_id": run_id, "as_of": changed_since}
+        return self._tx.run("select_task_outline", params)
 
     def task_runs_first_claimed(
         self, run_id: UUID, at: datetime | None, limit: int

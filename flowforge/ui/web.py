@@ -231,7 +231,9 @@ class _Pages:
         since ``?since=`` (the ``cursor`` of the previous answer), as JSON."""
         try:
             since = parse_at(request.query_params.get("since"))
-            run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
+            run = await run_in_threadpool(
+                ids.resolve_run_brief, self.app, request.path_params["run"]
+            )
         except BadQueryError as exc:
             return PlainTextResponse(str(exc), 400)
         changes = await run_in_threadpool(pages.run_changes, self.app, run, since)

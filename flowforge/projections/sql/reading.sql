@@ -89,9 +89,12 @@ ORDER BY originator_version;
 
 -- Each task of a run in outline: what a large run's web page counts and colours of every
 -- task (its state and attempt), none of the other columns (decoding its ids, times and
--- JSON was most of the page's time).
+-- JSON was most of the page's time); with :as_of, only the tasks changed at or after it
+-- (a live page's patch).
 -- name: select_task_outline
-SELECT task_key, state, attempt FROM task_runs WHERE workflow_run_id = :workflow_run_id;
+SELECT task_key, state, attempt FROM task_runs
+WHERE workflow_run_id = :workflow_run_id
+  AND (CAST(:as_of AS {timestamp}) IS NULL OR updated_at >= :as_of);
 
 -- The tasks of a run first claimed by :as_of (NULL: by now), the first first: a large
 -- run's timeline rows. A top-N sort of the run's rows, no row sent back but those.
