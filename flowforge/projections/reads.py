@@ -370,10 +370,13 @@ class Reads:
     def task_states_as_of(self, run_id: UUID, at: datetime) -> dict[str, str | None]:
         """Each task of a run changed after ``at``: its "state attempt" then, by key
         (``None``: not created yet)."""
+        iso = at.astimezone(UTC).isoformat()
         params = {
             "workflow_run_id": run_id,
             "as_of": at,
-            "as_of_iso": at.astimezone(UTC).isoformat(),
+            "as_of_iso": iso,
+            "as_of_bytes": iso.encode(),
+            "as_of_length": len(iso),
         }
         return {
             r["task_key"]: r["state_then"]

@@ -11,8 +11,11 @@ from __future__ import annotations
 from datetime import timedelta
 from uuid import UUID
 
+import psycopg
+
 from flowforge.app.service import FlowForge
 from flowforge.ui import replay
+from tests.conftest import empty_postgres
 from tests.helpers import task_id
 
 FLAKY_CHAIN = {
@@ -55,3 +58,14 @@ def test_the_states_as_of_each_moment_agree_with_the_replay_of_the_log(app: Flow
         "a": None,
         "b": None,
     }
+
+
+def test_events_written_in_another_time_zone_are_compared_as_times(postgres_url: str) -> None:
+    """A session whose TimeZone is not UTC writes its events' times with its offset
+    (the SQL-built events' ``to_json(now())``): those are parsed, not compared as text."""
+    empty_postgres(postgres_url)
+    with FlowForge(f"{postgres_url}?options=-c%20TimeZone%3DAsia/Kolkata") as app:
+        test_the_states_as_of_each_moment_agree_with_the_replay_of_the_log(app)
+    with psycopg.connect(postgres_url) as conn:
+        rows = conn.execute("SELECT convert_from(state, 'UTF8') FROM flowforge_events").fetchall()
+    assert any('+05:30"' in state for (state,) in rows)  # the other path was taken

@@ -438,22 +438,27 @@ INSERT INTO dispatch_outbox (dispatch_id, task_run_id, task_key, task_type, fenc
                              created_at)
 SELECT {random_uuid}, t.id, t.task_key, t.task_type, 0, t.created_at FROM t;
 
--- An event's time, as of-reads compare it (reading.sql, select_task_states_as_of): read
--- from its state's head, where the library's transcoder (compact) and the SQL-built
--- events (spaced) both put the timestamp first; the whole state parsed only if neither.
--- The prefixes are bytea constants (a convert_to() would run on each row).
--- macro: event_time
+-- An event at or before :as_of (reading.sql, select_task_states_as_of), by its time in
+-- its state's head, where the library's transcoder (compact) and the SQL-built events
+-- (spaced) both put the timestamp first. A time written in UTC ('+00:00', this
+-- session's and the transcoder's usual zone) is compared as bytes with :as_of_bytes (the
+-- moment's ISO text in UTC, its :as_of_length bytes): ISO times in one zone sort as their
+-- text, and PostgreSQL's trimmed fractions too ('.23+' before '.230001', '+' and '"'
+-- sorting before the digits). Any other is parsed and compared as a time; a state
+-- without the head, parsed whole. The prefixes are bytea constants (a convert_to()
+-- would run on each row); the text's parse costs twice the byte comparison.
+-- macro: event_at_or_before
 (CASE WHEN substring(e.state FROM 1 FOR 47)
            = '{{"timestamp":{{"_type_":"datetime_iso","_data_":"'::bytea
-      THEN split_part(encode(substring(e.state FROM 48 FOR 40), 'escape'), '"', 1)
+       AND position('+00:00"'::bytea IN substring(e.state FROM 48 FOR 40)) > 0
+      THEN substring(e.state FROM 48 FOR :as_of_length) <= :as_of_bytes
       WHEN substring(e.state FROM 1 FOR 55)
            = '{{"timestamp" : {{"_type_" : "datetime_iso", "_data_" : "'::bytea
-      THEN split_part(encode(substring(e.state FROM 56 FOR 40), 'escape'), '"', 1)
-      ELSE convert_from(e.state, 'UTF8')::json->'timestamp'->>'_data_'
- END)::timestamptz
-
--- macro: as_of_event_time
-:as_of
+       AND position('+00:00"'::bytea IN substring(e.state FROM 56 FOR 40)) > 0
+      THEN substring(e.state FROM 56 FOR :as_of_length) <= :as_of_bytes
+      ELSE (convert_from(e.state, 'UTF8')::json->'timestamp'->>'_data_')::timestamptz
+           <= :as_of
+ END)
 
 -- macro: event_id_of_task
 t.id

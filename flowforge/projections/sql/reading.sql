@@ -113,7 +113,7 @@ ORDER BY started_at, task_key LIMIT :limit;
 -- name: select_task_states_as_of
 SELECT t.task_key, (
     SELECT {state_and_attempt_of_event} FROM {events_table} AS e
-    WHERE e.originator_id = {event_id_of_task} AND {event_time} <= {as_of_event_time}
+    WHERE e.originator_id = {event_id_of_task} AND {event_at_or_before}
     ORDER BY e.originator_version DESC LIMIT 1) AS state_then
 FROM task_runs AS t
 WHERE t.workflow_run_id = :workflow_run_id AND t.updated_at > :as_of;

@@ -216,13 +216,11 @@ json_extract(CAST(state AS TEXT), '$.actor')
 -- name: try_redispatch_net
 SELECT 1 AS taken;
 
--- An event's time, as of-reads compare it (reading.sql, select_task_states_as_of): its
--- ISO text, compared with :as_of_iso's (both UTC, "+00:00": the transcoder's form).
--- macro: event_time
-json_extract(CAST(e.state AS TEXT), '$.timestamp._data_')
-
--- macro: as_of_event_time
-:as_of_iso
+-- An event at or before :as_of (reading.sql, select_task_states_as_of): its time's ISO
+-- text compared with :as_of_iso's (both UTC, "+00:00": the transcoder writes the
+-- database's UTC clock; ISO times in one zone sort as their text).
+-- macro: event_at_or_before
+json_extract(CAST(e.state AS TEXT), '$.timestamp._data_') <= :as_of_iso
 
 -- macro: event_id_of_task
 replace(t.id, '-', '')
