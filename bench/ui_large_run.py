@@ -12,7 +12,8 @@ timeline. Then fetches each page in-process (Starlette's TestClient: the server'
 time, no network): the run's page once cold (a UI process's first view of the run
 computes its shape, ``ui/shapes.py``) and ``--reps`` times warm; the run's page as of
 three past moments (just after its creation: every task changed since; once the root
-finished: a tenth changed since; its end: none); the live patch (``tasks.json``), the
+finished: a tenth changed since; its end: none); the live patch (``tasks.json``, with
+the end as its cursor), the
 runs page, the workflow's grid and a task's page (the fan-in's end, and a finished
 task). Prints each page's median and size for both runs.
 """
@@ -98,7 +99,11 @@ def pages(client: TestClient, run: dict[str, str], reps: int) -> dict[str, tuple
     page("as of its end (none changed since)", run["run"], {"at": run["end"]})
     page("as of the root's finish (a tenth changed)", run["run"], {"at": run["mid"]})
     page("as of its creation (all changed since)", run["run"], {"at": run["created"]})
-    page("live patch (tasks.json)", run["run"] + "/tasks.json")
+    page(
+        "live patch (tasks.json, none changed since)",
+        run["run"] + "/tasks.json",
+        {"since": run["end"]},
+    )
     page("runs page", "/")
     page("workflow grid", run["grid"])
     page("task page: the fan-in's end", run["end_task"])
