@@ -18,6 +18,7 @@ from flowforge.aggregates.ids import short_id
 from flowforge.app import why
 from flowforge.app.results import AuditEntry, TaskOutline, TaskRunView, WorkflowRunView
 from flowforge.app.service import FlowForge
+from flowforge.app.why.facts import Explanation
 from flowforge.ui import layout, logs, replay, shapes, timeline
 
 #: The runs page filters and counts the most recent runs, at most this many.
@@ -311,11 +312,28 @@ def task_page(
         "logs": logs.pages(app, task_run_id, *(log or (None, 1))),
         "history": history,
         "result": to_json(task.result) if task.result is not None else "",
-        "why_now": why.why(app, task_run_id),
-        "why_then": why.why(app, task_run_id, at) if at else None,
+        "why_now": _shown(why.why(app, task_run_id)),
+        "why_then": _shown(why.why(app, task_run_id, at)) if at else None,
         "at": at,
         "at_iso": timefmt.iso(at) if at else "",
     }
+
+
+#: A line of ``why`` on a task's page is cut to this many characters (a task waiting on
+#: 50,000 others is explained by a line naming each: 1.7 MB).
+WHY_LINE = 2000
+
+
+def _shown(explained: Explanation) -> dict[str, Any]:
+    """``why``'s headline and details, each line cut to ``WHY_LINE`` characters."""
+
+    def cut(line: str) -> str:
+        if len(line) <= WHY_LINE:
+            return line
+        more = len(line) - WHY_LINE
+        return f"{line[:WHY_LINE]}… ({more:,} characters more: `flowforge why` prints it all)"
+
+    return {"headline": cut(explained.headline), "details": [cut(d) for d in explained.details]}
 
 
 def _attempts(history: list[AuditEntry]) -> list[dict[str, Any]]:
