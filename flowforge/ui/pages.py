@@ -144,17 +144,30 @@ def _rows(app: FlowForge, run: WorkflowRunView) -> tuple[list[Row], shapes.Shape
     if len(rows) <= layout.GROUP_ABOVE:
         rows = list(app.task_runs(run.id))
 
-    def build() -> shapes.Shape:  # a large run's definition and rows in full, once
-        full = [t for t in rows if isinstance(t, TaskRunView)] or app.task_runs(run.id)
+    def build() -> shapes.Shape:  # a run's definition read whole, once
         tasks = app.get_workflow_run(run.id).definition.get("tasks", [])
         order = {t.get("key"): i for i, t in enumerate(tasks)}
-        full = sorted(full, key=lambda t: order.get(t.task_key, len(order)))
-        drawn = [layout.Task(t.task_key, t.depends_on, t.task_type) for t in full]
-        return shapes.Shape(order, layout.picture(drawn))
+        return shapes.Shape(order, layout.picture(_drawn(app, run, rows, tasks, order)))
 
     shape = shapes.of(run.id, len(rows), build)
     last = len(shape.order)
     return sorted(rows, key=lambda t: shape.order.get(t.task_key, last)), shape
+
+
+def _drawn(
+    app: FlowForge,
+    run: WorkflowRunView,
+    rows: list[Row],
+    tasks: list[dict[str, Any]],
+    order: dict[str, int],
+) -> list[layout.Task]:
+    """The tasks a run's graph draws, in its definition's order: the definition's own
+    when its tasks are the run's (no mapped task's elements), else the rows in full."""
+    if len(tasks) == len(rows) and all(k in order for k in (t.task_key for t in rows)):
+        return [layout.Task(t["key"], list(t.get("depends_on", [])), t["type"]) for t in tasks]
+    full = [t for t in rows if isinstance(t, TaskRunView)] or app.task_runs(run.id)
+    full = sorted(full, key=lambda t: order.get(t.task_key, len(order)))
+    return [layout.Task(t.task_key, t.depends_on, t.task_type) for t in full]
 
 
 def run_page(
