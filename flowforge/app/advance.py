@@ -34,7 +34,7 @@ from flowforge.aggregates.machines import WORKFLOW_RUN_MACHINE
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
 from flowforge.aggregates.task_run import ACTOR_SCHEDULER, is_due
-from flowforge.app import archived_runs, mapped
+from flowforge.app import archived_runs, fan_in, mapped
 from flowforge.app.caches import DefinitionCache
 from flowforge.app.cancels import cancel_leftovers, cancel_upstream_failed
 from flowforge.app.results import AdvanceResult
@@ -255,6 +255,9 @@ def _step_changes(
         for m in mapped.mapped_among(definition, dependents)
         for key in definition.dependents(m)
     }
+    # A wide fan-in's dependent still waiting for a task not succeeded yet is not read,
+    # nor its every dependency (app/fan_in.py): a finish's cost stays its own.
+    dependents -= fan_in.waiting_fan_ins(writes, run_id, dependents - keys, definition)
     dependencies = {
         key for dependent in dependents for key in definition.task(dependent).depends_on
     }

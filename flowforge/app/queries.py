@@ -145,6 +145,31 @@ class Queries:
         with self._core.reads() as reads:
             return [results.task_run_view(t) for t in reads.task_runs_of(run_id)]
 
+    def task_outline(
+        self, run_id: UUID, changed_since: datetime | None = None
+    ) -> list[results.TaskOutline]:
+        """Every task of a run (changed at or after ``changed_since``, if given) in
+        outline: its key, state and attempt only."""
+        with self._core.reads() as reads:
+            rows = reads.task_outline(run_id, changed_since)
+        return [results.TaskOutline(r["task_key"], r["state"], r["attempt"]) for r in rows]
+
+    def task_runs_first_claimed(
+        self, run_id: UUID, at: datetime | None, limit: int
+    ) -> list[TaskRunView]:
+        """The ``limit`` tasks of a run first claimed (by ``at``), the first first."""
+        with self._core.reads() as reads:
+            rows = reads.task_runs_first_claimed(run_id, at, limit)
+        return [results.task_run_view(t) for t in rows]
+
+    def task_states_as_of(self, run_id: UUID, at: datetime) -> dict[str, tuple[str, int] | None]:
+        """Each task of a run changed after ``at``: its state and attempt then, by key
+        (``None``: not created yet). One query: each changed task's newest event at or
+        before ``at`` (``reading.sql``), never a replay of the run's log."""
+        with self._core.reads() as reads:
+            found = reads.task_states_as_of(run_id, at)
+        return {key: _state_then(then) for key, then in found.items()}
+
     def task_run_by_key(self, run_id: UUID, task_key: str) -> TaskRunView | None:
         """One task of a run by its key (None: the run has no such task)."""
         found = self.task_runs_by_keys(run_id, [task_key])
@@ -365,3 +390,10 @@ class Queries:
         with self._core.reads() as reads:
             stored = reads.stored_events_of(aggregate_ids)
         return audit.entries(self._core.events, stored)
+
+
+def _state_then(then: str | None) -> tuple[str, int] | None:
+    if then is None:
+        return None
+    state, attempt = then.split(" ")
+    return state, int(attempt)

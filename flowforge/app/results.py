@@ -303,6 +303,15 @@ class BacklogView:
     outbox_oldest_age_s: float
 
 
+@dataclass(frozen=True, slots=True)
+class TaskOutline:
+    """A task run in outline: what a large run's page counts and colours of each task."""
+
+    task_key: str
+    state: str
+    attempt: int
+
+
 def task_run_view(row: tables.TaskRunRow) -> TaskRunView:
     return TaskRunView(
         row.id, row.workflow_run_id, row.task_key, row.task_type, row.depends_on,

@@ -280,6 +280,9 @@ class FlowForge:
     # One run at any size (issue #50): bounded reads for the CLI and the UI.
     task_run_by_key = _on("queries", Queries.task_run_by_key)
     task_runs_by_keys = _on("queries", Queries.task_runs_by_keys)
+    task_outline = _on("queries", Queries.task_outline)
+    task_runs_first_claimed = _on("queries", Queries.task_runs_first_claimed)
+    task_states_as_of = _on("queries", Queries.task_states_as_of)
     run_summary = _on("queries", Queries.run_summary)
     mapped_task_counts = _on("queries", Queries.mapped_task_counts)
     mapped_tasks = _on("queries", Queries.mapped_tasks)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID
 
@@ -130,6 +130,11 @@ class Reads:
         return [
             TaskRunRow.from_mapping(r) for r in self._tx.run("select_task_runs_by_keys", params)
         ]
+
+    def some_unfinished_task_keys(self, run_id: UUID, limit: int) -> set[str]:
+        """The keys of at most ``limit`` tasks of a run not succeeded yet (any of them)."""
+        params = {"workflow_run_id": run_id, "limit": limit}
+        return {r["task_key"] for r in self._tx.run("select_some_unfinished_task_keys", params)}
 
     # --- one run at any size (sql/reading.sql) -----------------------------------------
 
@@ -354,6 +359,36 @@ class Reads:
         """The deployment's id, written once by the migration that created it."""
         (row,) = self._tx.run("select_deployment")
         return str(row["deployment_id"])
+
+    def task_outline(self, run_id: UUID, changed_since: datetime | None = None) -> list[Row]:
+        """Each task of a run (changed at or after ``changed_since``, if given) in
+        outline: its key, state and attempt."""
+        params = {"workflow_run_id": run_id, "as_of": changed_since}
+        return self._tx.run("select_task_outline", params)
+
+    def task_runs_first_claimed(
+        self, run_id: UUID, at: datetime | None, limit: int
+    ) -> list[TaskRunRow]:
+        """The ``limit`` tasks of a run claimed first (by ``at``, if given)."""
+        params = {"workflow_run_id": run_id, "as_of": at, "limit": limit}
+        rows = self._tx.run("select_task_runs_first_claimed", params)
+        return [TaskRunRow.from_mapping(r) for r in rows]
+
+    def task_states_as_of(self, run_id: UUID, at: datetime) -> dict[str, str | None]:
+        """Each task of a run changed after ``at``: its "state attempt" then, by key
+        (``None``: not created yet)."""
+        iso = at.astimezone(UTC).isoformat()
+        params = {
+            "workflow_run_id": run_id,
+            "as_of": at,
+            "as_of_iso": iso,
+            "as_of_bytes": iso.encode(),
+            "as_of_length": len(iso),
+        }
+        return {
+            r["task_key"]: r["state_then"]
+            for r in self._tx.run("select_task_states_as_of", params)
+        }
 
 
 def stored_event(row: Row) -> StoredEvent:

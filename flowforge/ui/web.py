@@ -210,7 +210,9 @@ class _Pages:
     async def run(self, request: Request) -> Response:
         try:
             at = parse_at(request.query_params.get("at"))
-            run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
+            run = await run_in_threadpool(
+                ids.resolve_run_brief, self.app, request.path_params["run"]
+            )
         except BadQueryError as exc:
             return self._problem(request, str(exc), 400)
         page = request.query_params.get("tasks", "1")
@@ -229,7 +231,9 @@ class _Pages:
         since ``?since=`` (the ``cursor`` of the previous answer), as JSON."""
         try:
             since = parse_at(request.query_params.get("since"))
-            run = await run_in_threadpool(ids.resolve_run, self.app, request.path_params["run"])
+            run = await run_in_threadpool(
+                ids.resolve_run_brief, self.app, request.path_params["run"]
+            )
         except BadQueryError as exc:
             return PlainTextResponse(str(exc), 400)
         changes = await run_in_threadpool(pages.run_changes, self.app, run, since)
@@ -255,7 +259,9 @@ class _Pages:
             return self._problem(request, str(exc), 400)
         except ValueError:
             return self._problem(request, "not a task run's id; open a task from its run", 404)
-        context = await run_in_threadpool(pages.task_page, self.app, task_run_id, at)
+        context = await run_in_threadpool(
+            pages.task_page, self.app, task_run_id, at, _log_page(request)
+        )
         context["live"] = at is None
         return self._render(request, "task.html", context)
 
@@ -349,3 +355,9 @@ def parse_inputs(text: str) -> dict[str, object]:
 
 def _csrf_refused() -> Response:
     return PlainTextResponse("missing or wrong CSRF token: reload the page", 403)
+
+
+def _log_page(request: Request) -> tuple[int, int] | None:
+    """The attempt log a task page pages through: ``?log=TOKEN&log_page=N``."""
+    token, page = request.query_params.get("log", ""), request.query_params.get("log_page", "1")
+    return (int(token), int(page)) if token.isdigit() and page.isdigit() else None

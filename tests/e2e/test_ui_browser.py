@@ -66,6 +66,8 @@ def seed(url: str) -> dict[str, str]:
     assert first is not None
     error = {"type": "ValueError", "message": XSS}
     assert app.finish_task_run(tasks["a"], first.fencing_token, "fail", error=error)
+    log = f"printed by a\n{XSS}"
+    app.record_attempt_log(tasks["a"], first.fencing_token, attempt=1, worker_id="w1", output=log)
     app.schedule_once()
     for key in ("a", "b"):
         app.schedule_once()
@@ -230,9 +232,34 @@ def test_a_script_in_a_handlers_error_is_shown_as_text_and_never_runs(
     served: tuple[str, dict[str, str]], browser: Any
 ) -> None:
     base, seeded = served
-    browser.get(f"{base}/tasks/{seeded['a']}")  # its failed attempt's error
+    browser.get(f"{base}/tasks/{seeded['a']}")  # its failed attempt's error, and its log
     assert browser.execute_script("return window.flowforgeXss === undefined")
     assert XSS in browser.find_element("tag name", "body").text  # shown, as text
+    log = browser.find_element("css selector", "#attempt-1 pre.log").text
+    assert log == f"printed by a\n{XSS}"  # beside the error it ended with, as text
+
+
+def test_the_graph_zooms_with_its_buttons_its_keys_and_the_wheel(
+    served: tuple[str, dict[str, str]], browser: Any
+) -> None:
+    base, seeded = served
+    browser.get(f"{base}/runs/{seeded['fan']}")
+    width = "return document.getElementById('dag').getBoundingClientRect().width"
+    actual = browser.execute_script(width)
+    browser.find_element("css selector", '#dag-zoom button[data-zoom="in"]').click()
+    assert browser.execute_script(width) == pytest.approx(actual * 1.25, abs=1)
+    frame = browser.find_element("id", "dag-frame")
+    frame.send_keys("-")  # its frame takes the keyboard's focus
+    frame.send_keys("-")
+    assert browser.execute_script(width) == pytest.approx(actual / 1.25, abs=1)
+    assert browser.find_element("id", "dag-scale").text == "80%"
+    browser.execute_script(
+        "document.getElementById('dag-frame').dispatchEvent(new WheelEvent('wheel',"
+        " {deltaY: -100, ctrlKey: true, bubbles: true, cancelable: true}))"
+    )
+    assert browser.execute_script(width) == pytest.approx(actual, abs=1)
+    frame.send_keys("f")  # fits the frame: no wider than it
+    assert browser.execute_script(width) <= frame.size["width"]
 
 
 def test_the_runs_page_shows_a_new_run_without_reloading(

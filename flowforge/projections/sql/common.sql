@@ -369,6 +369,14 @@ ORDER BY id {for_update};
 -- name: lock_task_runs_in_id_order
 SELECT id FROM task_runs WHERE id IN ({uuid_list[task_run_ids]}) ORDER BY id {for_update};
 
+-- A few of a run's tasks not succeeded yet (unfinished, or failed), read by the partial
+-- index task_runs_unfinished_idx: what tells a finish that a wide fan-in's dependent
+-- still waits (app/advance.py, _waiting_fan_ins) without reading its every dependency.
+-- name: select_some_unfinished_task_keys
+SELECT task_key FROM task_runs
+WHERE workflow_run_id = :workflow_run_id AND state IN ({unfinished_task_states})
+LIMIT :limit;
+
 -- name: select_task_runs_by_keys
 SELECT * FROM task_runs
 WHERE workflow_run_id = :workflow_run_id AND task_key IN ({text_list[task_keys]});

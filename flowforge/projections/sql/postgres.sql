@@ -453,3 +453,33 @@ FROM json_populate_recordset(CAST(NULL AS workflow_runs), CAST(:rows_json AS jso
 INSERT INTO task_runs ({task_run_row_columns})
 SELECT {task_run_row_columns}
 FROM json_populate_recordset(CAST(NULL AS task_runs), CAST(:rows_json AS json)) AS r;
+
+-- An event at or before :as_of (reading.sql, select_task_states_as_of), by its time in
+-- its state's head, where the library's transcoder (compact) and the SQL-built events
+-- (spaced) both put the timestamp first. A time written in UTC ('+00:00', this
+-- session's and the transcoder's usual zone) is compared as bytes with :as_of_bytes (the
+-- moment's ISO text in UTC, its :as_of_length bytes): ISO times in one zone sort as their
+-- text, and PostgreSQL's trimmed fractions too ('.23+' before '.230001', '+' and '"'
+-- sorting before the digits). Any other is parsed and compared as a time; a state
+-- without the head, parsed whole. The prefixes are bytea constants (a convert_to()
+-- would run on each row); the text's parse costs twice the byte comparison.
+-- macro: event_at_or_before
+(CASE WHEN substring(e.state FROM 1 FOR 47)
+           = '{{"timestamp":{{"_type_":"datetime_iso","_data_":"'::bytea
+       AND position('+00:00"'::bytea IN substring(e.state FROM 48 FOR 40)) > 0
+      THEN substring(e.state FROM 48 FOR :as_of_length) <= :as_of_bytes
+      WHEN substring(e.state FROM 1 FOR 55)
+           = '{{"timestamp" : {{"_type_" : "datetime_iso", "_data_" : "'::bytea
+       AND position('+00:00"'::bytea IN substring(e.state FROM 56 FOR 40)) > 0
+      THEN substring(e.state FROM 56 FOR :as_of_length) <= :as_of_bytes
+      ELSE (convert_from(e.state, 'UTF8')::json->'timestamp'->>'_data_')::timestamptz
+           <= :as_of
+ END)
+
+-- macro: event_id_of_task
+t.id
+
+-- An event's state and attempt ("state attempt"; a creation has no attempt: 1).
+-- macro: state_and_attempt_of_event
+(SELECT (j->>'state') || ' ' || coalesce(j->>'attempt', '1')
+ FROM (SELECT convert_from(e.state, 'UTF8')::json AS j) AS parsed)

@@ -89,3 +89,34 @@ SELECT id FROM workflow_runs ORDER BY created_at DESC, id LIMIT :limit;
 SELECT originator_id, originator_version, topic, state FROM {events_table}
 WHERE originator_id = :originator_id AND originator_version >= :version
 ORDER BY originator_version;
+
+-- Each task of a run in outline: what a large run's web page counts and colours of every
+-- task (its state and attempt), none of the other columns (decoding its ids, times and
+-- JSON was most of the page's time); with :as_of, only the tasks changed at or after it
+-- (a live page's patch).
+-- name: select_task_outline
+SELECT task_key, state, attempt FROM task_runs
+WHERE workflow_run_id = :workflow_run_id
+  AND (CAST(:as_of AS {timestamp}) IS NULL OR updated_at >= :as_of);
+
+-- The tasks of a run first claimed by :as_of (NULL: by now), the first first: a large
+-- run's timeline rows. A top-N sort of the run's rows, no row sent back but those.
+-- name: select_task_runs_first_claimed
+SELECT * FROM task_runs
+WHERE workflow_run_id = :workflow_run_id AND started_at IS NOT NULL
+  AND (CAST(:as_of AS {timestamp}) IS NULL OR started_at <= :as_of)
+ORDER BY started_at, task_key LIMIT :limit;
+
+-- Each task of a run changed after :as_of, with its state and attempt then: its last
+-- event at or before :as_of, found by its events' primary key (originator_id, version)
+-- from its newest down, each event's time read from the head of its JSON (where both
+-- the library's transcoder and the SQL-built events put it). A task created after
+-- :as_of has no such event (NULL). Costs the changed tasks' newest events, never a
+-- replay of the run's log, and sends back one short line a task ("state attempt").
+-- name: select_task_states_as_of
+SELECT t.task_key, (
+    SELECT {state_and_attempt_of_event} FROM {events_table} AS e
+    WHERE e.originator_id = {event_id_of_task} AND {event_at_or_before}
+    ORDER BY e.originator_version DESC LIMIT 1) AS state_then
+FROM task_runs AS t
+WHERE t.workflow_run_id = :workflow_run_id AND t.updated_at > :as_of;

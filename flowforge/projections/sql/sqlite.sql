@@ -219,3 +219,17 @@ json_extract(CAST(state AS TEXT), '$.actor')
 -- one (BEGIN IMMEDIATE), so the pass always has the net to itself.
 -- name: try_redispatch_net
 SELECT 1 AS taken;
+
+-- An event at or before :as_of (reading.sql, select_task_states_as_of): its time's ISO
+-- text compared with :as_of_iso's (both UTC, "+00:00": the transcoder writes the
+-- database's UTC clock; ISO times in one zone sort as their text).
+-- macro: event_at_or_before
+json_extract(CAST(e.state AS TEXT), '$.timestamp._data_') <= :as_of_iso
+
+-- macro: event_id_of_task
+replace(t.id, '-', '')
+
+-- An event's state and attempt ("state attempt"; a creation has no attempt: 1).
+-- macro: state_and_attempt_of_event
+json_extract(CAST(e.state AS TEXT), '$.state') || ' '
+    || coalesce(json_extract(CAST(e.state AS TEXT), '$.attempt'), 1)

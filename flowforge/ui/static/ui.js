@@ -98,6 +98,7 @@ function followChanges(url) {
           if (open && submit) submit.open = open.open;
           document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
           wireSlider();
+          wireZoom();
         }
         if (doc.body && doc.body.dataset.cursor) document.body.dataset.cursor = doc.body.dataset.cursor;
       });
@@ -111,7 +112,53 @@ function followChanges(url) {
   window.addEventListener("pagehide", function () { source.close(); });
 }
 
+// The graph zooms: its buttons, the keys + - 0 f on its frame, or Ctrl (or Alt, or
+// Cmd) with the wheel over it. The SVG keeps its viewBox; its size is scaled, so the
+// frame scrolls over the zoomed picture. A live page's reload keeps the scale.
+var dagScale = 1;
+var ZOOM_STEP = 1.25, ZOOM_MIN = 0.05, ZOOM_MAX = 4;
+
+function wireZoom() {
+  var svg = document.getElementById("dag");
+  var frame = document.getElementById("dag-frame");
+  var bar = document.getElementById("dag-zoom");
+  if (!svg || !frame || !bar) return;
+  var box = svg.viewBox.baseVal;
+  function apply(scale) {
+    dagScale = Math.min(ZOOM_MAX, Math.max(ZOOM_MIN, scale));
+    svg.setAttribute("width", String(Math.round(box.width * dagScale)));
+    svg.setAttribute("height", String(Math.round(box.height * dagScale)));
+    svg.dataset.scale = String(dagScale);
+    document.getElementById("dag-scale").textContent = Math.round(dagScale * 100) + "%";
+  }
+  function zoom(how) {
+    if (how === "in") apply(dagScale * ZOOM_STEP);
+    else if (how === "out") apply(dagScale / ZOOM_STEP);
+    else if (how === "reset") apply(1);
+    else if (how === "fit") {
+      apply(Math.min(frame.clientWidth / box.width, frame.clientHeight / box.height, 1));
+    }
+  }
+  bar.addEventListener("click", function (event) {
+    var how = event.target.closest("button") && event.target.closest("button").dataset.zoom;
+    if (how) zoom(how);
+  });
+  var keys = {"+": "in", "=": "in", "-": "out", "0": "reset", "f": "fit"};
+  frame.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey || !keys[event.key]) return;
+    event.preventDefault();
+    zoom(keys[event.key]);
+  });
+  frame.addEventListener("wheel", function (event) {
+    if (!(event.ctrlKey || event.metaKey || event.altKey)) return;  // a plain wheel scrolls
+    event.preventDefault();
+    zoom(event.deltaY < 0 ? "in" : "out");
+  }, {passive: false});
+  apply(dagScale);
+}
+
 document.addEventListener("DOMContentLoaded", function () {
   wireSlider();
+  wireZoom();
   if (document.body.dataset.live) followChanges(document.body.dataset.live);
 });
