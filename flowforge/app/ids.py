@@ -45,6 +45,8 @@ def resolve_run_brief(app: FlowForge, text: str) -> WorkflowRunView:
     if full is None:
         check_partial_id(text)
         ids = [i for i in app.recent_run_ids(PREFIX_SCAN_RUNS) if matches_id(i, text)]
+        if not ids:
+            app.raise_if_archived(text)  # a short id of an archived run: say where it went
         full = one_id(ids, text)
     return app.get_workflow_run_brief(full)
 

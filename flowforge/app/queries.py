@@ -81,6 +81,9 @@ class Queries:
         run's definition is megabytes, and decoding it cost what the run holds."""
         with self._core.reads() as reads:
             run = reads.workflow_run_brief(run_id)
+            archived = reads.archived_run(run_id) if run is None else None
+        if archived is not None:
+            raise archived_runs.archived_error(archived)
         if run is None:
             raise errors.UnknownRunError(
                 f"no workflow run {run_id}; list runs with `flowforge runs`"
