@@ -2,7 +2,8 @@
 
 Random DAGs (up to five tasks, random dependencies, one or two attempts, retries due at
 once) and a random interleaving of: a worker claiming and finishing a ready task (a
-success or a failure), a scheduler's woken pass, a full pass, and a user's cancel of
+success or a failure; alone or through the batched finish, whose leaf successes take a
+path of their own), a scheduler's woken pass, a full pass, and a user's cancel of
 a run. Finishes advance their running run themselves when they can, a woken pass works
 out only the marked tasks, a full pass reads the whole run: this checks that however
 they interleave, once the schedulers have nothing left to do (``settle``), every run is
@@ -13,7 +14,9 @@ where the DAG rule puts it:
 - no pending task of a running run has all its dependencies succeeded (nothing stuck);
 - a run is terminal exactly when the rule derives a terminal state from its tasks, and
   then no task of it is left unfinished (a task that failed for good stays failed), and
-  that holds as soon as the run ends, before any scheduler pass;
+  that holds as soon as the run ends, before any scheduler pass; a run still running
+  that the rule already puts in a terminal state is marked for a scheduler (its last
+  change woke it: no lost wake-up);
 - each task was promoted at most once, and has one dispatch per move into ready;
 - under ``on_failure = "finish_branches"`` (drawn for half the runs), the rule is
   ``rules.derive_finishing_branches``; a run that failed has every task not downstream of
@@ -47,11 +50,16 @@ from hypothesis.stateful import (
 from flowforge.aggregates import mapping, rules
 from flowforge.aggregates.on_failure import OnFailure
 from flowforge.aggregates.states import TaskRunState, WorkflowRunState
+from flowforge.app.commands import Finish
 from flowforge.app.results import TaskRunView
 from flowforge.app.service import FlowForge
 
 KEYS = ("a", "b", "c", "d", "e")
 MAX_RUNS = 3
+#: Examples per run unless FLOWFORGE_STATEFUL_EXAMPLES says otherwise: more than the
+#: service's stateful test, because a failure policy's breaks need a failure for good, a
+#: branch still alive and its last finish, which few examples reach (docs/testing.md).
+EXAMPLES = "100"
 #: A settle that has not settled after this many passes is a bug (each pass makes progress).
 SETTLE_PASSES = 20
 TERMINAL = {WorkflowRunState.SUCCEEDED, WorkflowRunState.FAILED, WorkflowRunState.CANCELLED}
@@ -105,18 +113,30 @@ class Advancement(RuleBasedStateMachine):
         }
 
     @precondition(lambda self: bool(self.runs))
-    @rule(data=st.data(), succeed=st.booleans())
-    def work(self, data: st.DataObject, succeed: bool) -> None:
-        ready = [t for run in self.runs for t in self.app.task_runs(run) if t.state == "ready"]
-        if not ready:
-            return
-        task = data.draw(st.sampled_from(ready), label="task")
+    @rule(data=st.data(), tasks=st.integers(1, 3))
+    def work(self, data: st.DataObject, tasks: int) -> None:
+        """A worker (or several) claims and finishes up to ``tasks`` ready tasks in a row:
+        enough work per step for failures and branches to play out before a cancel."""
+        for _ in range(tasks):
+            ready = [t for run in self.runs for t in self.app.task_runs(run) if t.state == "ready"]
+            if not ready:
+                return
+            self._finish(data, data.draw(st.sampled_from(ready), label="task"))
+
+    def _finish(self, data: st.DataObject, task: TaskRunView) -> None:
         claim = self.app.claim_task_run(task.id, "w", 300)
         assert claim is not None
+        succeed = data.draw(st.booleans(), label="succeeds")
         error = None if succeed else {"type": "Boom", "message": "no"}
         outcome = "succeed" if succeed else "fail"
         result = [0] * data.draw(st.integers(0, 3), label="list") if succeed else None
-        assert self.app.finish_task_run(task.id, claim.fencing_token, outcome, result, error=error)
+        if data.draw(st.booleans(), label="batched"):  # a leaf's success: a path of its own
+            finish = Finish(task.id, claim.fencing_token, outcome, result, error)
+            assert self.app.finish_task_runs([finish], actor="w") == [True]
+        else:
+            assert self.app.finish_task_run(
+                task.id, claim.fencing_token, outcome, result, error=error
+            )
 
     @rule()
     def woken_pass(self) -> None:
@@ -144,8 +164,11 @@ class Advancement(RuleBasedStateMachine):
     def every_run_is_where_the_dag_rule_puts_it(self) -> None:
         # An ended run ended its tasks in its own transaction: no pass needed for that.
         for run_id in self.runs:
-            if self.app.get_workflow_run(run_id).run_state in TERMINAL:
+            state = self.app.get_workflow_run(run_id).run_state
+            if state in TERMINAL:
                 self._check_ended(self.app.task_runs(run_id))
+            elif state is WorkflowRunState.RUNNING:
+                self._check_woken_if_ended(run_id)
         self.settle()
         for run_id in self.runs:
             run = self.app.get_workflow_run(run_id)
@@ -156,6 +179,16 @@ class Advancement(RuleBasedStateMachine):
             self._check_run(run.run_state, tasks, self.policies[run_id], self.maps[run_id])
             for task in tasks:
                 self._check_task(task)
+
+    def _check_woken_if_ended(self, run_id: UUID) -> None:
+        """A running run the rule already derives as ended waits for a scheduler: the
+        change that ended it marked it (no lost wake-up, whatever the policy)."""
+        tasks = self.app.task_runs(run_id)
+        effective, depends_on = _model(tasks, self.maps[run_id])
+        if rules.derive_run_state(self.policies[run_id], effective, depends_on) in TERMINAL:
+            with self.app.store.read() as reads:
+                woken = reads.woken_runs(10_000)
+            assert run_id in woken, f"ended by the rule, running, not marked: {effective}"
 
     def _check_elements(self, tasks: list[TaskRunView], maps: dict[str, str]) -> None:
         """One element per element of the upstream's list iff it succeeded: the edge."""
@@ -170,7 +203,7 @@ class Advancement(RuleBasedStateMachine):
             if upstream is None or upstream.state != "succeeded":
                 assert elements == [], (key, elements)
                 continue
-            assert elements == sorted(mapping.element_keys(key, len(upstream.result))), elements
+            assert elements == sorted(mapping.element_keys(key, upstream.result)), elements
             for element in elements:
                 assert by_key[element].map_item == 0
                 assert by_key[element].depends_on == [over]
@@ -239,7 +272,8 @@ def _model(
         count = (
             len(upstream.result) if upstream is not None and upstream.state == "succeeded" else 0
         )
-        elements = mapping.element_keys(key, count)
+        listed = upstream.result if upstream is not None and count else []
+        elements = mapping.element_keys(key, listed)
         states = {i: effective[k] for i, k in enumerate(elements) if k in effective}
         upstream_state = None if upstream is None else upstream.task_state
         effective[key] = mapping.mapped_state(upstream_state, count, states)
@@ -258,7 +292,7 @@ def test_advancement_keeps_every_run_where_the_dag_rule_puts_it(app: FlowForge) 
     run_state_machine_as_test(
         Advancement,
         settings=settings(
-            max_examples=int(os.environ.get("FLOWFORGE_STATEFUL_EXAMPLES", "25")),
+            max_examples=int(os.environ.get("FLOWFORGE_STATEFUL_EXAMPLES", EXAMPLES)),
             stateful_step_count=12,
             deadline=None,
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
