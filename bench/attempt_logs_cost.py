@@ -41,6 +41,7 @@ import psycopg
 
 from bench.cpu import process_seconds
 from bench.end_to_end import ROOT, database_url, drop_database, recreate_database
+from bench.report import emit
 
 DATABASE = os.environ.get("FLOWFORGE_BENCH_LOGS_DATABASE", "flowforge_bench_attempt_logs")
 WARM_UP = 50
@@ -169,10 +170,7 @@ def main() -> None:
             ratio = result[f"after_{shape}_{key}"] / result[f"before_{shape}_{key}"]
             result[f"{shape}_after_over_before_{key}"] = ratio
     result["load_average"] = os.getloadavg()[0]
-    print(json.dumps(result, indent=2))
-    if options.out:
-        with options.out.open("a") as out:
-            out.write(json.dumps(result) + "\n")
+    emit(result, options.out)
 
 
 if __name__ == "__main__":

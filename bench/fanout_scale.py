@@ -21,7 +21,6 @@ every dependant became ready once and has one dispatch.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -35,6 +34,7 @@ from bench.end_to_end import (
     drop_database,
     recreate_database,
 )
+from bench.report import emit
 from flowforge import FlowForge, load_definition
 
 DATABASE = os.environ.get("FLOWFORGE_BENCH_FANOUT_DATABASE", "flowforge_bench_fanout")
@@ -134,10 +134,7 @@ def main() -> None:
         bulk = [bulk_start(options.runs) for _ in range(options.reps)]
         result["bulk_start_runs_per_s"] = statistics.median(b["runs_per_s"] for b in bulk)
         result["runs"] = options.runs
-    print(json.dumps(result, indent=2))
-    if options.out:
-        with options.out.open("a") as out:
-            out.write(json.dumps(result) + "\n")
+    emit(result, options.out)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import psycopg
 
 from bench.cpu import process_seconds
 from bench.end_to_end import ROOT, database_url, drop_database, recreate_database
+from bench.report import emit
 
 DATABASE = os.environ.get("FLOWFORGE_BENCH_FEATURE_DATABASE", "flowforge_bench_feature")
 WARM_UP = 50
@@ -159,10 +160,7 @@ def main() -> None:
             ratio = result[f"{variant}_{key}"] / result[f"shipped_{key}"]
             result[f"{variant}_over_shipped_{key}"] = ratio
     result["load_average"] = os.getloadavg()[0]
-    print(json.dumps(result, indent=2))
-    if options.out:
-        with options.out.open("a") as out:
-            out.write(json.dumps(result) + "\n")
+    emit(result, options.out)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import statistics
 import tempfile
@@ -36,6 +35,7 @@ from typing import Any
 
 from bench import fanout_scale
 from bench.end_to_end import drop_database
+from bench.report import emit
 from flowforge import FlowForge
 
 DEFINITION_NAME = "bench_mapped_fanout"
@@ -102,10 +102,7 @@ def main() -> None:
     result["mapped_over_static"] = (
         result["mapped_all_ready_after_upstream_s"] / result["static_all_ready_after_upstream_s"]
     )
-    print(json.dumps(result, indent=2))
-    if options.out:
-        with options.out.open("a") as out:
-            out.write(json.dumps(result) + "\n")
+    emit(result, options.out)
 
 
 if __name__ == "__main__":

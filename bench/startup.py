@@ -17,7 +17,6 @@ Nothing here asserts a time: the figures are printed (JSON with ``--out``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -38,6 +37,7 @@ from bench.end_to_end import (
     drop_database,
     recreate_database,
 )
+from bench.report import emit
 from flowforge import FlowForge, load_definition
 
 DATABASE = os.environ.get("FLOWFORGE_BENCH_STARTUP_DATABASE", "flowforge_bench_startup")
@@ -130,10 +130,7 @@ def main() -> None:
         "worker_cpu_to_first_claim_s": statistics.median(r["worker_cpu_s"] for r in reps),
         "load_average": os.getloadavg()[0],
     }
-    print(json.dumps(result, indent=2))
-    if options.out:
-        with options.out.open("a") as out:
-            out.write(json.dumps(result) + "\n")
+    emit(result, options.out)
 
 
 if __name__ == "__main__":
